@@ -1,0 +1,1 @@
+"""Wire protocols in front of the mqserver core; one package per protocol."""
