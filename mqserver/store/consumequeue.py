@@ -1,0 +1,154 @@
+"""Consume queues: 20-byte entries (commit-log offset, size, tag hash) per (topic, queue).
+
+They are derived data: the commit log is the truth, and every message record carries its
+own QueueOffset, so writing an entry is idempotent (entry ``q`` always lives at byte
+``q * 20``). Recovery replays records into them, and a queue whose files are missing is
+rebuilt from the log. Files live in ``consumequeue/<topic>/<queueId>/`` and are named by
+the 20-digit byte offset of their first entry, as in RocketMQ.
+"""
+
+import os
+from collections import OrderedDict
+
+from mqserver.store.format import CQ_ENTRY, CQ_ENTRY_SIZE, segment_name
+
+
+class FdCache:
+    """A bounded LRU of open file descriptors keyed by path, shared by all queues.
+
+    @ivar dirty: paths written since the last checkpoint, to fsync before it.
+    """
+
+    def __init__(self, limit=256):
+        self._fds = OrderedDict()
+        self._limit = limit
+        self.dirty = set()
+
+    def get(self, path, create=False):
+        """Return an fd for C{path}, opening (and maybe creating) it."""
+        fd = self._fds.get(path)
+        if fd is not None:
+            self._fds.move_to_end(path)
+            return fd
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        self._fds[path] = fd
+        if len(self._fds) > self._limit:
+            _, old = self._fds.popitem(last=False)
+            os.close(old)
+        return fd
+
+    def forget_under(self, directory):
+        """Close every fd of a file below C{directory} (before deleting or moving it)."""
+        prefix = directory.rstrip(os.sep) + os.sep
+        for path in [p for p in self._fds if p.startswith(prefix)]:
+            os.close(self._fds.pop(path))
+        self.dirty = {p for p in self.dirty if not p.startswith(prefix)}
+
+    def forget(self, path):
+        """Close the fd of C{path} if it is open."""
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+        self.dirty.discard(path)
+
+    def close(self):
+        """Close every fd."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+class ConsumeQueue:
+    """The entries of one (topic, queue id).
+
+    @ivar max_offset: the next queue offset to write (the number of entries ever written).
+    @ivar min_offset: the first queue offset still on disk.
+    """
+
+    def __init__(self, directory, entries_per_file, fds):
+        self.directory = directory
+        self.file_bytes = entries_per_file * CQ_ENTRY_SIZE
+        self._fds = fds
+        os.makedirs(directory, exist_ok=True)
+        starts = sorted(int(n) for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+        self.files = starts
+        if starts:
+            last = starts[-1]
+            size = os.path.getsize(self._path(last))
+            size -= size % CQ_ENTRY_SIZE
+            self.max_offset = (last + size) // CQ_ENTRY_SIZE
+            self.min_offset = starts[0] // CQ_ENTRY_SIZE
+        else:
+            self.max_offset = 0
+            self.min_offset = 0
+
+    def _path(self, start):
+        return os.path.join(self.directory, segment_name(start))
+
+    def write(self, qoffset, entries):
+        """Write packed C{entries} (a multiple of 20 bytes) starting at entry C{qoffset}."""
+        pos = qoffset * CQ_ENTRY_SIZE
+        data = memoryview(entries)
+        while data:
+            start = pos - pos % self.file_bytes
+            n = min(len(data), start + self.file_bytes - pos)
+            if start not in self.files:
+                self.files.append(start)
+                self.files.sort()
+            path = self._path(start)
+            os.pwrite(self._fds.get(path, create=True), data[:n], pos - start)
+            self._fds.dirty.add(path)
+            data = data[n:]
+            pos += n
+        end = pos // CQ_ENTRY_SIZE
+        if end > self.max_offset:
+            self.max_offset = end
+
+    def read(self, qoffset, count):
+        """Return up to C{count} packed entries from C{qoffset}, within one file."""
+        if qoffset < self.min_offset:
+            qoffset = self.min_offset
+        count = min(count, self.max_offset - qoffset)
+        if count <= 0:
+            return b""
+        pos = qoffset * CQ_ENTRY_SIZE
+        start = pos - pos % self.file_bytes
+        n = min(count * CQ_ENTRY_SIZE, start + self.file_bytes - pos)
+        data = os.pread(self._fds.get(self._path(start)), n, pos - start)
+        return data[: len(data) - len(data) % CQ_ENTRY_SIZE]
+
+    def entry(self, qoffset):
+        """Return the entry C{(log_offset, size, tag_hash)} at C{qoffset}."""
+        return CQ_ENTRY.unpack(self.read(qoffset, 1))
+
+    def truncate(self, qoffset):
+        """Drop every entry at or after C{qoffset}."""
+        pos = qoffset * CQ_ENTRY_SIZE
+        for start in [s for s in self.files if s >= pos and not (s == 0 and pos == 0)]:
+            self._fds.forget(self._path(start))
+            os.unlink(self._path(start))
+            self.files.remove(start)
+        start = pos - pos % self.file_bytes
+        if start in self.files:
+            os.truncate(self._path(start), pos - start)
+        self.max_offset = qoffset
+        if self.min_offset > qoffset:
+            self.min_offset = qoffset
+
+    def delete_files_below(self, log_min_offset):
+        """Delete whole files whose every entry points below C{log_min_offset} (retention).
+        The last file is always kept. Returns the number of files deleted."""
+        deleted = 0
+        while len(self.files) > 1:
+            start = self.files[0]
+            last_q = start // CQ_ENTRY_SIZE + self.file_bytes // CQ_ENTRY_SIZE - 1
+            log_offset, size, _ = self.entry(last_q)
+            if log_offset + size > log_min_offset:
+                break
+            self._fds.forget(self._path(start))
+            os.unlink(self._path(start))
+            self.files.pop(0)
+            deleted += 1
+        if self.files:
+            self.min_offset = max(self.min_offset, self.files[0] // CQ_ENTRY_SIZE)
+        return deleted

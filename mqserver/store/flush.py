@@ -1,0 +1,175 @@
+"""Durability: fsync on a dedicated thread, group commit, and atomic metadata files.
+
+The reactor never waits for the disk. A write is acknowledged at flush level 2 only once
+an fsync that started after it has finished; every write that arrived while one fsync
+ran is covered by the next one (group commit).
+"""
+
+import json
+import os
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.threadpool import ThreadPool
+
+from mqserver.errors import StoreError
+
+
+class ThreadRunner:
+    """Runs blocking calls on a private one-thread pool and returns Deferreds.
+
+    Tests replace it with L{SyncRunner} to run the same code synchronously.
+    """
+
+    def __init__(self, reactor, name="mqserver-disk"):
+        self._reactor = reactor
+        self._pool = ThreadPool(1, 1, name=name)
+        self._started = False
+
+    def start(self):
+        """Start the thread."""
+        if not self._started:
+            self._pool.start()
+            self._started = True
+
+    def stop(self):
+        """Stop the thread after the calls already queued."""
+        if self._started:
+            self._pool.stop()
+            self._started = False
+
+    def run(self, f, *args):
+        """Call C{f(*args)} on the thread; return a Deferred with its result."""
+        from twisted.internet.threads import deferToThreadPool
+
+        return deferToThreadPool(self._reactor, self._pool, f, *args)
+
+
+class SyncRunner:
+    """A runner that calls functions at once, for tests and for shutdown."""
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def run(self, f, *args):
+        return defer.maybeDeferred(f, *args)
+
+
+def fsync_fds(fds):
+    """fsync and close every fd in C{fds} (duplicates handed over by the commit log)."""
+    try:
+        for fd in fds:
+            os.fsync(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+class FlushError(StoreError):
+    """An fsync failed: the writes it covered are not durable and were not acknowledged."""
+
+
+class Flusher:
+    """Group commit for one commit log.
+
+    @ivar durable: the commit-log offset up to which every byte is known to be on disk.
+    @ivar failure: the first fsync failure, after which the store refuses writes.
+    """
+
+    log = Logger()
+
+    def __init__(self, commitlog, runner, on_durable, fsync=fsync_fds):
+        self._log_file = commitlog
+        self._runner = runner
+        self._on_durable = on_durable
+        self._fsync = fsync
+        self._waiters = []  # (offset, Deferred), offsets increasing
+        self._running = None
+        self.durable = commitlog.end
+        self.failure = None
+
+    def request(self, offset):
+        """Return a Deferred that fires once everything below C{offset} is durable."""
+        if self.failure is not None:
+            return defer.fail(FlushError(str(self.failure)))
+        if offset <= self.durable:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        self._waiters.append((offset, d))
+        self._kick()
+        return d
+
+    def sync(self):
+        """Start an fsync of everything written so far (the once-a-second flush)."""
+        if self.durable < self._log_file.end:
+            self._kick(force=True)
+        return self._running or defer.succeed(None)
+
+    def _kick(self, force=False):
+        if self._running is not None or not (self._waiters or force):
+            return
+        target = self._log_file.end
+        fds = self._log_file.take_unsynced()
+        d = self._running = self._runner.run(self._fsync, fds)
+        d.addCallbacks(self._synced, self._failed, (target,))
+
+    def _synced(self, _, target):
+        self._running = None
+        self.durable = max(self.durable, target)
+        ready = [w for w in self._waiters if w[0] <= target]
+        self._waiters = [w for w in self._waiters if w[0] > target]
+        self._on_durable(self.durable)
+        for _, d in ready:
+            d.callback(None)
+        self._kick()
+
+    def _failed(self, failure):
+        self._running = None
+        self.failure = failure.value
+        self.log.critical("fsync failed, refusing writes: {error}", error=failure.value)
+        waiters, self._waiters = self._waiters, []
+        for _, d in waiters:
+            d.errback(FlushError(str(failure.value)))
+
+
+def write_json_atomic(path, obj):
+    """Write C{obj} as JSON to C{path}: temp file, fsync, rename, fsync of the directory."""
+    tmp = path + ".tmp"
+    data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def fsync_paths(paths):
+    """fsync each file in C{paths} that still exists."""
+    for p in paths:
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_json(path):
+    """Return the JSON in C{path}, or None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        return None

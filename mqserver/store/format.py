@@ -1,0 +1,404 @@
+"""The on-disk formats of the store: commit-log records, consume-queue entries, and the
+encoding of message lists inside admin records.
+
+This module is the single written definition of those formats. It imports only the
+standard library and construct, so the Spark audit job can ship it to executors without
+Twisted. ``RECORD`` (construct) documents and parses a record on cold paths;
+``HEADER`` (``struct``) packs and unpacks the fixed part on hot paths, and
+``tests/unit/test_store_format.py`` checks that both agree byte for byte.
+
+Record layout (big-endian, the SmartGo/RocketMQ 4.x CommitLog layout of seed 000 §1.3)::
+
+     0 TotalSize        i32   whole record, these 4 bytes included
+     4 MagicCode        u32   MESSAGE_MAGIC, ADMIN_MAGIC, or BLANK_MAGIC (end of segment)
+     8 BodyCRC          u32   crc32(body) & 0x7fffffff, as RocketMQ's UtilAll.crc32
+    12 QueueId          i32   -1 on admin records
+    16 Flag             i32   message flag; the admin operation on admin records
+    20 QueueOffset      i64   index of the message in its consume queue; -1 on admin
+    28 PhysicalOffset   i64   commit-log offset of this record
+    36 SysFlag          i32   RocketMQ MessageSysFlag bits
+    40 BornTimestamp    i64   ms
+    48 BornHost         8     IPv4 (4) + port (i32)
+    56 StoreTimestamp   i64   ms
+    64 StoreHost        8     IPv4 (4) + port (i32)
+    72 ReconsumeTimes   i32
+    76 EventId          i64   RocketMQ's PreparedTransactionOffset slot: the global eventId
+    84 BodyLength       i32
+    88 Body             BodyLength bytes
+       TopicLength      u8
+       Topic            TopicLength bytes (UTF-8)
+       PropertiesLength u16
+       Properties       RocketMQ properties string: key 0x01 value 0x02 ...
+
+A BLANK record is only its first 8 bytes: TotalSize is the space left in the segment and
+the reader moves on to the next segment.
+"""
+
+import struct
+import zlib
+
+from construct import (
+    Bytes,
+    Const,
+    Int8ub,
+    Int16ub,
+    Int32sb,
+    Int32ub,
+    Int64sb,
+    PascalString,
+    Prefixed,
+    Struct,
+    GreedyBytes,
+    this,
+)
+
+MESSAGE_MAGIC = 0xDAA320A7
+BLANK_MAGIC = 0xCBD43194
+#: Our own magic for non-message records (topic create/delete, delay): they share the
+#: message layout so one scanning loop reads every record, but never reach a consume queue.
+ADMIN_MAGIC = 0x6D71AD01
+
+#: Admin operations, stored in the Flag field of an admin record.
+OP_CREATE = 1
+OP_DELETE = 2
+OP_DELAY = 3
+OP_UPDATE = 4
+
+#: RocketMQ MessageSysFlag bits we read or write.
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+#: Our own bit: the body is a whole smss message record (S, H, headers, body) because
+#: its headers could not be expressed as RocketMQ properties (binary keys or values).
+SYSFLAG_SMSS_FRAMED = 0x10000
+
+HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
+HEADER_SIZE = HEADER.size  # 88
+BLANK = struct.Struct(">iI")
+BLANK_SIZE = BLANK.size
+#: Offsets of single fields, for reading one without unpacking the whole header.
+OFF_QUEUE_OFFSET = 20
+OFF_STORE_TS = 56
+OFF_EVENT_ID = 76
+I64 = struct.Struct(">q")
+I32 = struct.Struct(">i")
+EVENT_AND_BODYLEN = struct.Struct(">qi")  # at OFF_EVENT_ID
+
+CQ_ENTRY = struct.Struct(">qiq")  # commit-log offset, size, tag hash
+CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
+
+NO_HOST = b"\x00" * 8
+
+RECORD = Struct(
+    "total_size" / Int32sb,
+    "magic" / Int32ub,
+    "body_crc" / Int32ub,
+    "queue_id" / Int32sb,
+    "flag" / Int32sb,
+    "queue_offset" / Int64sb,
+    "physical_offset" / Int64sb,
+    "sys_flag" / Int32sb,
+    "born_timestamp" / Int64sb,
+    "born_host" / Bytes(8),
+    "store_timestamp" / Int64sb,
+    "store_host" / Bytes(8),
+    "reconsume_times" / Int32sb,
+    "event_id" / Int64sb,
+    "body" / Prefixed(Int32sb, GreedyBytes),
+    "topic" / PascalString(Int8ub, "utf8"),
+    "properties" / Prefixed(Int16ub, GreedyBytes),
+)
+"""The whole record (message or admin); see the module docstring."""
+
+CQ_ENTRY_SCHEMA = Struct(
+    "offset" / Int64sb,
+    "size" / Int32sb,
+    "tag_hash" / Int64sb,
+)
+"""One 20-byte consume-queue entry."""
+
+BLANK_SCHEMA = Struct("total_size" / Int32sb, "magic" / Const(BLANK_MAGIC, Int32ub))
+"""The end-of-segment marker."""
+
+MAX_TOPIC_BYTES = 255
+MAX_PROPERTIES_BYTES = 0xFFFF
+
+
+def body_crc(body):
+    """Return the stored CRC of C{body}: CRC32 masked to 31 bits, as RocketMQ computes it."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def record_size(body_len, topic_len, props_len):
+    """Return the size of a record with bodies of the given lengths."""
+    return HEADER_SIZE + body_len + 1 + topic_len + 2 + props_len
+
+
+def pack_record(
+    *,
+    magic,
+    queue_id,
+    flag,
+    queue_offset,
+    physical_offset,
+    sys_flag,
+    born_ts,
+    born_host,
+    store_ts,
+    store_host,
+    reconsume_times,
+    event_id,
+    body,
+    topic,
+    properties,
+):
+    """Build one record. C{topic} and C{properties} are bytes; returns bytes."""
+    total = HEADER_SIZE + len(body) + 3 + len(topic) + len(properties)
+    return b"".join(
+        (
+            HEADER.pack(
+                total,
+                magic,
+                zlib.crc32(body) & 0x7FFFFFFF,
+                queue_id,
+                flag,
+                queue_offset,
+                physical_offset,
+                sys_flag,
+                born_ts,
+                born_host,
+                store_ts,
+                store_host,
+                reconsume_times,
+                event_id,
+                len(body),
+            ),
+            body,
+            bytes((len(topic),)),
+            topic,
+            len(properties).to_bytes(2, "big"),
+            properties,
+        )
+    )
+
+
+class RecordView:
+    """The fields of one record, decoded from a buffer without copying the body.
+
+    @ivar offset: the record's commit-log offset.
+    @ivar body: a memoryview (or bytes) of the body.
+    @ivar topic: the topic as str.
+    @ivar properties: the raw properties bytes.
+    """
+
+    __slots__ = (
+        "size",
+        "magic",
+        "crc",
+        "queue_id",
+        "flag",
+        "queue_offset",
+        "offset",
+        "sys_flag",
+        "born_ts",
+        "born_host",
+        "store_ts",
+        "store_host",
+        "reconsume_times",
+        "event_id",
+        "body",
+        "topic",
+        "properties",
+    )
+
+    def __init__(self, buf, pos=0):
+        (
+            self.size,
+            self.magic,
+            self.crc,
+            self.queue_id,
+            self.flag,
+            self.queue_offset,
+            self.offset,
+            self.sys_flag,
+            self.born_ts,
+            self.born_host,
+            self.store_ts,
+            self.store_host,
+            self.reconsume_times,
+            self.event_id,
+            body_len,
+        ) = HEADER.unpack_from(buf, pos)
+        p = pos + HEADER_SIZE
+        self.body = buf[p : p + body_len]
+        p += body_len
+        tlen = buf[p]
+        self.topic = bytes(buf[p + 1 : p + 1 + tlen]).decode("utf-8")
+        p += 1 + tlen
+        plen = int.from_bytes(buf[p : p + 2], "big")
+        self.properties = bytes(buf[p + 2 : p + 2 + plen])
+
+    def crc_ok(self):
+        """Return True when the stored body CRC matches the body."""
+        return body_crc(self.body) == self.crc
+
+
+class ScanError(Exception):
+    """A record in a segment cannot be read.
+
+    @ivar offset: commit-log offset of the bad record.
+    @ivar kind: C{"torn"} (the segment ends inside the record) or C{"corrupt"} (bad magic,
+        bad length, or a body CRC mismatch).
+    """
+
+    def __init__(self, offset, kind, detail):
+        super().__init__(f"{kind} record at offset {offset}: {detail}")
+        self.offset = offset
+        self.kind = kind
+        self.detail = detail
+
+
+def scan_buffer(buf, base_offset, pos=0, check_crc=True):
+    """Walk records in C{buf} (one segment's bytes, or a part of it starting at a record).
+
+    Yields C{(offset, RecordView)} for message and admin records. Stops cleanly at the end
+    of the buffer, at a BLANK record (end of segment), or at an all-zero tail (space that
+    was never written). Raises L{ScanError} for a torn last record or a corrupt one; the
+    caller decides whether to truncate (torn tail) or report (corruption).
+
+    @param base_offset: the commit-log offset of C{buf[0]}.
+    """
+    end = len(buf)
+    while pos < end:
+        if end - pos < BLANK_SIZE:
+            if not any(buf[pos:end]):
+                return
+            raise ScanError(base_offset + pos, "torn", "fewer than 8 bytes left")
+        size, magic = BLANK.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC:
+            return
+        if size == 0 and magic == 0 and not any(buf[pos : min(end, pos + 4096)]):
+            return
+        if magic not in (MESSAGE_MAGIC, ADMIN_MAGIC):
+            raise ScanError(base_offset + pos, "corrupt", f"bad magic {magic:#x}")
+        if size < HEADER_SIZE + 3:
+            raise ScanError(base_offset + pos, "corrupt", f"bad size {size}")
+        if pos + size > end:
+            raise ScanError(base_offset + pos, "torn", f"size {size} runs past the end")
+        view = RecordView(buf, pos)
+        if record_size(len(view.body), len(view.topic.encode()), len(view.properties)) != size:
+            raise ScanError(base_offset + pos, "corrupt", "inner lengths disagree with size")
+        if view.offset != base_offset + pos:
+            raise ScanError(base_offset + pos, "corrupt", f"physical offset {view.offset}")
+        if check_crc and not view.crc_ok():
+            raise ScanError(base_offset + pos, "corrupt", "body CRC mismatch")
+        yield base_offset + pos, view
+        pos += size
+
+
+# -- properties ------------------------------------------------------------------------
+
+PROP_SEP = b"\x01"
+PROP_END = b"\x02"
+
+
+def encode_properties(pairs):
+    """Encode C{pairs} (an iterable of (str|bytes, str|bytes)) as a RocketMQ properties
+    string. Returns bytes."""
+    out = []
+    for k, v in pairs:
+        if isinstance(k, str):
+            k = k.encode("utf-8")
+        if isinstance(v, str):
+            v = v.encode("utf-8")
+        out.append(k + PROP_SEP + v + PROP_END)
+    return b"".join(out)
+
+
+def decode_properties(data):
+    """Decode a RocketMQ properties string into a list of (bytes, bytes) pairs, in order."""
+    pairs = []
+    for item in bytes(data).split(PROP_END):
+        if not item:
+            continue
+        k, _, v = item.partition(PROP_SEP)
+        pairs.append((k, v))
+    return pairs
+
+
+def java_string_hash(s):
+    """Return Java's String.hashCode of C{s} as a signed 32-bit int (UTF-16 code units)."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def tag_hash_of(properties):
+    """Return the consume-queue tag hash of a message: Java hashCode of its TAGS property,
+    or 0 when it has none (RocketMQ's rule for untagged messages)."""
+    if b"TAGS\x01" not in properties:
+        return 0
+    for k, v in decode_properties(properties):
+        if k == b"TAGS":
+            return java_string_hash(v.decode("utf-8", "replace"))
+    return 0
+
+
+def properties_safe(pairs):
+    """Return True when every key and value can live in a properties string: no 0x01 or
+    0x02 byte, non-empty keys, and valid UTF-8 (RocketMQ clients decode it as a String)."""
+    for k, v in pairs:
+        if not k or b"\x01" in k or b"\x02" in k or b"\x01" in v or b"\x02" in v:
+            return False
+        try:
+            k.decode("utf-8")
+            v.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+# -- message lists inside admin records ------------------------------------------------
+
+_MSG_ITEM = struct.Struct(">iiii")  # flag, sys_flag, reconsume, body_len
+
+
+def encode_message_list(messages):
+    """Encode C{messages} (objects with flag, sys_flag, reconsume_times, body, properties)
+    for the body of a DELAY admin record."""
+    out = [I32.pack(len(messages))]
+    for m in messages:
+        out.append(
+            _MSG_ITEM.pack(m.flag, m.sys_flag, m.reconsume_times, len(m.body))
+        )
+        out.append(bytes(m.body))
+        out.append(len(m.properties).to_bytes(2, "big"))
+        out.append(m.properties)
+    return b"".join(out)
+
+
+def decode_message_list(buf, pos=0):
+    """Decode what L{encode_message_list} wrote: a list of tuples
+    C{(flag, sys_flag, reconsume_times, body, properties)}."""
+    (count,) = I32.unpack_from(buf, pos)
+    pos += 4
+    out = []
+    for _ in range(count):
+        flag, sys_flag, reconsume, blen = _MSG_ITEM.unpack_from(buf, pos)
+        pos += _MSG_ITEM.size
+        body = bytes(buf[pos : pos + blen])
+        pos += blen
+        plen = int.from_bytes(buf[pos : pos + 2], "big")
+        props = bytes(buf[pos + 2 : pos + 2 + plen])
+        pos += 2 + plen
+        out.append((flag, sys_flag, reconsume, body, props))
+    return out
+
+
+DELAY_PREFIX = struct.Struct(">q")  # trigger time, ms; the message list follows
+
+
+def segment_name(start_offset):
+    """Return the file name of the segment (or consume-queue file) starting at C{start_offset}."""
+    return f"{start_offset:020d}"

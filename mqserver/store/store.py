@@ -1,0 +1,554 @@
+"""The message store: one commit log, consume queues, checkpoints and recovery.
+
+Every write is a record with a global, dense, increasing eventId. Message records are
+indexed into the consume queue of their (topic, queue id); admin records (topic create
+and delete, delays) are handed to a state machine (the broker's topic registry and delay
+index) both when they are written and when they are replayed at start-up.
+
+A checkpoint (``metadata.json``, written atomically once a second when anything changed)
+holds the state machine's snapshot, the commit-log offset it is current to, and each
+queue's length. Recovery loads it and replays the log from that offset; a missing or
+damaged checkpoint, or a consume queue shorter than the checkpoint says, replays the
+whole retained log.
+"""
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from mqserver.errors import StoreError
+from mqserver.store import format as fmt
+from mqserver.store.commitlog import CommitLog
+from mqserver.store.consumequeue import ConsumeQueue, FdCache
+from mqserver.store.flush import (
+    Flusher,
+    SyncRunner,
+    fsync_fds,
+    fsync_paths,
+    read_json,
+    write_json_atomic,
+)
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to store. C{properties} is a RocketMQ properties string (bytes)."""
+
+    body: bytes
+    properties: bytes = b""
+    flag: int = 0
+    sys_flag: int = 0
+    reconsume_times: int = 0
+    born_ts: int = 0
+    born_host: bytes = fmt.NO_HOST
+
+
+@dataclass(slots=True)
+class PutResult:
+    """Where a put landed: the first eventId and, per message, its offsets."""
+
+    event_id: int
+    queue_id: int
+    log_offsets: list = field(default_factory=list)
+    queue_offsets: list = field(default_factory=list)
+    sizes: list = field(default_factory=list)
+    store_ts: int = 0
+
+
+class NullState:
+    """A state machine that ignores admin records (for store-only use and tests)."""
+
+    def apply_record(self, view, replaying):
+        pass
+
+    def snapshot_state(self):
+        return {}
+
+    def restore_state(self, state):
+        pass
+
+
+class MessageStore:
+    """The storage engine. Runs on the reactor thread; fsync runs on the runner's thread.
+
+    @ivar next_event_id: the eventId the next record gets.
+    @ivar visible_end: commit-log offset below which readers may read. At flush level 2
+        it is the durable offset, so no consumer sees a message a crash could take back.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        path,
+        reactor,
+        *,
+        segment_size=1 << 30,
+        cq_entries_per_file=300_000,
+        flush_level=1,
+        runner=None,
+        store_host=fmt.NO_HOST,
+        max_message_size=4 * 1024 * 1024,
+        fsync=fsync_fds,
+        clock=time.time,
+    ):
+        self.path = path
+        self._reactor = reactor
+        self.segment_size = segment_size
+        self.cq_entries = cq_entries_per_file
+        self.flush_level = flush_level
+        self.runner = runner or SyncRunner()
+        self.store_host = store_host
+        self.max_message_size = max_message_size
+        self._fsync = fsync
+        self._clock = clock
+        self.state = NullState()
+        self._arrival_listeners = []
+        self._queues = {}
+        self._pending_visible = []  # (end offset, topic, queue id) waiting for fsync
+        self._checkpoint_running = False
+        self._dirty = False
+        self.last_checkpoint_offset = 0
+        self.opened = False
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def open(self):
+        """Open the files and recover (synchronously, before any listener starts)."""
+        os.makedirs(self.path, exist_ok=True)
+        self._cq_root = os.path.join(self.path, "consumequeue")
+        os.makedirs(self._cq_root, exist_ok=True)
+        trash = os.path.join(self._cq_root, ".trash")
+        if os.path.isdir(trash):
+            shutil.rmtree(trash, ignore_errors=True)
+        self.commitlog = CommitLog(os.path.join(self.path, "commitlog"), self.segment_size)
+        self._fds = FdCache()
+        self._meta_path = os.path.join(self.path, "metadata.json")
+        self._recover()
+        self.flusher = Flusher(self.commitlog, self.runner, self._durable, self._fsync)
+        self.visible_end = self.commitlog.end
+        self.runner.start()
+        self.opened = True
+
+    def close(self):
+        """Flush everything and write a final checkpoint (synchronously)."""
+        if not self.opened:
+            return
+        self.opened = False
+        fsync_fds(self.commitlog.take_unsynced())
+        self._write_checkpoint(self._capture_checkpoint(), set(self._fds.dirty))
+        self.runner.stop()
+        self._fds.close()
+        self.commitlog.close()
+
+    # -- queues --------------------------------------------------------------------------
+
+    def queue(self, topic, queue_id):
+        """Return the L{ConsumeQueue} of (topic, queue id), opening it when needed."""
+        key = (topic, queue_id)
+        q = self._queues.get(key)
+        if q is None:
+            directory = os.path.join(self._cq_root, topic, str(queue_id))
+            q = self._queues[key] = ConsumeQueue(directory, self.cq_entries, self._fds)
+        return q
+
+    def queues_of(self, topic):
+        """Return the open queue ids of C{topic} that have a directory on disk."""
+        d = os.path.join(self._cq_root, topic)
+        try:
+            return sorted(int(n) for n in os.listdir(d) if n.isdigit())
+        except FileNotFoundError:
+            return []
+
+    def drop_topic(self, topic):
+        """Remove the consume queues of C{topic} (it was deleted). The directory is moved
+        aside at once, so a topic of the same name can start afresh, and removed later."""
+        for key in [k for k in self._queues if k[0] == topic]:
+            del self._queues[key]
+        d = os.path.join(self._cq_root, topic)
+        self._fds.forget_under(d)
+        if os.path.isdir(d):
+            trash = os.path.join(self._cq_root, ".trash")
+            os.makedirs(trash, exist_ok=True)
+            dest = os.path.join(trash, f"{topic}.{self.next_event_id}")
+            os.rename(d, dest)
+            self._dirty = True
+            return self.runner.run(shutil.rmtree, dest, True)
+        return defer.succeed(None)
+
+    # -- writing -------------------------------------------------------------------------
+
+    def _check_writable(self):
+        if not self.opened:
+            raise StoreError("store is closed")
+        if self.flusher.failure is not None:
+            raise StoreError(f"store failed: {self.flusher.failure}")
+
+    def put_messages(self, topic, queue_id, messages, now_ms=None):
+        """Append C{messages} to (topic, queue id) as one write.
+
+        Returns a Deferred firing with a L{PutResult} once the write is as durable as the
+        flush level asks; it fails with L{StoreError} when the write or fsync fails.
+        """
+        try:
+            self._check_writable()
+            result = self._append(topic, queue_id, messages, fmt.MESSAGE_MAGIC, 0, now_ms)
+        except (StoreError, OSError) as e:
+            return defer.fail(StoreError(str(e)))
+        return self._after_write(result, topic, queue_id)
+
+    def put_admin(self, op, topic, body, now_ms=None):
+        """Append one admin record; the state machine applies it before this returns.
+        Returns a Deferred firing with the L{PutResult}."""
+        try:
+            self._check_writable()
+            msg = Message(body=body)
+            result = self._append(topic, -1, [msg], fmt.ADMIN_MAGIC, op, now_ms)
+        except (StoreError, OSError) as e:
+            return defer.fail(StoreError(str(e)))
+        return self._after_write(result, None, None)
+
+    def _append(self, topic, queue_id, messages, magic, op, now_ms):
+        tbytes = topic.encode("utf-8")
+        now = int(self._clock() * 1000) if now_ms is None else now_ms
+        log = self.commitlog
+        is_msg = magic == fmt.MESSAGE_MAGIC
+        q = self.queue(topic, queue_id) if is_msg else None
+        qoff = q.max_offset if is_msg else -1
+        event_id = self.next_event_id
+        start = log.end
+        result = PutResult(event_id, queue_id, store_ts=now)
+        chunk, pos, views = [], log.end, []
+        try:
+            for m in messages:
+                if len(m.body) > self.max_message_size:
+                    raise StoreError(f"message of {len(m.body)} bytes is over the limit")
+                size = fmt.record_size(len(m.body), len(tbytes), len(m.properties))
+                if size + fmt.BLANK_SIZE > log.segment_size - pos % log.segment_size:
+                    if chunk:
+                        log.append(b"".join(chunk))
+                        chunk = []
+                    log.roll()
+                    pos = log.end
+                rec = fmt.pack_record(
+                    magic=magic,
+                    queue_id=queue_id,
+                    flag=op if not is_msg else m.flag,
+                    queue_offset=qoff,
+                    physical_offset=pos,
+                    sys_flag=m.sys_flag,
+                    born_ts=m.born_ts or now,
+                    born_host=m.born_host,
+                    store_ts=now,
+                    store_host=self.store_host,
+                    reconsume_times=m.reconsume_times,
+                    event_id=event_id,
+                    body=m.body,
+                    topic=tbytes,
+                    properties=m.properties,
+                )
+                chunk.append(rec)
+                result.log_offsets.append(pos)
+                result.queue_offsets.append(qoff)
+                result.sizes.append(size)
+                if not is_msg:
+                    views.append((pos, rec))
+                pos += size
+                event_id += 1
+                if is_msg:
+                    qoff += 1
+            if chunk:
+                log.append(b"".join(chunk))
+        except BaseException:
+            log.truncate(start)
+            raise
+        self.next_event_id = event_id
+        if is_msg:
+            entries = b"".join(
+                fmt.CQ_ENTRY.pack(o, s, fmt.tag_hash_of(m.properties))
+                for o, s, m in zip(result.log_offsets, result.sizes, messages)
+            )
+            q.write(result.queue_offsets[0], entries)
+        else:
+            for _, rec in views:
+                self._apply_admin(fmt.RecordView(rec), False)
+        self._dirty = True
+        return result
+
+    def _apply_admin(self, view, replaying):
+        if view.flag == fmt.OP_DELETE:
+            self.drop_topic(view.topic)
+        self.state.apply_record(view, replaying)
+
+    def _after_write(self, result, topic, queue_id):
+        end = self.commitlog.end
+        if self.flush_level >= 2:
+            if topic is not None:
+                self._pending_visible.append((end, topic, queue_id))
+            return self.flusher.request(end).addCallback(lambda _: result)
+        self.visible_end = end
+        if topic is not None:
+            self._notify(topic, queue_id)
+        return defer.succeed(result)
+
+    def _durable(self, offset):
+        if self.flush_level < 2:
+            return
+        self.visible_end = max(self.visible_end, offset)
+        ready = [p for p in self._pending_visible if p[0] <= offset]
+        self._pending_visible = [p for p in self._pending_visible if p[0] > offset]
+        seen = set()
+        for _, topic, qid in ready:
+            if (topic, qid) not in seen:
+                seen.add((topic, qid))
+                self._notify(topic, qid)
+
+    def add_arrival_listener(self, callback):
+        """Call C{callback(topic, queue_id)} whenever new messages become readable."""
+        self._arrival_listeners.append(callback)
+
+    def _notify(self, topic, queue_id):
+        for cb in self._arrival_listeners:
+            cb(topic, queue_id)
+
+    def sync(self):
+        """fsync what is written (flush level 1 calls this once a second)."""
+        return self.flusher.sync()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read_entries(self, topic, queue_id, qoffset, count):
+        """Return packed consume-queue entries from C{qoffset}, only readable ones."""
+        q = self._queues.get((topic, queue_id))
+        if q is None:
+            return b""
+        data = q.read(qoffset, count)
+        if not data:
+            return data
+        vis = self.visible_end
+        off, size, _ = fmt.CQ_ENTRY.unpack_from(data, len(data) - fmt.CQ_ENTRY_SIZE)
+        if off + size <= vis:
+            return data
+        n = 0
+        for off, size, _ in fmt.CQ_ENTRY.iter_unpack(data):
+            if off + size > vis:
+                break
+            n += 1
+        return data[: n * fmt.CQ_ENTRY_SIZE]
+
+    def read_records(self, entries):
+        """Return C{(buffer, [(pos, size), ...])} holding the records of packed C{entries}.
+
+        Records that sit close together in one segment are read with one pread."""
+        parts, locs = [], []
+        span_start = span_end = None
+        base = 0
+        log = self.commitlog
+        seg = log.segment_size
+        for off, size, _ in fmt.CQ_ENTRY.iter_unpack(entries):
+            if off < log.min_offset:
+                continue
+            if (
+                span_start is not None
+                and off >= span_end
+                and off + size - span_start <= 1 << 20
+                and off // seg == span_start // seg
+            ):
+                span_end = off + size
+                locs.append((base + off - span_start, size))
+                continue
+            if span_start is not None:
+                parts.append(log.read(span_start, span_end - span_start))
+                base += span_end - span_start
+            span_start, span_end = off, off + size
+            locs.append((base, size))
+        if span_start is not None:
+            parts.append(log.read(span_start, span_end - span_start))
+        buf = parts[0] if len(parts) == 1 else b"".join(parts)
+        return buf, locs
+
+    def read_record(self, offset, size):
+        """Return the decoded record at C{offset} as a L{fmt.RecordView}."""
+        return fmt.RecordView(self.commitlog.read(offset, size))
+
+    def event_id_at(self, offset):
+        """Return the eventId of the record at commit-log C{offset}."""
+        return fmt.I64.unpack(self.commitlog.read(offset + fmt.OFF_EVENT_ID, 8))[0]
+
+    def find_event(self, topic, queue_id, event_id):
+        """Binary-search (topic, queue) for C{event_id}.
+
+        Returns C{(qoffset, exact)}: the offset of the first entry whose eventId is >=
+        C{event_id}, and whether it is equal."""
+        q = self._queues.get((topic, queue_id))
+        if q is None:
+            return 0, False
+        lo, hi = q.min_offset, q.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            off, _, _ = q.entry(mid)
+            if off < self.commitlog.min_offset or self.event_id_at(off) < event_id:
+                lo = mid + 1
+            else:
+                hi = mid
+        exact = lo < q.max_offset and self.event_id_at(q.entry(lo)[0]) == event_id
+        return lo, exact
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def _capture_checkpoint(self):
+        queues = {}
+        for (topic, qid), q in self._queues.items():
+            queues.setdefault(topic, {})[str(qid)] = q.max_offset
+        return {
+            "version": 1,
+            "logOffset": self.commitlog.end,
+            "nextEventId": self.next_event_id,
+            "queues": queues,
+            "state": self.state.snapshot_state(),
+        }
+
+    def _write_checkpoint(self, snap, cq_paths, log_fds=()):
+        fsync_fds(list(log_fds))
+        fsync_paths(cq_paths)
+        write_json_atomic(self._meta_path, snap)
+
+    def checkpoint(self):
+        """Write a checkpoint on the disk thread if anything changed since the last one.
+
+        Returns a Deferred. At most one runs at a time."""
+        if self._checkpoint_running or not self._dirty or not self.opened:
+            return defer.succeed(None)
+        self._dirty = False
+        self._checkpoint_running = True
+        snap = self._capture_checkpoint()
+        paths = set(self._fds.dirty)
+        self._fds.dirty.clear()
+        fds = self.commitlog.take_unsynced() if self.flush_level >= 1 else []
+
+        def done(result):
+            self._checkpoint_running = False
+            self.last_checkpoint_offset = snap["logOffset"]
+            return result
+
+        def failed(f):
+            self._checkpoint_running = False
+            self._dirty = True
+            self._fds.dirty |= paths
+            self.log.failure("checkpoint failed", f)
+
+        d = self.runner.run(self._write_checkpoint, snap, paths, fds)
+        return d.addCallbacks(done, failed)
+
+    def mark_dirty(self):
+        """Ask for a checkpoint at the next tick (the state machine changed)."""
+        self._dirty = True
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def _recover(self):
+        log = self.commitlog
+        snap = read_json(self._meta_path)
+        if snap is not None and snap.get("version") != 1:
+            raise StoreError(f"unknown metadata version in {self._meta_path}")
+        full = snap is None
+        if snap is not None:
+            self.state.restore_state(snap.get("state", {}))
+            for topic, qs in snap.get("queues", {}).items():
+                for qid, count in qs.items():
+                    q = self.queue(topic, int(qid))
+                    if q.max_offset < count and count > q.min_offset:
+                        self.log.warn(
+                            "consume queue {topic}/{qid} is behind ({have} < {want}):"
+                            " rebuilding from the commit log",
+                            topic=topic, qid=qid, have=q.max_offset, want=count,
+                        )
+                        full = True
+        if not full and snap["logOffset"] > log.end:
+            # The log lost its tail after the checkpoint was written (a torn or cut
+            # segment): the checkpoint is ahead of the truth, so rebuild from the log.
+            self.log.warn("commit log ends before the checkpoint: rebuilding")
+            full = True
+        start = log.min_offset if full else snap["logOffset"]
+        if full and snap is not None:
+            self.state.restore_state({})
+        self.next_event_id = 1 if full else snap["nextEventId"]
+        self._replay(start, full)
+        # Entries that point past the end of the log (a power loss can leave consume
+        # queues ahead of the log) are dropped.
+        for q in list(self._queues.values()):
+            while q.max_offset > q.min_offset:
+                off, size, _ = q.entry(q.max_offset - 1)
+                if off + size <= log.end:
+                    break
+                q.truncate(q.max_offset - 1)
+        self.last_checkpoint_offset = start
+        self._dirty = True
+
+    def _replay(self, start, full):
+        log = self.commitlog
+        count = 0
+        for seg in [s for s in log.segments if s >= log.segment_start(start)]:
+            is_last = seg == log.segments[-1]
+            pos = start - seg if seg <= start else 0
+            buf = log.read_segment(seg, pos)
+            try:
+                for offset, view in fmt.scan_buffer(memoryview(buf), seg + pos):
+                    self._replay_record(view)
+                    count += 1
+            except fmt.ScanError as e:
+                if is_last:
+                    self.log.warn(
+                        "truncating the commit log at {offset}: {kind} record ({detail})",
+                        offset=e.offset, kind=e.kind, detail=e.detail,
+                    )
+                    log.truncate(e.offset)
+                else:
+                    self.log.error(
+                        "commit log damaged at {offset}: {kind} record ({detail});"
+                        " the rest of that segment is skipped",
+                        offset=e.offset, kind=e.kind, detail=e.detail,
+                    )
+        if count:
+            self.log.info("replayed {count} records from offset {start}", count=count, start=start)
+
+    def _replay_record(self, view):
+        if view.event_id >= self.next_event_id:
+            self.next_event_id = view.event_id + 1
+        if view.magic == fmt.ADMIN_MAGIC:
+            self._apply_admin(view, True)
+            return
+        q = self.queue(view.topic, view.queue_id)
+        entry = fmt.CQ_ENTRY.pack(view.offset, view.size, fmt.tag_hash_of(view.properties))
+        q.write(view.queue_offset, entry)
+        self.state.apply_record(view, True)
+
+
+    # -- retention -----------------------------------------------------------------------
+
+    def clean(self, max_age_s, min_reader_offset=None):
+        """Delete sealed segments older than C{max_age_s} seconds that no reader is in and
+        that are below the last checkpoint, then the consume-queue files below the new
+        minimum. Returns the number of segments deleted."""
+        log = self.commitlog
+        now = self._clock()
+        limit = self.last_checkpoint_offset
+        if min_reader_offset is not None:
+            limit = min(limit, min_reader_offset)
+        deleted = 0
+        for seg in list(log.segments[:-1]):
+            if seg + log.segment_size > limit:
+                break
+            if now - log.segment_mtime(seg) < max_age_s:
+                break
+            if log.delete_segment(seg):
+                deleted += 1
+        if deleted:
+            for q in self._queues.values():
+                q.delete_files_below(log.min_offset)
+            self.log.info("retention deleted {n} segments; log starts at {min}", n=deleted, min=log.min_offset)
+        return deleted
