@@ -83,6 +83,9 @@ I64 = struct.Struct(">q")
 I32 = struct.Struct(">i")
 EVENT_AND_BODYLEN = struct.Struct(">qi")  # at OFF_EVENT_ID
 
+#: Only what a delivery needs: QueueId, QueueOffset, SysFlag, StoreTimestamp, EventId,
+#: BodyLength (the other header fields are skipped with pad bytes).
+DELIVERY_FIELDS = struct.Struct(">12xi4xq8xi16xq12xqi")
 CQ_ENTRY = struct.Struct(">qiq")  # commit-log offset, size, tag hash
 CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
 

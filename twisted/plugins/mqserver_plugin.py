@@ -1,6 +1,9 @@
-"""twistd plugins of mqserver: each line only names a tap module, loaded lazily."""
+"""twistd plugins of mqserver. Each object only names a module, loaded lazily, so this
+file stays cheap for twistd's plugin scan."""
 
 from twisted.application.service import ServiceMaker
+
+from mqserver.frontdoor import FrontDoor
 
 mqserver = ServiceMaker(
     "mqserver",
@@ -8,3 +11,5 @@ mqserver = ServiceMaker(
     "A message broker speaking smss, RocketMQ remoting and NSQ over one commit log",
     "mqserver",
 )
+
+smss = FrontDoor("smss", "protocols.smss.factory", "tcp:12301:interface=127.0.0.1", order=10)

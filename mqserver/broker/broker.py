@@ -1,0 +1,325 @@
+"""The broker: topics, publishing, delays, topic lifetimes and subscriptions over one store.
+
+Protocols call this API (see L{mqserver.interfaces.IBroker}); it knows nothing of any
+wire format. It is also the store's state machine: every admin record, written live or
+replayed at start-up, changes topics and delays through L{Broker.apply_record}.
+"""
+
+import itertools
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from mqserver.broker.cursor import TopicCursor
+from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
+from mqserver.broker.topics import TopicRegistry, create_body, validate_topic_name
+from mqserver.errors import InvalidRequest, NotMaster, TopicExists, TopicNotFound
+from mqserver.interfaces import IBroker
+from mqserver.store import format as fmt
+from mqserver.store.store import Message
+
+
+@implementer(IBroker)
+class Broker:
+    """Topics, publishing, delays and subscriptions over a L{MessageStore}.
+
+    @ivar store: the L{MessageStore}.
+    @ivar registry: the L{TopicRegistry}.
+    @ivar delays: the L{DelayIndex}.
+    @ivar is_master: False on a replication slave, which refuses writes.
+    """
+
+    log = Logger()
+
+    def __init__(self, store, reactor, is_master=True):
+        self.store = store
+        self._reactor = reactor
+        self.registry = TopicRegistry()
+        self.delays = DelayIndex()
+        self.is_master = is_master
+        self._watchers = {}  # topic -> set of watchers (data_available / topic_deleted)
+        self._claims = {}  # (topic, who) -> subscriber
+        self._rr = {}  # topic -> round-robin counter
+        self._delay_call = None
+        self._life_call = None
+        self._cursors = set()
+        store.state = self
+        store.add_arrival_listener(self._arrived)
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    def start(self):
+        """Arm the delay and lifetime timers (after the store is open)."""
+        self._schedule_delays()
+        self._schedule_life()
+
+    def stop(self):
+        """Cancel the timers."""
+        for call in (self._delay_call, self._life_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._delay_call = self._life_call = None
+
+    def now_ms(self):
+        """Return the current time in ms."""
+        return int(self._reactor.seconds() * 1000)
+
+    # -- state machine (called by the store) --------------------------------------------
+
+    def apply_record(self, view, replaying):
+        """Apply one admin record, or note a replayed delayed message's origin."""
+        if view.magic == fmt.MESSAGE_MAGIC:
+            if replaying and DELAY_PROPERTY in view.properties:
+                for k, v in fmt.decode_properties(view.properties):
+                    if k == DELAY_PROPERTY:
+                        self.delays.note_applied(int(v))
+            return
+        name = view.topic
+        if view.flag == fmt.OP_CREATE:
+            self.registry.apply_create(name, view.body, view.event_id, view.store_ts)
+        elif view.flag == fmt.OP_UPDATE:
+            self.registry.apply_update(name, view.body, view.event_id, view.store_ts)
+        elif view.flag == fmt.OP_DELETE:
+            self.registry.apply_delete(name)
+            self._rr.pop(name, None)
+            if not replaying:
+                self._topic_deleted(name)
+        elif view.flag == fmt.OP_DELAY:
+            (trigger,) = fmt.DELAY_PREFIX.unpack_from(view.body, 0)
+            (count,) = fmt.I32.unpack_from(view.body, fmt.DELAY_PREFIX.size)
+            self.delays.add(
+                PendingDelay(view.event_id, trigger, name, view.offset, view.size, count)
+            )
+        if not replaying:
+            self._schedule_life()
+            self._schedule_delays()
+
+    def snapshot_state(self):
+        """Return topics and pending delays for the checkpoint."""
+        return {"topics": self.registry.snapshot(), "delays": self.delays.snapshot()}
+
+    def restore_state(self, state):
+        """Load what L{snapshot_state} returned."""
+        self.registry.restore(state.get("topics", []))
+        self.delays.restore(state.get("delays", []))
+
+    # -- topics --------------------------------------------------------------------------
+
+    def _require_master(self, what):
+        if not self.is_master:
+            raise NotMaster(what)
+
+    def topic(self, name):
+        """Return the L{Topic} called C{name} if it exists and is valid, else None."""
+        t = self.registry.get(name)
+        if t is None or not t.valid(self.now_ms()):
+            return None
+        return t
+
+    def topics(self):
+        """Return every topic in the registry (also expired ones not yet deleted), by name."""
+        return [self.registry.topics[n] for n in sorted(self.registry.topics, key=lambda n: n.encode())]
+
+    def create_topic(self, name, expire_at=0, queues=1, perm=6, attrs=None):
+        """Create a topic. Returns a Deferred firing with its L{Topic}."""
+        try:
+            validate_topic_name(name)
+            self._require_master("manage topic")
+            if name in self.registry.topics:
+                raise TopicExists(name)
+            if queues < 1 or queues > 1024:
+                raise InvalidRequest("queue count must be 1..1024")
+        except Exception as e:
+            return defer.fail(e)
+        body = create_body(queues, expire_at, perm, attrs)
+        d = self.store.put_admin(fmt.OP_CREATE, name, body)
+        return d.addCallback(lambda _: self.registry.get(name))
+
+    def update_topic(self, name, queues=None, perm=None, attrs=None):
+        """Change a topic's queue count, permissions or attributes (creating it when
+        missing). Returns a Deferred firing with its L{Topic}."""
+        try:
+            validate_topic_name(name)
+            self._require_master("manage topic")
+        except Exception as e:
+            return defer.fail(e)
+        t = self.registry.get(name)
+        body = create_body(
+            queues or (t.queues if t else 1),
+            t.expire_at if t else 0,
+            perm if perm is not None else (t.perm if t else 6),
+            attrs if attrs is not None else (t.attrs if t else {}),
+        )
+        d = self.store.put_admin(fmt.OP_UPDATE, name, body)
+        return d.addCallback(lambda _: self.registry.get(name))
+
+    def delete_topic(self, name):
+        """Delete a topic: every watcher is told, its queues go. Returns a Deferred."""
+        try:
+            self._require_master("manage topic")
+            if name not in self.registry.topics:
+                raise TopicNotFound(name)
+        except Exception as e:
+            return defer.fail(e)
+        return self.store.put_admin(fmt.OP_DELETE, name, b"")
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def _writable(self, name):
+        self._require_master("pub message")
+        t = self.topic(name)
+        if t is None:
+            raise TopicNotFound(name)
+        return t
+
+    def _pick_queue(self, t, queue_id):
+        if queue_id is not None:
+            if not 0 <= queue_id < t.queues:
+                raise InvalidRequest(f"queue {queue_id} out of range")
+            return queue_id
+        if t.queues == 1:
+            return 0
+        n = self._rr.get(t.name)
+        if n is None:
+            n = self._rr[t.name] = itertools.count()
+        return next(n) % t.queues
+
+    def publish(self, topic, messages, queue_id=None):
+        """Store C{messages} (L{Message} objects) in one write.
+
+        Returns a Deferred firing with the L{PutResult} when the write is as durable as
+        the flush level asks."""
+        try:
+            t = self._writable(topic)
+            qid = self._pick_queue(t, queue_id)
+        except Exception as e:
+            return defer.fail(e)
+        return self.store.put_messages(topic, qid, messages)
+
+    def delay(self, topic, delay_ms, messages):
+        """Store C{messages} to be published C{delay_ms} from now. Returns a Deferred
+        firing with the delay's eventId."""
+        try:
+            self._writable(topic)
+            if delay_ms < 0:
+                raise InvalidRequest("negative delay")
+        except Exception as e:
+            return defer.fail(e)
+        body = fmt.DELAY_PREFIX.pack(self.now_ms() + delay_ms) + fmt.encode_message_list(messages)
+        d = self.store.put_admin(fmt.OP_DELAY, topic, body)
+        return d.addCallback(lambda r: r.event_id)
+
+    def _schedule_delays(self):
+        nxt = self.delays.next_trigger()
+        if self._delay_call is not None and self._delay_call.active():
+            self._delay_call.cancel()
+        self._delay_call = None
+        if nxt is not None and self.is_master:
+            wait = max(0.0, (nxt - self.now_ms()) / 1000.0)
+            self._delay_call = self._reactor.callLater(wait, self._fire_delays)
+
+    def _fire_delays(self):
+        self._delay_call = None
+        for d in self.delays.due(self.now_ms()):
+            self.delays.remove(d.event_id)
+            if self.topic(d.topic) is None:
+                self.log.info("delay {id} dropped: topic {topic} is gone", id=d.event_id, topic=d.topic)
+                self.store.mark_dirty()
+                continue
+            view = self.store.read_record(d.log_offset, d.size)
+            items = fmt.decode_message_list(view.body, fmt.DELAY_PREFIX.size)[d.applied :]
+            marker = fmt.encode_properties([(DELAY_PROPERTY, str(d.event_id))])
+            msgs = [
+                Message(body=body, properties=props + marker, flag=flag, sys_flag=sysf,
+                        reconsume_times=rc)
+                for flag, sysf, rc, body, props in items
+            ]
+            t = self.registry.get(d.topic)
+            self.store.put_messages(d.topic, self._pick_queue(t, None), msgs).addErrback(
+                lambda f, eid=d.event_id: self.log.failure("delay {id} failed", f, id=eid)
+            )
+            self.store.mark_dirty()
+        self._schedule_delays()
+
+    # -- lifetimes -----------------------------------------------------------------------
+
+    def _schedule_life(self):
+        if self._life_call is not None and self._life_call.active():
+            self._life_call.cancel()
+        self._life_call = None
+        if not self.is_master:
+            return
+        times = [t.expire_at for t in self.registry.topics.values() if t.expire_at]
+        if times:
+            wait = max(0.0, (min(times) - self.now_ms()) / 1000.0)
+            self._life_call = self._reactor.callLater(wait, self._expire)
+
+    def _expire(self):
+        self._life_call = None
+        now = self.now_ms()
+        for t in list(self.registry.topics.values()):
+            if t.expire_at and t.expire_at <= now:
+                self.log.info("topic {name} expired", name=t.name)
+                self.delete_topic(t.name).addErrback(
+                    lambda f: self.log.failure("expiring a topic failed", f)
+                )
+        self._schedule_life()
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    def open_cursor(self, topic, after_event_id):
+        """Return a L{TopicCursor} just after C{after_event_id} (see
+        L{TopicCursor.after_event}). Raises L{TopicNotFound} or L{EventNotFound}."""
+        t = self.topic(topic)
+        if t is None:
+            raise TopicNotFound(topic)
+        c = TopicCursor.after_event(self.store, topic, range(t.queues), after_event_id)
+        self._cursors.add(c)
+        return c
+
+    def close_cursor(self, cursor):
+        """Forget C{cursor} (it no longer holds back retention)."""
+        self._cursors.discard(cursor)
+
+    def min_reader_offset(self):
+        """Return the lowest commit-log offset an open cursor still has to read."""
+        offs = [o for o in (c.log_offset() for c in self._cursors) if o is not None]
+        return min(offs) if offs else None
+
+    def claim(self, topic, who, subscriber):
+        """Register C{subscriber} as the one live subscription of (topic, who); returns
+        False when another one holds it."""
+        key = (topic, who)
+        if key in self._claims:
+            return False
+        self._claims[key] = subscriber
+        return True
+
+    def release(self, topic, who, subscriber):
+        """Give up a claim made with L{claim}."""
+        if self._claims.get((topic, who)) is subscriber:
+            del self._claims[(topic, who)]
+
+    def watch(self, topic, watcher):
+        """Call C{watcher.data_available(topic, queue_id)} when messages arrive in C{topic},
+        and C{watcher.topic_deleted(topic)} when it is deleted or expires."""
+        self._watchers.setdefault(topic, set()).add(watcher)
+
+    def unwatch(self, topic, watcher):
+        """Stop calling C{watcher} for C{topic}."""
+        ws = self._watchers.get(topic)
+        if ws is not None:
+            ws.discard(watcher)
+            if not ws:
+                del self._watchers[topic]
+
+    def _arrived(self, topic, queue_id):
+        for w in list(self._watchers.get(topic, ())):
+            w.data_available(topic, queue_id)
+
+    def _topic_deleted(self, topic):
+        for key in [k for k in self._claims if k[0] == topic]:
+            del self._claims[key]
+        for w in list(self._watchers.pop(topic, ())):
+            w.topic_deleted(topic)

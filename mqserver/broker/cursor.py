@@ -1,0 +1,118 @@
+"""Cursors: read a topic's messages in eventId order from a position.
+
+A topic has one or more queues. A cursor keeps a consume-queue offset per queue; with one
+queue it reads entries straight through, with several it merges them by eventId (the
+smss view of a RocketMQ topic).
+"""
+
+from mqserver.store import format as fmt
+
+
+class EventNotFound(Exception):
+    """A start eventId that is not a message of the topic.
+
+    @ivar below: True when it is below the topic's first retained message.
+    """
+
+    def __init__(self, below):
+        super().__init__("can't find event id" if below else "EOF")
+        self.below = below
+
+
+class TopicCursor:
+    """A read position in one topic.
+
+    @ivar positions: queue id -> next consume-queue offset to read.
+    """
+
+    def __init__(self, store, topic, positions):
+        self._store = store
+        self.topic = topic
+        self.positions = dict(positions)
+
+    @classmethod
+    def after_event(cls, store, topic, queue_ids, event_id):
+        """Return a cursor just after C{event_id} (0: from the oldest retained message).
+
+        A non-zero C{event_id} must be exactly a message of this topic, as smss requires;
+        on a topic that never held a message, any eventId starts at the next message.
+        Raises L{EventNotFound} otherwise."""
+        queues = {qid: store.queue(topic, qid) for qid in queue_ids}
+        if event_id == 0:
+            return cls(store, topic, {qid: q.min_offset for qid, q in queues.items()})
+        if all(q.max_offset == q.min_offset for q in queues.values()):
+            return cls(store, topic, {qid: q.max_offset for qid, q in queues.items()})
+        positions, found = {}, False
+        for qid in queue_ids:
+            qoff, exact = store.find_event(topic, qid, event_id)
+            if exact:
+                found = True
+                qoff += 1
+            positions[qid] = qoff
+        if not found:
+            first = min(
+                store.event_id_at(q.entry(q.min_offset)[0])
+                for q in queues.values()
+                if q.max_offset > q.min_offset
+            )
+            raise EventNotFound(below=event_id < first)
+        return cls(store, topic, positions)
+
+    @classmethod
+    def at_end(cls, store, topic, queue_ids):
+        """Return a cursor after the last message (only new messages will be read)."""
+        return cls(store, topic, {q: store.queue(topic, q).max_offset for q in queue_ids})
+
+    def _read_queue(self, qid, max_count):
+        store = self._store
+        pos = self.positions[qid]
+        q = store.queue(self.topic, qid)
+        if pos < q.min_offset:
+            pos = self.positions[qid] = q.min_offset
+        entries = store.read_entries(self.topic, qid, pos, max_count)
+        if not entries:
+            return None, []
+        log_min = store.commitlog.min_offset
+        skipped = 0
+        # Entries whose records retention removed are skipped, not delivered.
+        while skipped * 20 < len(entries) and fmt.CQ_ENTRY.unpack_from(entries, skipped * 20)[0] < log_min:
+            skipped += 1
+        if skipped:
+            self.positions[qid] += skipped
+            entries = entries[skipped * 20 :]
+            if not entries:
+                return None, []
+        buf, locs = store.read_records(entries)
+        return buf, locs
+
+    def read(self, max_count):
+        """Return up to C{max_count} records as C{(buffer, pos, size)} in eventId order,
+        and move past them."""
+        if len(self.positions) == 1:
+            (qid,) = self.positions
+            buf, locs = self._read_queue(qid, max_count)
+            self.positions[qid] += len(locs)
+            return [(buf, p, s) for p, s in locs]
+        merged = []
+        for qid in self.positions:
+            buf, locs = self._read_queue(qid, max_count)
+            for p, s in locs:
+                eid = fmt.I64.unpack_from(buf, p + fmt.OFF_EVENT_ID)[0]
+                merged.append((eid, qid, buf, p, s))
+        merged.sort(key=lambda r: r[0])
+        out = []
+        for eid, qid, buf, p, s in merged[:max_count]:
+            self.positions[qid] += 1
+            out.append((buf, p, s))
+        return out
+
+    def log_offset(self):
+        """Return the lowest commit-log offset this cursor will read next (for retention),
+        or None when it is at the end of every queue."""
+        lowest = None
+        for qid, pos in self.positions.items():
+            q = self._store.queue(self.topic, qid)
+            if pos < q.max_offset and pos >= q.min_offset:
+                off = q.entry(pos)[0]
+                lowest = off if lowest is None else min(lowest, off)
+        return lowest

@@ -1,0 +1,109 @@
+"""The service tree: storage first, listeners last, so listeners close before the store
+flushes on shutdown (MultiService stops its children in reverse order)."""
+
+import os
+import socket
+
+from twisted.application import service, strports
+from twisted.application.internet import TimerService
+from twisted.logger import Logger
+
+from mqserver.broker.broker import Broker
+from mqserver.store.flush import ThreadRunner
+from mqserver.store.store import MessageStore
+
+
+def local_ipv4():
+    """Return a reachable IPv4 address of this host for the StoreHost field, falling back
+    to 127.0.0.1 (RocketMQ clients connect to it for some calls)."""
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            # connect() on UDP sends nothing; it only picks the outgoing interface.
+            s.connect(("10.255.255.255", 1))
+            return s.getsockname()[0]
+        finally:
+            s.close()
+    except OSError:
+        return "127.0.0.1"
+
+
+class StorageService(service.Service):
+    """Owns the store and the broker: opens them at start, closes them (flushed) at stop.
+
+    @ivar store: the L{MessageStore}.
+    @ivar broker: the L{Broker}.
+    """
+
+    log = Logger()
+
+    def __init__(self, config, reactor, store_port=0):
+        self.config = config
+        self._reactor = reactor
+        host = socket.inet_aton(local_ipv4()) + store_port.to_bytes(4, "big")
+        self.store = MessageStore(
+            os.path.abspath(config["store.path"]),
+            reactor,
+            segment_size=config["store.maxLogSize"],
+            cq_entries_per_file=config["store.cqEntriesPerFile"],
+            flush_level=config["store.flushLevel"],
+            runner=ThreadRunner(reactor),
+            store_host=host,
+            max_message_size=config["store.maxMessageSize"],
+        )
+        self.broker = Broker(self.store, reactor)
+        self._timers = []
+
+    def startService(self):
+        self.store.open()
+        self.broker.start()
+        self.log.info(
+            "store open at {path}: log {start}..{end}, next eventId {eid}",
+            path=self.store.path, start=self.store.commitlog.min_offset,
+            end=self.store.commitlog.end, eid=self.store.next_event_id,
+        )
+        timers = [TimerService(1.0, self._tick)]
+        if self.config["store.maxDays"] > 0:
+            timers.append(TimerService(self.config["store.clearInterval"], self._clean))
+        for t in timers:
+            t.clock = self._reactor
+            t.startService()
+        self._timers = timers
+        super().startService()
+
+    def _tick(self):
+        if self.store.flush_level == 1:
+            self.store.sync()
+        return self.store.checkpoint()
+
+    def _clean(self):
+        self.store.clean(self.config["store.maxDays"] * 86400, self.broker.min_reader_offset())
+
+    def stopService(self):
+        super().stopService()
+        for t in self._timers:
+            t.stopService()
+        self.broker.stop()
+        self.store.close()
+        self.log.info("store closed at eventId {eid}", eid=self.store.next_event_id - 1)
+
+
+class BrokerService(service.MultiService):
+    """The root service: a named storage child, then one child per listener."""
+
+    def __init__(self, config, reactor):
+        super().__init__()
+        self.config = config
+        self.storage = StorageService(config, reactor)
+        self.storage.setName("storage")
+        self.storage.setServiceParent(self)
+
+    def add_listener(self, name, factory):
+        """Listen for C{factory} on the endpoint configured for front door C{name}."""
+        desc = self.config.listen.get(name)
+        if desc is None:
+            return None
+        svc = strports.service(desc, factory)
+        svc.setName(f"listen-{name}")
+        svc.setServiceParent(self)
+        return svc

@@ -1,0 +1,62 @@
+"""twistd options and service construction for C{twistd mqserver}."""
+
+from twisted.python import usage
+
+from mqserver.config import ConfigError, load_config
+from mqserver.frontdoor import front_doors
+from mqserver.service import BrokerService
+
+
+class Options(usage.Options):
+    """Command line of C{twistd mqserver}.
+
+    C{--listen NAME=ENDPOINT} may be given several times; it overrides C{listen:} in the
+    config (C{NAME=off} turns a front door off).
+    """
+
+    optParameters = [
+        ["config", "c", None, "Path of config.yaml (default: built-in defaults)."],
+        ["data", "d", None, "Data directory (overrides store.path)."],
+    ]
+
+    def __init__(self):
+        super().__init__()
+        self["listen"] = {}
+
+    def opt_listen(self, value):
+        """NAME=ENDPOINT: where front door NAME listens (repeatable)."""
+        name, sep, desc = value.partition("=")
+        if not sep or not name or not desc:
+            raise usage.UsageError(f"--listen wants NAME=ENDPOINT, not {value!r}")
+        self["listen"][name] = desc
+
+    def postOptions(self):
+        doors = front_doors()
+        overrides = {}
+        if self["data"]:
+            overrides["store.path"] = self["data"]
+        try:
+            config = load_config(
+                self["config"], overrides, {n: d.default_endpoint for n, d in doors.items()}
+            )
+        except ConfigError as e:
+            raise usage.UsageError(str(e))
+        for name, desc in self["listen"].items():
+            if name not in doors:
+                raise usage.UsageError(f"unknown front door {name!r} in --listen")
+            config.listen[name] = None if desc == "off" else desc
+        self["settings"] = config
+        self["doors"] = doors
+
+
+def makeService(options, reactor=None):
+    """Build the service tree (no I/O happens until it starts)."""
+    if reactor is None:
+        from twisted.internet import reactor
+    config = options["settings"]
+    root = BrokerService(config, reactor)
+    broker = root.storage.broker
+    for name, door in options["doors"].items():
+        if config.listen.get(name):
+            root.add_listener(name, door.make_factory(broker, config, reactor))
+    return root

@@ -1,0 +1,37 @@
+"""The smss server factory: the broker reference and per-protocol settings."""
+
+from twisted.internet.protocol import Factory
+
+from protocols.smss.protocol import SmssServerProtocol
+
+
+class SmssFactory(Factory):
+    """Builds L{SmssServerProtocol}s.
+
+    @ivar alive_interval: seconds of idleness before a subscription gets ALIVE.
+    @ivar max_payload: the largest PUB/DELAY payload accepted, in bytes.
+    @ivar folder_count: smss's store.folderCount, for the topicRoot field of topic JSON.
+    """
+
+    noisy = False
+
+    def __init__(self, broker, reactor, alive_interval=30.0, max_payload=64 << 20, folder_count=10):
+        self.broker = broker
+        self.reactor = reactor
+        self.alive_interval = alive_interval
+        self.max_payload = max_payload
+        self.folder_count = folder_count
+
+    def buildProtocol(self, addr):
+        return SmssServerProtocol(self)
+
+
+def make_factory(broker, config, reactor):
+    """Return the smss factory for C{broker} configured from C{config} (a Config)."""
+    return SmssFactory(
+        broker,
+        reactor,
+        alive_interval=config["timeout.server.alive"] / 1000.0,
+        max_payload=config["store.maxPubPayload"],
+        folder_count=config["store.folderCount"],
+    )

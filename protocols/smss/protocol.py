@@ -1,0 +1,286 @@
+"""The smss server protocol: decode requests, call the broker, answer in order.
+
+Requests are handled as they arrive (so pipelined PUBs from one connection share a group
+commit), but answers are written in request order. A SUB waits for every earlier answer,
+then turns the connection into a subscription stream (see L{protocols.smss.subscription}).
+"""
+
+from collections import deque
+
+from twisted.internet import defer
+from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
+
+from mqserver.broker.cursor import EventNotFound
+from mqserver.errors import (
+    BrokerError,
+    InvalidTopicName,
+    NotMaster,
+    StoreError,
+    TopicExists,
+    TopicNotFound,
+)
+from mqserver.broker.topics import validate_topic_name
+from mqserver.store.store import Message
+
+from protocols.smss import codec, messages as m
+from protocols.smss.errors import InvalidPayload, SmssProtocolError
+from protocols.smss.payload import count_messages
+from protocols.smss.subscription import Subscription
+from protocols.smss.views import payload_to_messages, topic_json, topics_json
+
+NAME_RULE = "topic name MUST be less than 128 char and NOT contains space/enter/tab"
+MAX_NAME = 128
+#: Answers waiting to be written before the connection stops reading more requests.
+MAX_PIPELINE = 256
+
+
+class SmssServerProtocol(Protocol):
+    """One smss client connection.
+
+    @ivar subscription: the live L{Subscription}, or None in request mode.
+    """
+
+    log = Logger()
+
+    def __init__(self, factory):
+        self.factory = factory
+        self.broker = factory.broker
+        self.decoder = codec.RequestDecoder(max_payload=factory.max_payload)
+        self.subscription = None
+        self._answers = deque()  # Deferreds or bytes, in request order
+        self._paused = False
+        self._held_sub = None  # a SUB waiting for the answers before it
+
+    # -- input ---------------------------------------------------------------------------
+
+    def dataReceived(self, data):
+        try:
+            events = self.decoder.feed(data)
+        except SmssProtocolError as e:
+            for ev in e.events:
+                self._event(ev)
+            self.log.warn("closing smss connection {peer}: {error}", peer=self._peer(), error=e)
+            self._answer(codec.err(str(e)))
+            self._close_after_answers()
+            return
+        for ev in events:
+            self._event(ev)
+
+    def _event(self, ev):
+        if isinstance(ev, m.Sub) and self._answers:
+            # The decoder pauses after a SUB, so nothing can queue up behind it.
+            self._held_sub = ev
+            return
+        if isinstance(ev, m.Ack):
+            if self.subscription is not None:
+                self.subscription.ack(ev.value)
+            return
+        handler = getattr(self, "do_" + type(ev).__name__)
+        try:
+            result = handler(ev)
+        except BrokerError as e:
+            result = codec.err(self._error_text(e))
+        if result is not None:
+            self._answer(result)
+        if self.decoder.paused and self.subscription is None and self.transport is not None:
+            # A refused SUB: go back to requests and decode what the client sent after it.
+            for later in self.decoder.set_mode(codec.Mode.HEADERS):
+                self._event(later)
+
+    # -- answers in order ----------------------------------------------------------------
+
+    def _answer(self, result):
+        if isinstance(result, defer.Deferred):
+            result.addErrback(self._failure_to_err)
+        self._answers.append(result)
+        self._flush_answers()
+        if len(self._answers) > MAX_PIPELINE and not self._paused:
+            self._paused = True
+            self.transport.pauseProducing()
+
+    def _failure_to_err(self, f):
+        if f.check(BrokerError):
+            return codec.err(self._error_text(f.value))
+        self.log.failure("smss request failed", f)
+        return codec.err("internal error")
+
+    def _flush_answers(self, _=None):
+        while self._answers:
+            head = self._answers[0]
+            if isinstance(head, defer.Deferred):
+                if not head.called:
+                    head.addBoth(self._flush_answers)
+                    return _
+                head = head.result
+                if isinstance(head, defer.Deferred):
+                    return _
+            self._answers.popleft()
+            if self.transport is not None and head:
+                self.transport.write(head)
+        if self._paused:
+            self._paused = False
+            self.transport.resumeProducing()
+        if self._held_sub is not None and not self._answers:
+            ev, self._held_sub = self._held_sub, None
+            self._event(ev)
+        return _
+
+    def _close_after_answers(self):
+        d = defer.gatherResults(
+            [a for a in self._answers if isinstance(a, defer.Deferred)], consumeErrors=True
+        )
+        d.addBoth(lambda _: self.transport.loseConnection())
+
+    def _peer(self):
+        return self.transport.getPeer() if self.transport else None
+
+    @staticmethod
+    def _error_text(e):
+        if isinstance(e, TopicNotFound):
+            return "topic not exist"
+        if isinstance(e, TopicExists):
+            return "topic exist"
+        if isinstance(e, NotMaster):
+            return "just master can " + str(e)
+        if isinstance(e, StoreError):
+            return f"store error: {e}"
+        return str(e) or type(e).__name__
+
+    # -- names ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _name(raw, for_create=False):
+        """Decode a topic name; raise with smss's error texts."""
+        if not raw:
+            raise InvalidTopicName("topic name is required")
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidTopicName(NAME_RULE if for_create else "topic not exist") from None
+        if len(raw) > MAX_NAME:
+            raise InvalidTopicName(NAME_RULE if for_create else "topic not exist")
+        try:
+            validate_topic_name(name)
+        except InvalidTopicName:
+            raise InvalidTopicName(NAME_RULE if for_create else "topic not exist") from None
+        return name
+
+    # -- commands ------------------------------------------------------------------------
+
+    def do_Pub(self, ev):
+        try:
+            msgs = payload_to_messages(ev.payload, self.broker.now_ms())
+        except InvalidPayload:
+            return codec.err("invalid pub payload")
+        if not self.broker.is_master:
+            raise NotMaster("pub message")
+        d = self.broker.publish(self._name(ev.topic), msgs)
+        return d.addCallback(lambda _: codec.ok())
+
+    def do_Delay(self, ev):
+        if not self.broker.is_master:
+            raise NotMaster("pub message")
+        if len(ev.payload) <= 8:
+            return codec.err("invalid delay request")
+        if ev.delay_ms < 1000:
+            return codec.err("delay time must be more than 1 second")
+        try:
+            count_messages(ev.payload)
+            msgs = payload_to_messages(ev.payload, self.broker.now_ms())
+        except InvalidPayload:
+            return codec.err("invalid delay request")
+        d = self.broker.delay(self._name(ev.topic), ev.delay_ms, msgs)
+        return d.addCallback(lambda _: codec.ok())
+
+    def do_Create(self, ev):
+        name = self._name(ev.topic, for_create=True)
+        if not self.broker.is_master:
+            raise NotMaster("manage topic")
+        now = self.broker.now_ms()
+        if ev.expire_at < 0 or (ev.expire_at > 0 and ev.expire_at - now < 10_000):
+            return codec.err("expire MUST more than 10s")
+        d = self.broker.create_topic(name, expire_at=ev.expire_at)
+        return d.addCallback(lambda _: codec.ok())
+
+    def do_Delete(self, ev):
+        if not ev.topic:
+            return codec.err("topic name is required")
+        if not self.broker.is_master:
+            raise NotMaster("manage topic")
+        d = self.broker.delete_topic(self._name(ev.topic))
+        return d.addCallback(lambda _: codec.ok())
+
+    def do_Alive(self, ev):
+        return codec.alive()
+
+    def do_TopicInfo(self, ev):
+        name = self._name(ev.topic)
+        t = self.broker.registry.get(name)
+        if t is None:
+            raise TopicNotFound(name)
+        return codec.ok_json(topic_json(t, self.factory.folder_count))
+
+    def do_List(self, ev):
+        return codec.ok_json(topics_json(self.broker.topics(), self.factory.folder_count))
+
+    def do_ValidList(self, ev):
+        e = ev.event_id
+        topics = [
+            t for t in self.broker.topics()
+            if t.state == 0 and (e == 0 or t.create_event_id <= e)
+        ]
+        return codec.ok_json(topics_json(topics, self.factory.folder_count))
+
+    def do_Sub(self, ev):
+        try:
+            name = self._name(ev.topic)
+            if self.broker.topic(name) is None:
+                raise TopicNotFound(name)
+            cursor = self.broker.open_cursor(name, ev.event_id)
+        except EventNotFound as e:
+            return codec.err(str(e))
+        except BrokerError as e:
+            return codec.err(self._error_text(e))
+        sub = Subscription(self, name, cursor, ev.batch, ev.ack_timeout_ns, ev.who)
+        if not self.broker.claim(name, ev.who, sub):
+            self.broker.close_cursor(cursor)
+            return codec.err(ev.who.decode("utf-8", "replace") + " regiester exist")
+        self.subscription = sub
+        sub.start()
+        for later in self.decoder.set_mode(codec.Mode.ACKS):
+            self._event(later)
+        return None
+
+    def subscription_ended(self, back_to_requests):
+        """Called by the subscription when it ends; C{back_to_requests} is False when the
+        connection is closing."""
+        self.subscription = None
+        if back_to_requests and self.decoder.ack_mode:
+            for ev in self.decoder.set_mode(codec.Mode.HEADERS):
+                self._event(ev)
+        self._flush_answers()
+
+    def do_Replica(self, ev):
+        return codec.err("don't support action")
+
+    def do_Unsupported(self, ev):
+        return codec.err("don't support action")
+
+    def do_TooLarge(self, ev):
+        return codec.err(f"payload too large: {ev.size} > {ev.limit}")
+
+    def do_PayloadTooSmall(self, ev):
+        return codec.err("invalid request, payload size must be more than 8")
+
+    # -- end -----------------------------------------------------------------------------
+
+    def connectionLost(self, reason):
+        if self.subscription is not None:
+            self.subscription.stop()
+            self.subscription = None
+        for a in self._answers:
+            if isinstance(a, defer.Deferred):
+                a.addErrback(lambda f: None)
+        self._answers.clear()
+        self._held_sub = None

@@ -1,0 +1,134 @@
+"""An smss subscription stream (spec §7): batches, acks, ALIVE when idle, SUBEND.
+
+One batch is in flight at a time: the next is read only after the client acks, which
+bounds the memory a slow subscriber can cost. An idle stream gets ALIVE every
+``timeout.server.alive`` ms; a missing ack closes the connection after the ack timeout.
+"""
+
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from mqserver.interfaces import IWatcher
+
+from protocols.smss import codec
+from protocols.smss.views import encode_records
+
+DEFAULT_ACK_TIMEOUT = 3.0
+
+
+@implementer(IWatcher)
+class Subscription:
+    """The live SUB of one connection.
+
+    @ivar awaiting_ack: True while a batch waits for its 2-byte ack.
+    """
+
+    log = Logger()
+
+    def __init__(self, proto, topic, cursor, batch, ack_timeout_ns, who):
+        self._proto = proto
+        self._broker = proto.broker
+        self._reactor = proto.factory.reactor
+        self.topic = topic
+        self.cursor = cursor
+        self.batch = max(1, min(batch, 255))
+        self.ack_timeout = ack_timeout_ns / 1e9 if ack_timeout_ns else DEFAULT_ACK_TIMEOUT
+        self.who = who
+        self.awaiting_ack = False
+        self._ack_call = None
+        self._alive_call = None
+        self._send_call = None
+        self._active = False
+
+    def start(self):
+        """Begin streaming: send what is there, then wait for arrivals."""
+        self._active = True
+        self._broker.watch(self.topic, self)
+        self._send()
+
+    def _write(self, data):
+        self._proto.transport.write(data)
+
+    def _send(self):
+        self._send_call = None
+        if not self._active or self.awaiting_ack:
+            return
+        records = self.cursor.read(self.batch)
+        if not records:
+            self._arm_alive()
+            return
+        body = encode_records(records)
+        self._write(codec.batch_header(len(records), len(body)) + body)
+        self.awaiting_ack = True
+        self._cancel_alive()
+        self._ack_call = self._reactor.callLater(self.ack_timeout, self._ack_timed_out)
+
+    def _arm_alive(self):
+        if self._alive_call is None or not self._alive_call.active():
+            self._alive_call = self._reactor.callLater(
+                self._proto.factory.alive_interval, self._alive
+            )
+
+    def _cancel_alive(self):
+        if self._alive_call is not None and self._alive_call.active():
+            self._alive_call.cancel()
+        self._alive_call = None
+
+    def _alive(self):
+        self._alive_call = None
+        if self._active and not self.awaiting_ack:
+            self._write(codec.alive())
+            self._arm_alive()
+
+    def ack(self, value):
+        """Handle a 2-byte ack from the client."""
+        if not self.awaiting_ack:
+            # An extra ack is a client bug; ignore it rather than stall (spec §7.4 bug).
+            return
+        if self._ack_call is not None and self._ack_call.active():
+            self._ack_call.cancel()
+        self._ack_call = None
+        self.awaiting_ack = False
+        if value == 0:
+            self._send()
+        elif value == 1:
+            self._end(back_to_requests=True)
+        else:
+            self.log.warn("invalid ack {value} from {peer}", value=value, peer=self._proto._peer())
+            self._end(back_to_requests=False)
+            self._proto.transport.loseConnection()
+
+    def _ack_timed_out(self):
+        self._ack_call = None
+        self.log.info("ack timeout for {who} on {topic}", who=self.who, topic=self.topic)
+        self._end(back_to_requests=False)
+        self._proto.transport.loseConnection()
+
+    # IWatcher
+
+    def data_available(self, topic, queue_id):
+        # Coalesce many arrivals in one reactor turn into one read.
+        if self._active and not self.awaiting_ack and self._send_call is None:
+            self._send_call = self._reactor.callLater(0, self._send)
+
+    def topic_deleted(self, topic):
+        if self._active:
+            self._write(codec.subend())
+            self._end(back_to_requests=True)
+
+    def _end(self, back_to_requests):
+        if not self._active:
+            return
+        self.stop()
+        self._proto.subscription_ended(back_to_requests)
+
+    def stop(self):
+        """Stop streaming and give back the claim, the cursor and the timers."""
+        self._active = False
+        for call in (self._ack_call, self._alive_call, self._send_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._ack_call = self._alive_call = self._send_call = None
+        self._broker.unwatch(self.topic, self)
+        self._broker.release(self.topic, self.who, self)
+        self._broker.close_cursor(self.cursor)
