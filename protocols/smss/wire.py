@@ -1,0 +1,250 @@
+"""Byte layouts of the smss protocol (spec: shared/specs/smss-protocol.md).
+
+The ``construct`` schemas below are the single written definition of every smss
+format we handle: the 20-byte request header (section 3), the 10-byte response
+header and its variants (section 4), the message record (section 5), the pushed
+batch record (section 7.3) and the binlog record (section 11.4).  They are
+used by tests, tools and anything that is not performance critical.
+
+Hot paths (the request decoder, the publish validation walk, the batch encoder)
+use the precompiled ``struct.Struct`` objects at the end of this module instead.
+``tests/unit/test_smss_codec.py`` checks that every one of them agrees
+byte-for-byte with the matching construct schema, so the two cannot drift.
+
+All integers are little-endian.  This module has no Twisted imports.
+"""
+
+import struct
+
+from construct import (
+    Adapter,
+    Array,
+    Bytes,
+    Check,
+    Const,
+    FixedSized,
+    GreedyBytes,
+    Int8ul,
+    Int16ul,
+    Int32ul,
+    Int64sl,
+    Padding,
+    Prefixed,
+    Rebuild,
+    Struct,
+    Switch,
+    Tell,
+    len_,
+    this,
+)
+
+# -- command codes (section 2) ------------------------------------------------
+
+CMD_SUB = 0
+CMD_PUB = 1
+CMD_CREATE = 2
+CMD_DELETE = 3
+CMD_DELAY = 16
+CMD_ALIVE = 17
+CMD_REPLICA = 64
+CMD_TOPIC_INFO = 65
+CMD_VALID_LIST = 99
+CMD_LIST = 100
+CMD_DELAY_APPLY = 101  # binlog record type only; refused from the network
+
+# -- response status codes (section 4) -----------------------------------------
+
+STATUS_OK = 200
+STATUS_ALIVE = 201
+STATUS_SUBEND = 255
+STATUS_ERR = 400
+
+# -- ack values (section 7.4) ----------------------------------------------------
+
+ACK_NEXT = 0
+ACK_END = 1
+
+REQUEST_HEADER_SIZE = 20
+RESPONSE_HEADER_SIZE = 10
+MESSAGE_PREFIX_SIZE = 8
+PUSHED_PREFIX_SIZE = 32
+
+# -- request header (section 3) ---------------------------------------------------
+
+#: Bytes 3..18 of a PUB or DELAY header: the payload length, then reserved zeros.
+PUB_ARGS = Struct("payload_len" / Int32ul, Padding(12))
+
+#: Bytes 3..18 of a SUB header: batch size, ack-timeout flag, reserved zeros.
+SUB_ARGS = Struct("batch" / Int8ul, "ack_flag" / Int8ul, Padding(14))
+
+#: The 20-byte request header; ``args`` depends on the command code.
+REQUEST_HEADER = Struct(
+    "code" / Int8ul,
+    "topic_len" / Int16ul,
+    "args"
+    / Switch(
+        this.code,
+        {CMD_PUB: PUB_ARGS, CMD_DELAY: PUB_ARGS, CMD_SUB: SUB_ARGS},
+        default=Bytes(16),
+    ),
+    "trace_len" / Int8ul,
+)
+
+# -- response headers (section 4) --------------------------------------------------
+
+#: A header with nothing but a status: OK for simple commands, ALIVE, SUBEND.
+STATUS_HEADER = Struct("status" / Int16ul, Padding(8))
+
+#: OK for TOPIC INFO / LIST / VALID LIST: JSON body length at offset 2.
+OK_JSON_HEADER = Struct(
+    "status" / Const(STATUS_OK, Int16ul), "body_len" / Int32ul, Padding(4)
+)
+
+#: OK header of one SUB push batch: count at byte 2, body length at offset 4.
+BATCH_HEADER = Struct(
+    "status" / Const(STATUS_OK, Int16ul),
+    "count" / Int8ul,
+    Padding(1),
+    "body_len" / Int32ul,
+    Padding(2),
+)
+
+#: ERR header: u16 text length at offset 2, text follows.
+ERR_HEADER = Struct(
+    "status" / Const(STATUS_ERR, Int16ul), "text_len" / Int16ul, Padding(6)
+)
+
+#: OK header of one REPLICA frame plus the u32 block length that follows it.
+REPLICA_FRAME_HEADER = Struct(
+    "status" / Const(STATUS_OK, Int16ul), Padding(8), "block_len" / Int32ul
+)
+
+#: Complete frames, header plus body, for tests and tools.
+ERR_FRAME = Struct(
+    "status" / Const(STATUS_ERR, Int16ul),
+    "text_len" / Rebuild(Int16ul, len_(this.text)),
+    Padding(6),
+    "text" / Bytes(this.text_len),
+)
+OK_JSON_FRAME = Struct(
+    "status" / Const(STATUS_OK, Int16ul),
+    "body_len" / Rebuild(Int32ul, len_(this.body)),
+    Padding(4),
+    "body" / Bytes(this.body_len),
+)
+
+# -- message record (section 5) ------------------------------------------------------
+
+#: One header of a message: ``keyLen u32 | key | valLen u32 | value``.
+MESSAGE_HEADER = Struct(
+    "key" / Prefixed(Int32ul, GreedyBytes), "value" / Prefixed(Int32ul, GreedyBytes)
+)
+
+
+def _record_size(ctx):
+    """S of a message record being built: header bytes plus body bytes."""
+    header_bytes = sum(8 + len(h["key"]) + len(h["value"]) for h in ctx.headers)
+    return header_bytes + len(ctx.body)
+
+
+#: One message record: S (bytes after the first 8), H, H headers, then the body.
+#: A header list that runs past S fails the Check instead of eating the next record.
+MESSAGE_RECORD = Struct(
+    "size" / Rebuild(Int32ul, _record_size),
+    "header_count" / Rebuild(Int32ul, len_(this.headers)),
+    "_headers_start" / Tell,
+    "headers" / Array(this.header_count, MESSAGE_HEADER),
+    "_headers_end" / Tell,
+    Check(this._headers_end - this._headers_start <= this.size),
+    "body" / Bytes(this.size - (this._headers_end - this._headers_start)),
+)
+
+# -- pushed batch (section 7.3) ---------------------------------------------------------
+
+#: One record of a SUB push batch: 32-byte prefix then the stored message record.
+PUSHED_RECORD = Struct(
+    "ts" / Int64sl,
+    "event_id" / Int64sl,
+    "next_file_id" / Int64sl,
+    "next_pos" / Int64sl,
+    "message" / MESSAGE_RECORD,
+)
+
+#: A whole push batch frame: BATCH_HEADER fields then ``count`` records filling body_len.
+PUSHED_BATCH = Struct(
+    "status" / Const(STATUS_OK, Int16ul),
+    "count" / Rebuild(Int8ul, len_(this.records)),
+    Padding(1),
+    "body_len" / Int32ul,
+    Padding(2),
+    "records" / FixedSized(this.body_len, Array(this.count, PUSHED_RECORD)),
+)
+
+# -- binlog record (section 11.4) ---------------------------------------------------------
+
+_CMD_LINE_FIELDS = ("write_time", "cmd", "event_id", "timestamp", "topic", "payload_len")
+
+
+class _BinlogCmdLine(Adapter):
+    """The tab-separated ASCII command line of a binlog record, as named fields."""
+
+    def _decode(self, obj, context, path):
+        if not obj.endswith(b"\n"):
+            raise ValueError("binlog command line must end in a newline")
+        parts = obj[:-1].split(b"\t")
+        if len(parts) != len(_CMD_LINE_FIELDS):
+            raise ValueError("binlog command line needs 6 tab-separated fields")
+        values = {name: int(part) for name, part in zip(_CMD_LINE_FIELDS, parts)
+                  if name != "topic"}
+        values["topic"] = parts[4]
+        return dict(values)
+
+    def _encode(self, obj, context, path):
+        return encode_binlog_cmd_line(**obj)
+
+
+def encode_binlog_cmd_line(write_time, cmd, event_id, timestamp, topic, payload_len):
+    """Return the ASCII command line of a binlog record, final newline included."""
+    if isinstance(topic, str):
+        topic = topic.encode()
+    head = b"%d\t%d\t%d\t%d\t" % (write_time, cmd, event_id, timestamp)
+    return head + topic + b"\t%d\n" % payload_len
+
+
+#: One binlog record (= one REPLICA block). ``payload`` includes its trailing ``\n``
+#: and is empty when payload_len is 0 (DELETE).
+BINLOG_RECORD = Struct(
+    "cmd_len" / Rebuild(Int32ul, lambda ctx: len(encode_binlog_cmd_line(**ctx.cmd_line))),
+    "cmd_line" / _BinlogCmdLine(Bytes(this.cmd_len)),
+    "payload" / Bytes(this.cmd_line["payload_len"]),
+)
+
+# -- precompiled struct fast paths ------------------------------------------------------
+# Each of these mirrors a construct schema above; a unit test builds and parses the
+# same values with both and asserts byte-for-byte equality.
+
+#: REQUEST_HEADER with PUB_ARGS: (code, topic_len, payload_len, trace_len).
+#: For SUB the u32 holds batch (low byte) and ack flag (next byte); see SUB_REQUEST_HEADER.
+REQUEST_HEADER_STRUCT = struct.Struct("<BHI12xB")
+#: REQUEST_HEADER with SUB_ARGS: (code, topic_len, batch, ack_flag, trace_len).
+SUB_REQUEST_HEADER_STRUCT = struct.Struct("<BHBB14xB")
+#: STATUS_HEADER: (status,).
+STATUS_HEADER_STRUCT = struct.Struct("<H8x")
+#: OK_JSON_HEADER: (status, body_len).
+OK_JSON_HEADER_STRUCT = struct.Struct("<HI4x")
+#: BATCH_HEADER: (status, count, body_len).
+BATCH_HEADER_STRUCT = struct.Struct("<HBxI2x")
+#: ERR_HEADER: (status, text_len).
+ERR_HEADER_STRUCT = struct.Struct("<HH6x")
+#: REPLICA_FRAME_HEADER: (status, block_len).
+REPLICA_FRAME_HEADER_STRUCT = struct.Struct("<H8xI")
+#: First 8 bytes of MESSAGE_RECORD: (size, header_count).
+MESSAGE_PREFIX_STRUCT = struct.Struct("<II")
+#: First 32 bytes of PUSHED_RECORD: (ts, event_id, next_file_id, next_pos).
+PUSHED_PREFIX_STRUCT = struct.Struct("<qqqq")
+#: PUSHED_RECORD up to and including S and H: (ts, event_id, next_file_id, next_pos, S, H).
+PUSHED_RECORD_HEAD_STRUCT = struct.Struct("<qqqqII")
+#: Single fields: status / ack value, lengths, and 8-byte ids, times and timeouts.
+U16 = struct.Struct("<H")
+U32 = struct.Struct("<I")
+I64 = struct.Struct("<q")
