@@ -54,8 +54,12 @@ class StorageService(service.Service):
         self.broker = Broker(self.store, reactor)
         self._timers = []
 
-    def startService(self):
+    def privilegedStartService(self):
+        # Open (and recover) the store before any listener binds.
         self.store.open()
+        super().privilegedStartService()
+
+    def startService(self):
         self.broker.start()
         self.log.info(
             "store open at {path}: log {start}..{end}, next eventId {eid}",

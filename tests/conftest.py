@@ -1,0 +1,29 @@
+"""Fixtures shared by the whole suite."""
+
+import pytest
+
+from tests.support.server import ServerProcess
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    """Return a function that starts broker processes; all are stopped at teardown."""
+    started = []
+
+    def start(name="broker", **kw):
+        s = ServerProcess(tmp_path / name, **kw)
+        started.append(s)
+        return s.start()
+
+    yield start
+    for s in started:
+        try:
+            s.stop()
+        finally:
+            s.close()
+
+
+@pytest.fixture
+def server(server_factory):
+    """A running broker with defaults (flush level 1) on an ephemeral smss port."""
+    return server_factory()

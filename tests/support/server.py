@@ -1,0 +1,102 @@
+"""Run the real broker (``twistd -n mqserver``) in a subprocess on loopback ports."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_STARTED = re.compile(r"(\w+) starting on (\d+)")
+
+
+class ServerProcess:
+    """One broker process.
+
+    @ivar ports: factory class name -> port it listens on (read from the log).
+    @ivar data: the data directory.
+    """
+
+    def __init__(self, data, config=None, listen=None, extra_args=()):
+        self.data = str(data)
+        self.config = dict(config or {})
+        self.listen = dict(listen or {"smss": "tcp:0:interface=127.0.0.1"})
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.ports = {}
+        self.log_path = os.path.join(self.data + ".log")
+
+    @property
+    def smss_port(self):
+        return self.ports["SmssFactory"]
+
+    def start(self, timeout=20.0):
+        """Start the process and wait until every listener reports its port."""
+        os.makedirs(self.data, exist_ok=True)
+        cfg_path = self.data + ".yaml"
+        cfg = dict(self.config)
+        cfg.setdefault("store", {})
+        cfg["store"] = dict(cfg["store"], path=self.data)
+        cfg["listen"] = self.listen
+        with open(cfg_path, "w") as f:
+            yaml.safe_dump(cfg, f)
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        self._log = open(self.log_path, "ab")
+        self._log_start = os.path.getsize(self.log_path)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from twisted.scripts.twistd import run; run()",
+             "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path, *self.extra_args],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        want = sum(1 for v in self.listen.values() if v and v != "off")
+        deadline = time.monotonic() + timeout
+        self.ports = {}
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.read_log()}")
+            found = {}
+            for name, port in _STARTED.findall(self._current_run_log()):
+                found[name] = int(port)
+            if len(found) >= want:
+                self.ports = found
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker did not start in {timeout}s:\n{self.read_log()}")
+
+    def _current_run_log(self):
+        return self.read_log()[self._log_start :]
+
+    def read_log(self):
+        """Return everything the process logged (all runs)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("latin-1")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout=20.0):
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self):
+        """SIGKILL and reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def close(self):
+        """Make sure the process is gone and the log file closed."""
+        self.kill()
+        if getattr(self, "_log", None):
+            self._log.close()
