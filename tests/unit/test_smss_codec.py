@@ -1,7 +1,7 @@
 """Unit tests of the sans-IO smss codec (spec: shared/specs/smss-protocol.md).
 
-Golden vectors are the worked hex examples of spec section 15.  Every decoder
-test feeds its input both whole and one byte at a time.
+Golden vectors are the worked hex examples of spec section 15; the golden
+decoding tests feed their input both whole and one byte at a time.
 """
 
 import time
