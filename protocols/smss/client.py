@@ -142,7 +142,12 @@ class SmssClient:
         return self._json(cc.encode_valid_list(event_id, trace)) or []
 
     def subscribe(
-        self, topic, event_id: int = 0, batch: int = 1, ack_timeout_ms=None, who=b"",
+        self,
+        topic,
+        event_id: int = 0,
+        batch: int = 1,
+        ack_timeout_ms=None,
+        who=b"",
         trace=b"",
     ) -> "Subscription":
         """Send SUB and return the Subscription; the connection is then taken over.

@@ -38,7 +38,9 @@ def to_bytes(value) -> bytes:
 # -- request encoders (section 3) ------------------------------------------------
 
 
-def encode_request(code: int, topic=b"", trace=b"", payload_len: int = 0, body=b"") -> bytes:
+def encode_request(
+    code: int, topic=b"", trace=b"", payload_len: int = 0, body=b""
+) -> bytes:
     """A request: 20-byte header with ``payload_len`` at offset 3, topic, trace, body."""
     topic = to_bytes(topic)
     trace = to_bytes(trace)
@@ -46,7 +48,9 @@ def encode_request(code: int, topic=b"", trace=b"", payload_len: int = 0, body=b
         raise ValueError("topic is longer than 65535 bytes")
     if len(trace) > 0xFF:
         raise ValueError("trace id is longer than 255 bytes")
-    return _pack_header(code, len(topic), payload_len, len(trace)) + topic + trace + body
+    return (
+        _pack_header(code, len(topic), payload_len, len(trace)) + topic + trace + body
+    )
 
 
 def encode_pub(topic, payload: bytes, trace=b"") -> bytes:
@@ -153,7 +157,9 @@ class ResponseDecoder:
     raises a fatal ``SmssProtocolError``.
     """
 
-    def __init__(self, expect: Expect = Expect.SIMPLE, max_response: int = DEFAULT_MAX_RESPONSE):
+    def __init__(
+        self, expect: Expect = Expect.SIMPLE, max_response: int = DEFAULT_MAX_RESPONSE
+    ):
         self.expect = Expect(expect)
         self.max_response = max_response
         self._buf = bytearray()
@@ -243,7 +249,9 @@ def parse_batch_body(buf, start: int, stop: int, count: int) -> list:
         for _ in range(count):
             if stop - pos < wire.PUSHED_PREFIX_SIZE + wire.MESSAGE_PREFIX_SIZE:
                 raise SmssProtocolError("batch record runs past the batch body")
-            ts, event_id, next_file_id, next_pos, size, _ = _unpack_record_head(buf, pos)
+            ts, event_id, next_file_id, next_pos, size, _ = _unpack_record_head(
+                buf, pos
+            )
             record_at = pos + wire.PUSHED_PREFIX_SIZE
             record_end = record_at + wire.MESSAGE_PREFIX_SIZE + size
             if record_end > stop:

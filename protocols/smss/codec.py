@@ -54,6 +54,7 @@ __all__ = [
     "encode_message",
     "encode_payload",
     "err",
+    "parse_record",
     "ok",
     "ok_json",
     "pushed_prefix",

@@ -83,7 +83,9 @@ def parse_record(buf, start: int, end: int) -> tuple[list[tuple[bytes, bytes]], 
         val_end = key_end + 4 + val_len
         if val_end > end:
             raise InvalidPayload("message headers run past the record")
-        headers.append((bytes(buf[pos + 4 : key_end]), bytes(buf[key_end + 4 : val_end])))
+        headers.append(
+            (bytes(buf[pos + 4 : key_end]), bytes(buf[key_end + 4 : val_end]))
+        )
         pos = val_end
     return headers, bytes(buf[pos:end])
 

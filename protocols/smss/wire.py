@@ -182,7 +182,14 @@ PUSHED_BATCH = Struct(
 
 # -- binlog record (section 11.4) ---------------------------------------------------------
 
-_CMD_LINE_FIELDS = ("write_time", "cmd", "event_id", "timestamp", "topic", "payload_len")
+_CMD_LINE_FIELDS = (
+    "write_time",
+    "cmd",
+    "event_id",
+    "timestamp",
+    "topic",
+    "payload_len",
+)
 
 
 class _BinlogCmdLine(Adapter):
@@ -194,8 +201,11 @@ class _BinlogCmdLine(Adapter):
         parts = obj[:-1].split(b"\t")
         if len(parts) != len(_CMD_LINE_FIELDS):
             raise ValueError("binlog command line needs 6 tab-separated fields")
-        values = {name: int(part) for name, part in zip(_CMD_LINE_FIELDS, parts)
-                  if name != "topic"}
+        values = {
+            name: int(part)
+            for name, part in zip(_CMD_LINE_FIELDS, parts)
+            if name != "topic"
+        }
         values["topic"] = parts[4]
         return dict(values)
 
@@ -214,7 +224,8 @@ def encode_binlog_cmd_line(write_time, cmd, event_id, timestamp, topic, payload_
 #: One binlog record (= one REPLICA block). ``payload`` includes its trailing ``\n``
 #: and is empty when payload_len is 0 (DELETE).
 BINLOG_RECORD = Struct(
-    "cmd_len" / Rebuild(Int32ul, lambda ctx: len(encode_binlog_cmd_line(**ctx.cmd_line))),
+    "cmd_len"
+    / Rebuild(Int32ul, lambda ctx: len(encode_binlog_cmd_line(**ctx.cmd_line))),
     "cmd_line" / _BinlogCmdLine(Bytes(this.cmd_len)),
     "payload" / Bytes(this.cmd_line["payload_len"]),
 )

@@ -8,7 +8,13 @@ import pytest
 from protocols.smss import client_codec as cc
 from protocols.smss import codec
 from protocols.smss.client import SmssClient, SmssError
-from protocols.smss.messages import AliveResponse, Batch, ErrResponse, PushedMessage, SubEnd
+from protocols.smss.messages import (
+    AliveResponse,
+    Batch,
+    ErrResponse,
+    PushedMessage,
+    SubEnd,
+)
 
 HELLO = bytes.fromhex("05 00 00 00 00 00 00 00 68 65 6c 6c 6f")
 
@@ -67,7 +73,10 @@ def test_publish_create_delete_send_spec_bytes():
     script = [
         (cc.encode_create("order"), codec.ok()),
         (cc.encode_pub("order", HELLO), codec.ok()),
-        (cc.encode_pub("order", codec.encode_message({"k": "v"}, b"hi"), trace="t"), codec.ok()),
+        (
+            cc.encode_pub("order", codec.encode_message({"k": "v"}, b"hi"), trace="t"),
+            codec.ok(),
+        ),
         (cc.encode_delay("order", 5000, HELLO), codec.ok()),
         (cc.encode_delete("order"), codec.ok()),
     ]

@@ -1,7 +1,7 @@
 """Unit tests of the sans-IO smss codec (spec: shared/specs/smss-protocol.md).
 
-Golden vectors are the worked hex examples of spec section 15.  Every decoder
-test feeds its input both whole and one byte at a time.
+Golden vectors are the worked hex examples of spec section 15; the golden
+decoding tests feed their input both whole and one byte at a time.
 """
 
 import time
@@ -53,10 +53,18 @@ HELLO = h("05 00 00 00 00 00 00 00 68 65 6c 6c 6f")
 HELLO_KV = h("0f 00 00 00 01 00 00 00 01 00 00 00 6b 01 00 00 00 76 68 65 6c 6c 6f")
 TWO_MSGS = h("02 00 00 00 00 00 00 00 61 31 02 00 00 00 00 00 00 00 62 32")
 
-PUB_HELLO = h("01 05 00 0d 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00") + b"order" + HELLO
-PUB_TRACE = h("01 05 00 17 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 03") + b"order" + b"t-1" + HELLO_KV
+PUB_HELLO = (
+    h("01 05 00 0d 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00") + b"order" + HELLO
+)
+PUB_TRACE = (
+    h("01 05 00 17 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 03")
+    + b"order"
+    + b"t-1"
+    + HELLO_KV
+)
 PUB_BATCH = (
-    h("01 05 00 14 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 6f 72 64 65 72") + TWO_MSGS
+    h("01 05 00 14 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 6f 72 64 65 72")
+    + TWO_MSGS
 )
 DELAY_HELLO = (
     h("10 05 00 0d 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 6f 72 64 65 72")
@@ -110,17 +118,31 @@ ONE_BATCH = (
     + h("00 00 00 00 00 00 00 00 3b 00 00 00 00 00 00 00")
     + HELLO
 )
-TRACE_HELLO = h("16 00 00 00 01 00 00 00 07 00 00 00") + b"traceId" + h("02 00 00 00") + b"t1hello"
+TRACE_HELLO = (
+    h("16 00 00 00 01 00 00 00 07 00 00 00")
+    + b"traceId"
+    + h("02 00 00 00")
+    + b"t1hello"
+)
 TS2 = 1795267483728  # ts of record 1 of the captured batch; record 2's ts is not given
 TWO_BATCH = (
     h("c8 00 02 00 6b 00 00 00 00 00")
-    + h("50 d8 47 fe a1 01 00 00") + wire.I64.pack(3) + wire.I64.pack(0) + wire.I64.pack(59)
+    + h("50 d8 47 fe a1 01 00 00")
+    + wire.I64.pack(3)
+    + wire.I64.pack(0)
+    + wire.I64.pack(59)
     + HELLO
-    + wire.I64.pack(TS2) + wire.I64.pack(4) + wire.I64.pack(0) + wire.I64.pack(135)
+    + wire.I64.pack(TS2)
+    + wire.I64.pack(4)
+    + wire.I64.pack(0)
+    + wire.I64.pack(135)
     + TRACE_HELLO
 )
 PUB_BLOCK = (
-    h("29 00 00 00") + b"1700000000100\t1\t3\t1700000000099\torder\t14\n" + HELLO + b"\n"
+    h("29 00 00 00")
+    + b"1700000000100\t1\t3\t1700000000099\torder\t14\n"
+    + HELLO
+    + b"\n"
 )
 DELETE_BLOCK = h("28 00 00 00") + b"1795267525745\t3\t9\t1795267525745\ttemp1\t0\n"
 
@@ -150,7 +172,9 @@ def decode_responses(data: bytes, expect: Expect) -> list:
 # -- golden request decoding ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,data,event", REQUEST_VECTORS, ids=[v[0] for v in REQUEST_VECTORS])
+@pytest.mark.parametrize(
+    "name,data,event", REQUEST_VECTORS, ids=[v[0] for v in REQUEST_VECTORS]
+)
 def test_request_golden_vectors_decode(name, data, event):
     """Each section 15 request decodes to exactly one expected event, however split."""
     assert decode_requests(data) == [event]
@@ -221,7 +245,10 @@ def test_response_encoders_match_golden_vectors():
     assert codec.subend() == h("ff 00 00 00 00 00 00 00 00 00")
     assert codec.ok_json(b"x" * 353)[:10] == h("c8 00 61 01 00 00 00 00 00 00")
     assert codec.batch_header(2, 0x6B) == h("c8 00 02 00 6b 00 00 00 00 00")
-    assert codec.replica_frame(PUB_BLOCK) == h("c8 00 00 00 00 00 00 00 00 00 3b 00 00 00") + PUB_BLOCK
+    assert (
+        codec.replica_frame(PUB_BLOCK)
+        == h("c8 00 00 00 00 00 00 00 00 00 3b 00 00 00") + PUB_BLOCK
+    )
 
 
 def test_ok_json_with_empty_body_is_header_only():
@@ -238,7 +265,9 @@ def test_err_cuts_text_to_u16_length():
 def test_batch_encoder_matches_golden_batches():
     """encode_batch/pushed_prefix produce the one- and two-message batch frames."""
     assert codec.encode_batch([(1700000000123, 3, 0, 59, HELLO)]) == ONE_BATCH
-    two = codec.encode_batch([(1795267483728, 3, 0, 59, HELLO), (TS2, 4, 0, 135, TRACE_HELLO)])
+    two = codec.encode_batch(
+        [(1795267483728, 3, 0, 59, HELLO), (TS2, 4, 0, 135, TRACE_HELLO)]
+    )
     assert two == TWO_BATCH
     assert codec.pushed_prefix(1700000000123, 3, 0, 59) == ONE_BATCH[10:42]
 
@@ -277,7 +306,11 @@ def test_ok_replies_depend_on_expectation():
     assert decode_responses(codec.ok_json(b""), Expect.JSON) == [OkResponse(b"")]
     body = b'[{"name":"order"}]'
     assert decode_responses(codec.ok_json(body), Expect.JSON) == [OkResponse(body)]
-    frames = codec.replica_frame(PUB_BLOCK) + codec.alive() + codec.replica_frame(DELETE_BLOCK)
+    frames = (
+        codec.replica_frame(PUB_BLOCK)
+        + codec.alive()
+        + codec.replica_frame(DELETE_BLOCK)
+    )
     assert decode_responses(frames, Expect.REPLICA) == [
         ReplicaBlock(PUB_BLOCK),
         AliveResponse(),
@@ -306,8 +339,12 @@ def test_binlog_schema_parses_and_builds_golden_blocks():
     rec = wire.BINLOG_RECORD.parse(PUB_BLOCK)
     assert rec.cmd_len == 41
     assert rec.cmd_line == dict(
-        write_time=1700000000100, cmd=1, event_id=3, timestamp=1700000000099,
-        topic=b"order", payload_len=14,
+        write_time=1700000000100,
+        cmd=1,
+        event_id=3,
+        timestamp=1700000000099,
+        topic=b"order",
+        payload_len=14,
     )
     assert rec.payload == HELLO + b"\n"
     assert wire.BINLOG_RECORD.build(rec) == PUB_BLOCK
@@ -330,12 +367,25 @@ def test_pub_header_struct_matches_construct(code, topic_len, payload_len, trace
     """REQUEST_HEADER_STRUCT and the construct REQUEST_HEADER agree for PUB/DELAY."""
     packed = wire.REQUEST_HEADER_STRUCT.pack(code, topic_len, payload_len, trace_len)
     built = wire.REQUEST_HEADER.build(
-        dict(code=code, topic_len=topic_len, args=dict(payload_len=payload_len), trace_len=trace_len)
+        dict(
+            code=code,
+            topic_len=topic_len,
+            args=dict(payload_len=payload_len),
+            trace_len=trace_len,
+        )
     )
     assert packed == built
     parsed = wire.REQUEST_HEADER.parse(packed)
-    assert (parsed.code, parsed.topic_len, parsed.args.payload_len, parsed.trace_len) == (
-        code, topic_len, payload_len, trace_len,
+    assert (
+        parsed.code,
+        parsed.topic_len,
+        parsed.args.payload_len,
+        parsed.trace_len,
+    ) == (
+        code,
+        topic_len,
+        payload_len,
+        trace_len,
     )
 
 
@@ -344,7 +394,12 @@ def test_sub_header_struct_matches_construct(topic_len, batch, flag, trace_len):
     """SUB_REQUEST_HEADER_STRUCT and REQUEST_HEADER with SUB_ARGS agree."""
     packed = wire.SUB_REQUEST_HEADER_STRUCT.pack(0, topic_len, batch, flag, trace_len)
     built = wire.REQUEST_HEADER.build(
-        dict(code=0, topic_len=topic_len, args=dict(batch=batch, ack_flag=flag), trace_len=trace_len)
+        dict(
+            code=0,
+            topic_len=topic_len,
+            args=dict(batch=batch, ack_flag=flag),
+            trace_len=trace_len,
+        )
     )
     assert packed == built
     assert wire.REQUEST_HEADER_STRUCT.unpack(packed)[2] == batch | flag << 8
@@ -353,7 +408,9 @@ def test_sub_header_struct_matches_construct(topic_len, batch, flag, trace_len):
 @given(status=u16, length=u32, count=u8, text_len=u16)
 def test_response_header_structs_match_construct(status, length, count, text_len):
     """Every response header struct agrees byte for byte with its construct schema."""
-    assert wire.STATUS_HEADER_STRUCT.pack(status) == wire.STATUS_HEADER.build(dict(status=status))
+    assert wire.STATUS_HEADER_STRUCT.pack(status) == wire.STATUS_HEADER.build(
+        dict(status=status)
+    )
     assert wire.OK_JSON_HEADER_STRUCT.pack(200, length) == wire.OK_JSON_HEADER.build(
         dict(body_len=length)
     )
@@ -364,22 +421,35 @@ def test_response_header_structs_match_construct(status, length, count, text_len
     assert wire.ERR_HEADER_STRUCT.pack(400, text_len) == wire.ERR_HEADER.build(
         dict(text_len=text_len)
     )
-    assert wire.REPLICA_FRAME_HEADER_STRUCT.pack(200, length) == wire.REPLICA_FRAME_HEADER.build(
-        dict(block_len=length)
-    )
+    assert wire.REPLICA_FRAME_HEADER_STRUCT.pack(
+        200, length
+    ) == wire.REPLICA_FRAME_HEADER.build(dict(block_len=length))
 
 
-@given(ts=i64, event_id=i64, file_id=i64, pos=i64, body=st.binary(min_size=1, max_size=40))
+@given(
+    ts=i64, event_id=i64, file_id=i64, pos=i64, body=st.binary(min_size=1, max_size=40)
+)
 def test_pushed_record_structs_match_construct(ts, event_id, file_id, pos, body):
     """PUSHED_PREFIX/RECORD_HEAD and MESSAGE_PREFIX structs agree with PUSHED_RECORD."""
     message = dict(headers=[dict(key=b"k", value=b"v")], body=body)
     built = wire.PUSHED_RECORD.build(
-        dict(ts=ts, event_id=event_id, next_file_id=file_id, next_pos=pos, message=message)
+        dict(
+            ts=ts,
+            event_id=event_id,
+            next_file_id=file_id,
+            next_pos=pos,
+            message=message,
+        )
     )
     record = codec.encode_message([(b"k", b"v")], body)
     assert built == codec.pushed_prefix(ts, event_id, file_id, pos) + record
     assert wire.PUSHED_RECORD_HEAD_STRUCT.unpack_from(built) == (
-        ts, event_id, file_id, pos, len(record) - 8, 1,
+        ts,
+        event_id,
+        file_id,
+        pos,
+        len(record) - 8,
+        1,
     )
     assert wire.MESSAGE_PREFIX_STRUCT.unpack_from(record) == (len(record) - 8, 1)
 
@@ -395,8 +465,12 @@ def test_pushed_batch_schema_parses_golden_batch():
 
 # -- message record round trips ---------------------------------------------------------
 
-headers_st = st.lists(st.tuples(st.binary(max_size=20), st.binary(max_size=20)), max_size=5)
-message_st = st.tuples(headers_st, st.binary(max_size=60)).filter(lambda m: m[0] or m[1])
+headers_st = st.lists(
+    st.tuples(st.binary(max_size=20), st.binary(max_size=20)), max_size=5
+)
+message_st = st.tuples(headers_st, st.binary(max_size=60)).filter(
+    lambda m: m[0] or m[1]
+)
 
 
 @settings(max_examples=200)
@@ -419,7 +493,9 @@ def test_encode_message_matches_construct_schema(message):
     )
     assert built == codec.encode_message(headers, body)
     parsed = wire.MESSAGE_RECORD.parse(built)
-    assert [(x.key, x.value) for x in parsed.headers] == list(headers) and parsed.body == body
+    assert [(x.key, x.value) for x in parsed.headers] == list(
+        headers
+    ) and parsed.body == body
 
 
 def test_encode_message_accepts_str_and_dict():
@@ -438,7 +514,9 @@ INVALID_PAYLOADS = [
 ]
 
 
-@pytest.mark.parametrize("name,payload", INVALID_PAYLOADS, ids=[p[0] for p in INVALID_PAYLOADS])
+@pytest.mark.parametrize(
+    "name,payload", INVALID_PAYLOADS, ids=[p[0] for p in INVALID_PAYLOADS]
+)
 def test_invalid_payloads_rejected(name, payload):
     """Payloads that break the section 5 walk rules raise InvalidPayload (not fatal)."""
     with pytest.raises(InvalidPayload) as info:
@@ -586,7 +664,9 @@ def test_sub_pauses_until_ack_mode_chosen():
     """Bytes after a SUB are held until the protocol enables ack mode; then they
     decode as acks."""
     decoder = RequestDecoder()
-    assert decoder.feed(SUB_ACK + h("00 00")) == [Sub(b"order", b"", 0, 10, 3_000_000_000, b"g1")]
+    assert decoder.feed(SUB_ACK + h("00 00")) == [
+        Sub(b"order", b"", 0, 10, 3_000_000_000, b"g1")
+    ]
     assert decoder.paused and decoder.feed(h("00")) == []
     assert decoder.set_mode(Mode.ACKS) == [Ack(0)]  # one held byte is left over
     assert decoder.feed(h("00")) == [Ack(0)]
@@ -610,7 +690,9 @@ def test_ack_end_returns_to_header_mode():
 def test_refused_sub_resumes_header_parsing():
     """When the SUB is refused, leaving ack mode off decodes the held request."""
     decoder = RequestDecoder()
-    assert decoder.feed(SUB_NO_ACK + ALIVE_REQ) == [Sub(b"order", b"", 41, 10, None, b"g1")]
+    assert decoder.feed(SUB_NO_ACK + ALIVE_REQ) == [
+        Sub(b"order", b"", 41, 10, None, b"g1")
+    ]
     decoder.ack_mode = False
     assert decoder.feed(b"") == [Alive(b"")]
 
@@ -635,13 +717,22 @@ def test_replica_stream_sinks_slave_bytes():
 # -- whole-stream property ----------------------------------------------------------------
 
 request_st = st.one_of(
-    st.builds(lambda t, p: (cc.encode_pub(t, p), Pub(t, b"", p)),
-              st.binary(max_size=8), st.binary(min_size=9, max_size=50)),
-    st.builds(lambda t, e: (cc.encode_create(t, e), Create(t, b"", e)), st.binary(max_size=8), i64),
+    st.builds(
+        lambda t, p: (cc.encode_pub(t, p), Pub(t, b"", p)),
+        st.binary(max_size=8),
+        st.binary(min_size=9, max_size=50),
+    ),
+    st.builds(
+        lambda t, e: (cc.encode_create(t, e), Create(t, b"", e)),
+        st.binary(max_size=8),
+        i64,
+    ),
     st.builds(lambda tr: (cc.encode_alive(tr), Alive(tr)), st.binary(max_size=255)),
     st.builds(lambda e: (cc.encode_valid_list(e), ValidList(b"", e)), i64),
-    st.builds(lambda c: (cc.encode_request(c, "x"), Unsupported(c, b"x", b"")),
-              st.sampled_from([4, 5, 18, 101, 102, 200])),
+    st.builds(
+        lambda c: (cc.encode_request(c, "x"), Unsupported(c, b"x", b"")),
+        st.sampled_from([4, 5, 18, 101, 102, 200]),
+    ),
 )
 
 
