@@ -14,6 +14,7 @@ from mqserver.broker.delays import DELAY_PROPERTY
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
 
+from protocols.smss.errors import InvalidPayload
 from protocols.smss.payload import parse_record, record_spans
 
 _U32 = struct.Struct("<I")
@@ -84,8 +85,12 @@ def payload_to_messages(payload, now_ms):
         if h == 0:
             out.append(Message(body=bytes(payload[start + 8 : end]), born_ts=now_ms))
             continue
-        headers, body = parse_record(payload, start, end)
-        if fmt.properties_safe(headers):
+        try:
+            headers, body = parse_record(payload, start, end)
+        except InvalidPayload:
+            # smss treats the record as opaque: keep malformed headers byte for byte.
+            headers = None
+        if headers is not None and fmt.properties_safe(headers):
             out.append(
                 Message(body=body, properties=fmt.encode_properties(headers), born_ts=now_ms)
             )
