@@ -322,9 +322,11 @@ class FrameDecoder:
                 if available < self._need:
                     break
                 start = self._pos
-                # The memoryview must be released before the bytearray is resized.
+                # Decode from an immutable copy: a view into the bytearray (kept alive by
+                # a traceback, say) would forbid resizing it later.
                 with memoryview(buffer) as view:
-                    commands.append(decode_payload(view[start + 4:start + self._need]))
+                    payload = bytes(view[start + 4:start + self._need])
+                commands.append(decode_payload(payload))
                 self._pos = start + self._need
                 self._need = 0
         except RemotingProtocolError as exc:
