@@ -49,7 +49,7 @@ from construct import (
     Prefixed,
     Struct,
     GreedyBytes,
-    this,
+
 )
 
 MESSAGE_MAGIC = 0xDAA320A7

@@ -21,7 +21,6 @@ from mqserver.errors import (
     TopicNotFound,
 )
 from mqserver.broker.topics import validate_topic_name
-from mqserver.store.store import Message
 
 from protocols.smss import codec, messages as m
 from protocols.smss.errors import InvalidPayload, SmssProtocolError

@@ -1,11 +1,9 @@
 """smss commands against the real broker process, through our spec-written client."""
 
-import time
-
 import pytest
 
-from protocols.smss.client import SmssClient, SmssError
-from protocols.smss.messages import AliveResponse, Batch, SubEnd
+from protocols.smss.client import SmssClient
+from protocols.smss.messages import Batch
 
 
 @pytest.fixture
