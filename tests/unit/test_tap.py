@@ -1,0 +1,86 @@
+"""The twistd plugin, its options, the service tree it builds, and config validation."""
+
+import pytest
+from twisted.application.service import IServiceMaker
+from twisted.plugin import getPlugins
+from twisted.python import usage
+
+from mqserver.config import ConfigError, build_config
+from mqserver.frontdoor import front_doors
+from mqserver.tap import Options, makeService
+
+
+def test_plugin_is_found():
+    """twistd finds a service maker called mqserver."""
+    import twisted.plugins
+
+    names = [p.tapname for p in getPlugins(IServiceMaker, twisted.plugins)]
+    assert "mqserver" in names
+
+
+def test_front_doors_are_plugins():
+    """The smss front door is found through the plugin system, with its default port."""
+    doors = front_doors()
+    assert doors["smss"].default_endpoint == "tcp:12301:interface=127.0.0.1"
+
+
+def test_defaults_and_service_tree(tmp_path):
+    """With no config, data goes to ./data and smss listens on 127.0.0.1:12301."""
+    o = Options()
+    o.parseOptions([])
+    cfg = o["settings"]
+    assert cfg["store.path"] == "data"
+    assert cfg.listen["smss"] == "tcp:12301:interface=127.0.0.1"
+    o2 = Options()
+    o2.parseOptions(["--data", str(tmp_path), "--listen", "smss=tcp:0"])
+    root = makeService(o2)
+    assert [s.name for s in root] == ["storage", "listen-smss"]
+
+
+def test_listen_off(tmp_path):
+    """A front door set to off gets no listener."""
+    o = Options()
+    o.parseOptions(["--data", str(tmp_path), "--listen", "smss=off"])
+    assert [s.name for s in makeService(o)] == ["storage"]
+
+
+def test_bad_options_are_usage_errors(tmp_path):
+    """Unknown front doors, malformed --listen and bad config files are usage errors."""
+    with pytest.raises(usage.UsageError):
+        Options().parseOptions(["--listen", "nope=tcp:1"])
+    with pytest.raises(usage.UsageError):
+        Options().parseOptions(["--listen", "smss"])
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("store:\n  flushLevl: 2\n")
+    with pytest.raises(usage.UsageError, match="store.flushLevl"):
+        Options().parseOptions(["--config", str(cfg)])
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"store": {"flushLevel": 3}}, "store.flushLevel"),
+        ({"store": {"maxLogSize": "big"}}, "store.maxLogSize"),
+        ({"log": {"sample": 0}}, "log.sample"),
+        ({"store": {"folderCount": 0}}, "store.folderCount"),
+        ({"listen": {"smss": 5}}, "listen.smss"),
+        ({"listen": {"kafka": "tcp:9092"}}, "listen.kafka"),
+        ({"bogus": 1}, "bogus"),
+        ({"store": {"noCache": "yes"}}, "store.noCache"),
+    ],
+)
+def test_config_errors_name_the_key(data, message):
+    """Each invalid setting is refused with an error naming its key."""
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        build_config(data)
+
+
+def test_config_smss_keys_and_aliases():
+    """smss's key names are read, the README's alias for the alive interval too, and port
+    is a shorthand for the smss listener."""
+    cfg = build_config({"port": 12399, "time": {"server": {"alive": 500}},
+                        "store": {"flushLevel": 2, "maxLogSize": 65536}})
+    assert cfg["timeout.server.alive"] == 500
+    assert cfg["store.flushLevel"] == 2
+    assert cfg.listen["smss"] == "tcp:12399:interface=127.0.0.1"
+    assert build_config({"listen": {"smss": "off"}}).listen["smss"] is None
