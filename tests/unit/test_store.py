@@ -116,3 +116,74 @@ def test_find_event(tmp_path):
     assert s.find_event("t", 0, 7) == (3, True)
     assert s.find_event("t", 0, 8) == (4, False)
     assert s.find_event("t", 0, 100) == (20, False)
+
+
+class ManualRunner:
+    """A disk runner whose calls wait until the test lets them run."""
+
+    def __init__(self):
+        self.calls = []
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def run(self, f, *args):
+        from twisted.internet import defer
+
+        d = defer.Deferred()
+        self.calls.append((f, args, d))
+        return d
+
+    def finish_all(self):
+        while self.calls:
+            f, args, d = self.calls.pop(0)
+            d.callback(f(*args))
+
+
+def test_level2_readers_wait_for_fsync_and_writes_share_it(tmp_path):
+    """At flush level 2 nothing is readable or acknowledged before the fsync finishes, and
+    writes arriving meanwhile are covered by one further fsync (group commit)."""
+    runner = ManualRunner()
+    s = open_store(tmp_path, flush_level=2, runner=runner, segment_size=1 << 20)
+    arrivals = []
+    s.add_arrival_listener(lambda t, q: arrivals.append((t, q)))
+    acks = []
+    s.put_messages("t", 0, [Message(body=b"one")]).addCallback(acks.append)
+    assert len(runner.calls) == 1
+    for i in range(5):
+        s.put_messages("t", 0, [Message(body=b"more%d" % i)]).addCallback(acks.append)
+    assert len(runner.calls) == 1, "an fsync is running: later writes wait for the next"
+    assert s.read_entries("t", 0, 0, 10) == b"" and acks == [] and arrivals == []
+    f, args, d = runner.calls.pop(0)
+    d.callback(f(*args))
+    assert len(acks) == 1 and len(read_all(s, "t")) == 1
+    assert len(runner.calls) == 1
+    runner.finish_all()
+    assert len(acks) == 6 and len(read_all(s, "t")) == 6
+    assert arrivals and arrivals[-1] == ("t", 0)
+
+
+def test_retention_deletes_old_segments_not_read_ones(tmp_path):
+    """Old sealed segments go, with the consume-queue files below the new start; the
+    current segment, and segments a reader still needs, stay."""
+    s = open_store(tmp_path, segment_size=4096, cq_entries_per_file=10)
+    for i in range(120):
+        result_of(s.put_messages("t", 0, [Message(body=b"x" * 100)]))
+    result_of(s.checkpoint())
+    segs = list(s.commitlog.segments)
+    assert len(segs) > 4
+    old = 1_700_000_000.0 - 10 * 86400
+    for seg in segs:
+        os.utime(os.path.join(tmp_path, "commitlog", fmt.segment_name(seg)), (old, old))
+    reader_at = segs[2] + 10  # an open cursor still reads the third segment
+    assert s.clean(7 * 86400, min_reader_offset=reader_at) == 2
+    assert s.commitlog.segments == segs[2:]
+    q = s.queue("t", 0)
+    assert q.files[0] > 0, "queue files below the new log start are gone"
+    remaining = read_all(s, "t")
+    assert remaining and all(v.offset >= segs[2] for v in remaining)
+    assert s.clean(7 * 86400) == len(segs) - 3, "without readers all but the current go"
+    assert s.commitlog.segments == segs[-1:]
