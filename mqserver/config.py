@@ -22,6 +22,9 @@ LISTEN_DEFAULTS = {
 # dotted key -> (type, default, check or None, what the check wants)
 SCHEMA = {
     "port": (int, None, lambda v: 0 <= v <= 65535, "a port number"),
+    "role": (str, "master", lambda v: v in ("master", "slave"), "master or slave"),
+    "master": (str, "", lambda v: v == "" or (":" in v and v.rpartition(":")[2].isdigit()), "HOST:PORT"),
+    "event": (int, 0, lambda v: v >= 0, ">= 0"),
     "store.path": (str, "data", None, None),
     "store.maxLogSize": (int, 1 << 30, lambda v: 4096 <= v <= 1 << 30, "4096..1073741824"),
     "store.flushLevel": (int, 1, lambda v: v in (0, 1, 2), "0, 1 or 2"),
@@ -127,6 +130,8 @@ def build_config(data=None, overrides=None, listen_defaults=None):
             listen[name] = desc
         else:
             raise ConfigError(f"config key 'listen.{name}' must be an endpoint string or 'off'")
+    if values["role"] == "slave" and not values["master"]:
+        raise ConfigError("config key 'master' (HOST:PORT) is required when role is slave")
     room = values["store.maxLogSize"] - 512
     if values["store.maxMessageSize"] > room:
         if "store.maxMessageSize" in flat or "store.maxMessageSize" in (overrides or {}):

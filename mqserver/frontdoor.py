@@ -20,19 +20,27 @@ class IFrontDoor(Interface):
     def make_factory(broker, config, reactor):
         """Return the protocol factory serving broker."""
 
+    follower = Attribute("Module with make_follower(broker, config, reactor), or None.")
+
 
 @implementer(IPlugin, IFrontDoor)
 class FrontDoor:
     """A front door whose factory is C{make_factory} in the module C{module}."""
 
-    def __init__(self, name, module, default_endpoint, order=100):
+    def __init__(self, name, module, default_endpoint, order=100, follower=None):
         self.name = name
         self.module = module
         self.default_endpoint = default_endpoint
         self.order = order
+        self.follower = follower
 
     def make_factory(self, broker, config, reactor):
         return namedAny(self.module + ".make_factory")(broker, config, reactor)
+
+    def make_follower(self, broker, config, reactor):
+        """Return the service following a master (this door speaks the replication
+        stream)."""
+        return namedAny(self.follower + ".make_follower")(broker, config, reactor)
 
 
 def front_doors():

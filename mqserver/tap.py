@@ -17,6 +17,9 @@ class Options(usage.Options):
     optParameters = [
         ["config", "c", None, "Path of config.yaml (default: built-in defaults)."],
         ["data", "d", None, "Data directory (overrides store.path)."],
+        ["role", None, None, "master or slave (overrides role)."],
+        ["master", None, None, "HOST:PORT of the master a slave follows (overrides master)."],
+        ["event", None, None, "eventId a slave starts after (overrides event; 0 = all)."],
     ]
 
     def __init__(self):
@@ -35,6 +38,14 @@ class Options(usage.Options):
         overrides = {}
         if self["data"]:
             overrides["store.path"] = self["data"]
+        for key in ("role", "master"):
+            if self[key] is not None:
+                overrides[key] = self[key]
+        if self["event"] is not None:
+            try:
+                overrides["event"] = int(self["event"])
+            except ValueError:
+                raise usage.UsageError("--event wants an integer eventId") from None
         try:
             config = load_config(
                 self["config"], overrides, {n: d.default_endpoint for n, d in doors.items()}
@@ -56,6 +67,11 @@ def makeService(options, reactor=None):
     config = options["settings"]
     root = BrokerService(config, reactor)
     broker = root.storage.broker
+    if config["role"] == "slave":
+        broker.is_master = False
+        followers = [d for d in options["doors"].values() if d.follower]
+        follower = followers[0].make_follower(broker, config, reactor)
+        follower.setServiceParent(root)
     for name, door in options["doors"].items():
         if config.listen.get(name):
             root.add_listener(name, door.make_factory(broker, config, reactor))

@@ -44,6 +44,8 @@ class Broker:
         self._delay_call = None
         self._life_call = None
         self._cursors = set()
+        self._extensions = {}  # name -> object with snapshot_state/restore_state
+        self._ext_state = {}
         store.state = self
         store.add_arrival_listener(self._arrived)
 
@@ -73,7 +75,7 @@ class Broker:
             if replaying and DELAY_PROPERTY in view.properties:
                 for k, v in fmt.decode_properties(view.properties):
                     if k == DELAY_PROPERTY:
-                        self.delays.note_applied(int(v))
+                        self.delays.note_applied(int(v.partition(b":")[0]))
             return
         name = view.topic
         if view.flag == fmt.OP_CREATE:
@@ -96,13 +98,29 @@ class Broker:
             self._schedule_delays()
 
     def snapshot_state(self):
-        """Return topics and pending delays for the checkpoint."""
-        return {"topics": self.registry.snapshot(), "delays": self.delays.snapshot()}
+        """Return topics, pending delays and extensions' state for the checkpoint."""
+        ext = dict(self._ext_state)
+        for name, obj in self._extensions.items():
+            ext[name] = obj.snapshot_state()
+        return {"topics": self.registry.snapshot(), "delays": self.delays.snapshot(), "ext": ext}
 
     def restore_state(self, state):
         """Load what L{snapshot_state} returned."""
         self.registry.restore(state.get("topics", []))
         self.delays.restore(state.get("delays", []))
+        self._ext_state = dict(state.get("ext", {}))
+        for name, obj in self._extensions.items():
+            obj.restore_state(self._ext_state.get(name))
+
+    def extension(self, name):
+        """Return the extension registered as C{name}, or None."""
+        return self._extensions.get(name)
+
+    def register_extension(self, name, obj):
+        """Keep C{obj}'s state (C{snapshot_state()}/C{restore_state(data)}) in the
+        checkpoint under C{name}. State of extensions not registered in this run is kept."""
+        self._extensions[name] = obj
+        obj.restore_state(self._ext_state.get(name))
 
     # -- topics --------------------------------------------------------------------------
 
@@ -229,7 +247,8 @@ class Broker:
                 continue
             view = self.store.read_record(d.log_offset, d.size)
             items = fmt.decode_message_list(view.body, fmt.DELAY_PREFIX.size)[d.applied :]
-            marker = fmt.encode_properties([(DELAY_PROPERTY, str(d.event_id))])
+            # "eventId:trigger": replication needs the trigger time of the delay too.
+            marker = fmt.encode_properties([(DELAY_PROPERTY, f"{d.event_id}:{d.trigger_ms}")])
             msgs = [
                 Message(body=body, properties=props + marker, flag=flag, sys_flag=sysf,
                         reconsume_times=rc)

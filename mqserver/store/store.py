@@ -108,6 +108,7 @@ class MessageStore:
         self._clock = clock
         self.state = NullState()
         self._arrival_listeners = []
+        self._append_listeners = []
         self._queues = {}
         self._pending_visible = []  # (end offset, topic, queue id) waiting for fsync
         self._checkpoint_running = False
@@ -188,29 +189,41 @@ class MessageStore:
         if self.flusher.failure is not None:
             raise StoreError(f"store failed: {self.flusher.failure}")
 
-    def put_messages(self, topic, queue_id, messages, now_ms=None):
+    def put_messages(self, topic, queue_id, messages, now_ms=None, event_id=None):
         """Append C{messages} to (topic, queue id) as one write.
 
         Returns a Deferred firing with a L{PutResult} once the write is as durable as the
         flush level asks; it fails with L{StoreError} when the write or fsync fails.
+        C{event_id} (a replication slave applying its master's records) gives the first
+        eventId; it may skip ahead of L{next_event_id} but never go back.
         """
         try:
             self._check_writable()
+            self._force_event_id(event_id)
             result = self._append(topic, queue_id, messages, fmt.MESSAGE_MAGIC, 0, now_ms)
         except (StoreError, OSError) as e:
             return defer.fail(StoreError(str(e)))
         return self._after_write(result, topic, queue_id)
 
-    def put_admin(self, op, topic, body, now_ms=None):
+    def put_admin(self, op, topic, body, now_ms=None, event_id=None):
         """Append one admin record; the state machine applies it before this returns.
-        Returns a Deferred firing with the L{PutResult}."""
+        Returns a Deferred firing with the L{PutResult}. C{event_id}: as for
+        L{put_messages}."""
         try:
             self._check_writable()
+            self._force_event_id(event_id)
             msg = Message(body=body)
             result = self._append(topic, -1, [msg], fmt.ADMIN_MAGIC, op, now_ms)
         except (StoreError, OSError) as e:
             return defer.fail(StoreError(str(e)))
         return self._after_write(result, None, None)
+
+    def _force_event_id(self, event_id):
+        if event_id is None:
+            return
+        if event_id < self.next_event_id:
+            raise StoreError(f"eventId {event_id} is behind the log ({self.next_event_id})")
+        self.next_event_id = event_id
 
     def _append(self, topic, queue_id, messages, magic, op, now_ms):
         tbytes = topic.encode("utf-8")
@@ -287,12 +300,10 @@ class MessageStore:
     def _after_write(self, result, topic, queue_id):
         end = self.commitlog.end
         if self.flush_level >= 2:
-            if topic is not None:
-                self._pending_visible.append((end, topic, queue_id))
+            self._pending_visible.append((end, topic, queue_id))
             return self.flusher.request(end).addCallback(lambda _: result)
         self.visible_end = end
-        if topic is not None:
-            self._notify(topic, queue_id)
+        self._notify(topic, queue_id)
         return defer.succeed(result)
 
     def _durable(self, offset):
@@ -311,9 +322,22 @@ class MessageStore:
         """Call C{callback(topic, queue_id)} whenever new messages become readable."""
         self._arrival_listeners.append(callback)
 
+    def add_append_listener(self, callback):
+        """Call C{callback()} whenever any record (message or admin) becomes readable."""
+        self._append_listeners.append(callback)
+
+    def remove_append_listener(self, callback):
+        """Stop calling C{callback}."""
+        if callback in self._append_listeners:
+            self._append_listeners.remove(callback)
+
     def _notify(self, topic, queue_id):
-        for cb in self._arrival_listeners:
-            cb(topic, queue_id)
+        # topic None: an admin record, which only log readers (replication) care about.
+        if topic is not None:
+            for cb in self._arrival_listeners:
+                cb(topic, queue_id)
+        for cb in self._append_listeners:
+            cb()
 
     def sync(self):
         """fsync what is written (flush level 1 calls this once a second)."""

@@ -21,6 +21,7 @@ class SmssFactory(Factory):
         self.alive_interval = alive_interval
         self.max_payload = max_payload
         self.folder_count = folder_count
+        self.replica_feeds = 0
 
     def buildProtocol(self, addr):
         return SmssServerProtocol(self)

@@ -5,6 +5,7 @@ commit), but answers are written in request order. A SUB waits for every earlier
 then turns the connection into a subscription stream (see L{protocols.smss.subscription}).
 """
 
+import json
 from collections import deque
 
 from twisted.internet import defer
@@ -24,10 +25,15 @@ from mqserver.broker.topics import validate_topic_name
 
 from protocols.smss import codec, messages as m
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
+from mqserver.replication.logreader import LogReader
+
 from protocols.smss.payload import count_messages
+from protocols.smss.replica import ReplicaFeed
 from protocols.smss.subscription import Subscription
 from protocols.smss.views import payload_to_messages, topic_json, topics_json
 
+#: TOPIC INFO of this name answers the replication status instead of a topic.
+REPLICATION_INFO = b"$replication"
 NAME_RULE = "topic name MUST be less than 128 char and NOT contains space/enter/tab"
 MAX_NAME = 128
 #: Answers waiting to be written before the connection stops reading more requests.
@@ -50,6 +56,7 @@ class SmssServerProtocol(Protocol):
         self._answers = deque()  # Deferreds or bytes, in request order
         self._paused = False
         self._held_sub = None  # a SUB waiting for the answers before it
+        self.replica_feed = None
 
     # -- input ---------------------------------------------------------------------------
 
@@ -214,11 +221,20 @@ class SmssServerProtocol(Protocol):
         return codec.alive()
 
     def do_TopicInfo(self, ev):
+        if ev.topic == REPLICATION_INFO:
+            return codec.ok_json(json.dumps(self._replication_status()).encode())
         name = self._name(ev.topic)
         t = self.broker.registry.get(name)
         if t is None:
             raise TopicNotFound(name)
         return codec.ok_json(topic_json(t, self.factory.folder_count))
+
+    def _replication_status(self):
+        applier = self.broker.extension("replica")
+        if applier is not None:
+            return applier.status()
+        return {"role": "master", "appliedEventId": self.broker.store.next_event_id - 1,
+                "slaves": self.factory.replica_feeds}
 
     def do_List(self, ev):
         return codec.ok_json(topics_json(self.broker.topics(), self.factory.folder_count))
@@ -261,7 +277,20 @@ class SmssServerProtocol(Protocol):
         self._flush_answers()
 
     def do_Replica(self, ev):
-        return codec.err("don't support action")
+        if not self.broker.is_master:
+            return codec.err("don't support action")
+        if ev.event_id < 0:
+            return codec.err("invalid replica eventId")
+        try:
+            reader = LogReader.after_event(self.broker.store, ev.event_id)
+        except EventNotFound as e:
+            return codec.err(str(e))
+        self.replica_feed = ReplicaFeed(self, reader)
+        self.factory.replica_feeds += 1
+        self.decoder.set_mode(codec.Mode.SINK)
+        self.log.info("slave {peer} follows from eventId {eid}", peer=self._peer(), eid=ev.event_id)
+        self.replica_feed.start()
+        return None
 
     def do_Unsupported(self, ev):
         return codec.err("don't support action")
@@ -275,6 +304,10 @@ class SmssServerProtocol(Protocol):
     # -- end -----------------------------------------------------------------------------
 
     def connectionLost(self, reason):
+        if self.replica_feed is not None:
+            self.replica_feed.stop()
+            self.replica_feed = None
+            self.factory.replica_feeds -= 1
         if self.subscription is not None:
             self.subscription.stop()
             self.subscription = None

@@ -105,6 +105,18 @@ def payload_to_messages(payload, now_ms):
     return out
 
 
+def message_record(headers, body):
+    """Return the smss message record (S, H, headers, body) of C{headers} and C{body}."""
+    parts = []
+    for k, v in headers:
+        parts.append(_U32.pack(len(k)))
+        parts.append(k)
+        parts.append(_U32.pack(len(v)))
+        parts.append(v)
+    block = b"".join(parts)
+    return _SH.pack(len(block) + len(body), len(headers)) + block + bytes(body)
+
+
 def _headers_block(properties):
     pairs = [(k, v) for k, v in fmt.decode_properties(properties) if k not in _HIDDEN]
     parts = []

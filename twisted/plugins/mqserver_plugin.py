@@ -12,4 +12,10 @@ mqserver = ServiceMaker(
     "mqserver",
 )
 
-smss = FrontDoor("smss", "protocols.smss.factory", "tcp:12301:interface=127.0.0.1", order=10)
+smss = FrontDoor(
+    "smss",
+    "protocols.smss.factory",
+    "tcp:12301:interface=127.0.0.1",
+    order=10,
+    follower="protocols.smss.follower",
+)

@@ -1,0 +1,105 @@
+"""The master side of smss replication: a REPLICA stream of binlog blocks (spec §8.2).
+
+The feed is a push producer on the connection: it stops reading the log while the
+socket's buffer is full, so a slow slave costs a bounded amount of memory. When it has
+sent everything it waits for the next append, and sends ALIVE when idle.
+"""
+
+from twisted.internet.interfaces import IPushProducer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from protocols.smss import codec, wire
+from protocols.smss.binlog import record_to_block
+
+_READS_PER_TURN = 8
+
+
+@implementer(IPushProducer)
+class ReplicaFeed:
+    """Streams the commit log after an eventId to one slave.
+
+    @ivar sent: records sent so far.
+    """
+
+    log = Logger()
+
+    def __init__(self, proto, reader):
+        self._proto = proto
+        self._reader = reader
+        self._store = proto.broker.store
+        self._reactor = proto.factory.reactor
+        self._paused = False
+        self._active = False
+        self._pump_call = None
+        self._alive_call = None
+        self.sent = 0
+
+    def start(self):
+        """Register as the connection's producer and start sending."""
+        self._active = True
+        self._proto.transport.registerProducer(self, True)
+        self._store.add_append_listener(self._wake)
+        self._pump()
+
+    def _wake(self):
+        if self._active and not self._paused and self._pump_call is None:
+            self._pump_call = self._reactor.callLater(0, self._pump)
+
+    def _pump(self):
+        self._pump_call = None
+        for _ in range(_READS_PER_TURN):
+            if not self._active or self._paused:
+                return
+            views = self._reader.read()
+            if not views:
+                self._arm_alive()
+                return
+            frames = []
+            for view in views:
+                block = record_to_block(view)
+                frames.append(wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)))
+                frames.append(block)
+            self.sent += len(views)
+            self._proto.transport.write(b"".join(frames))
+            self._cancel_alive()
+        # More may be waiting: yield to the reactor between rounds.
+        self._wake()
+
+    def _arm_alive(self):
+        if self._alive_call is None:
+            self._alive_call = self._reactor.callLater(
+                self._proto.factory.alive_interval, self._alive
+            )
+
+    def _cancel_alive(self):
+        if self._alive_call is not None and self._alive_call.active():
+            self._alive_call.cancel()
+        self._alive_call = None
+
+    def _alive(self):
+        self._alive_call = None
+        if self._active:
+            self._proto.transport.write(codec.alive())
+            self._arm_alive()
+
+    # IPushProducer
+
+    def pauseProducing(self):
+        self._paused = True
+
+    def resumeProducing(self):
+        self._paused = False
+        self._wake()
+
+    def stopProducing(self):
+        self.stop()
+
+    def stop(self):
+        """Stop streaming (the connection is gone)."""
+        self._active = False
+        self._store.remove_append_listener(self._wake)
+        for call in (self._pump_call, self._alive_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._pump_call = self._alive_call = None
