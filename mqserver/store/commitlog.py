@@ -33,6 +33,7 @@ class CommitLog:
         self._fds = {}  # segment start -> fd, most recently used last
         self._lock = threading.Lock()  # guards _fds against the flusher thread
         self._unsynced = set()
+        self._cur = None  # (segment start, fd) of the segment being written
         starts = sorted(
             int(n) for n in os.listdir(directory) if len(n) == 20 and n.isdigit()
         )
@@ -55,8 +56,9 @@ class CommitLog:
                 flags = os.O_RDWR | (os.O_CREAT if create else 0)
                 fd = os.open(self._path(start), flags, 0o644)
                 if len(self._fds) >= _MAX_OPEN:
+                    current = self.segment_start(self.end)
                     for old in list(self._fds):
-                        if old not in self._unsynced:
+                        if old not in self._unsynced and old != current:
                             os.close(self._fds.pop(old))
                             break
             self._fds[start] = fd
@@ -91,9 +93,14 @@ class CommitLog:
         start = self.segment_start(offset)
         if offset + len(data) > start + self.segment_size:
             raise ValueError("records do not fit in the current segment")
-        if start not in self.segments:
-            self.segments.append(start)
-        fd = self._fd(start, create=True)
+        cur = self._cur
+        if cur is not None and cur[0] == start:
+            fd = cur[1]
+        else:
+            if start not in self.segments:
+                self.segments.append(start)
+            fd = self._fd(start, create=True)
+            self._cur = (start, fd)
         pos = offset - start
         try:
             view = memoryview(data)
@@ -132,6 +139,7 @@ class CommitLog:
         self.end = offset
 
     def _drop(self, start):
+        self._cur = None
         with self._lock:
             fd = self._fds.pop(start, None)
             if fd is not None:
@@ -167,6 +175,7 @@ class CommitLog:
 
     def close(self):
         """Close every open file."""
+        self._cur = None
         with self._lock:
             for fd in self._fds.values():
                 os.close(fd)

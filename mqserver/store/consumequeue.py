@@ -65,10 +65,17 @@ class ConsumeQueue:
     @ivar min_offset: the first queue offset still on disk.
     """
 
-    def __init__(self, directory, entries_per_file, fds):
+    #: Entries appended at the end wait in memory until this many are buffered (or the
+    #: store flushes them for a checkpoint): one pwrite per 256 messages, not per message.
+    TAIL_LIMIT = 256 * CQ_ENTRY_SIZE
+
+    def __init__(self, directory, entries_per_file, fds, on_tail=None):
         self.directory = directory
         self.file_bytes = entries_per_file * CQ_ENTRY_SIZE
         self._fds = fds
+        self._on_tail = on_tail
+        self._tail = bytearray()
+        self._paths = {}
         os.makedirs(directory, exist_ok=True)
         starts = sorted(int(n) for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
         self.files = starts
@@ -81,12 +88,40 @@ class ConsumeQueue:
         else:
             self.max_offset = 0
             self.min_offset = 0
+        self._tail_start = self.max_offset
 
     def _path(self, start):
-        return os.path.join(self.directory, segment_name(start))
+        p = self._paths.get(start)
+        if p is None:
+            p = self._paths[start] = os.path.join(self.directory, segment_name(start))
+        return p
 
     def write(self, qoffset, entries):
-        """Write packed C{entries} (a multiple of 20 bytes) starting at entry C{qoffset}."""
+        """Write packed C{entries} (a multiple of 20 bytes) starting at entry C{qoffset}.
+
+        Entries that extend the queue are buffered (see L{TAIL_LIMIT}); others, and the
+        buffer when it is full, go to the files."""
+        tail = self._tail
+        if qoffset == self._tail_start + len(tail) // CQ_ENTRY_SIZE:
+            if not tail and self._on_tail is not None:
+                self._on_tail(self)
+            tail += entries
+            self.max_offset = qoffset + len(entries) // CQ_ENTRY_SIZE
+            if len(tail) >= self.TAIL_LIMIT:
+                self.flush()
+            return
+        self.flush()
+        self._write_files(qoffset, entries)
+        self._tail_start = self.max_offset
+
+    def flush(self):
+        """Write the buffered entries to the files."""
+        if self._tail:
+            data, self._tail = self._tail, bytearray()
+            self._write_files(self._tail_start, data)
+        self._tail_start = self.max_offset
+
+    def _write_files(self, qoffset, entries):
         pos = qoffset * CQ_ENTRY_SIZE
         data = memoryview(entries)
         while data:
@@ -105,12 +140,17 @@ class ConsumeQueue:
             self.max_offset = end
 
     def read(self, qoffset, count):
-        """Return up to C{count} packed entries from C{qoffset}, within one file."""
+        """Return up to C{count} packed entries from C{qoffset}, within one file (or
+        within the in-memory buffer)."""
         if qoffset < self.min_offset:
             qoffset = self.min_offset
         count = min(count, self.max_offset - qoffset)
         if count <= 0:
             return b""
+        if qoffset >= self._tail_start:
+            i = (qoffset - self._tail_start) * CQ_ENTRY_SIZE
+            return bytes(self._tail[i : i + count * CQ_ENTRY_SIZE])
+        count = min(count, self._tail_start - qoffset)
         pos = qoffset * CQ_ENTRY_SIZE
         start = pos - pos % self.file_bytes
         n = min(count * CQ_ENTRY_SIZE, start + self.file_bytes - pos)
@@ -123,6 +163,7 @@ class ConsumeQueue:
 
     def truncate(self, qoffset):
         """Drop every entry at or after C{qoffset}."""
+        self.flush()
         pos = qoffset * CQ_ENTRY_SIZE
         for start in [s for s in self.files if s >= pos and not (s == 0 and pos == 0)]:
             self._fds.forget(self._path(start))
@@ -134,6 +175,7 @@ class ConsumeQueue:
         self.max_offset = qoffset
         if self.min_offset > qoffset:
             self.min_offset = qoffset
+        self._tail_start = qoffset
 
     def delete_files_below(self, log_min_offset):
         """Delete whole files whose every entry points below C{log_min_offset} (retention).

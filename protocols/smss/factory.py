@@ -22,6 +22,7 @@ class SmssFactory(Factory):
         self.max_payload = max_payload
         self.folder_count = folder_count
         self.replica_feeds = 0
+        self.names = {}  # raw topic bytes -> validated name (see protocol._topic_name)
 
     def buildProtocol(self, addr):
         return SmssServerProtocol(self)

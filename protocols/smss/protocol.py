@@ -11,6 +11,7 @@ from collections import deque
 from twisted.internet import defer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqserver.broker.cursor import EventNotFound
 from mqserver.errors import (
@@ -40,6 +41,21 @@ MAX_NAME = 128
 MAX_PIPELINE = 256
 
 
+_OK = codec.ok()
+
+
+def _ok_when_done(d):
+    """Return OK at once for a write that is already complete (flush levels 0 and 1),
+    or a Deferred of it; a failure is re-raised or passed on."""
+    if d.called:
+        result = d.result
+        if isinstance(result, Failure):
+            d.addErrback(lambda f: None)  # handled here: keep it out of the error log
+            result.raiseException()
+        return _OK
+    return d.addCallback(lambda _: _OK)
+
+
 class SmssServerProtocol(Protocol):
     """One smss client connection.
 
@@ -47,6 +63,7 @@ class SmssServerProtocol(Protocol):
     """
 
     log = Logger()
+    _handlers = {}  # event type -> unbound do_* method, filled on first use
 
     def __init__(self, factory):
         self.factory = factory
@@ -82,9 +99,11 @@ class SmssServerProtocol(Protocol):
             if self.subscription is not None:
                 self.subscription.ack(ev.value)
             return
-        handler = getattr(self, "do_" + type(ev).__name__)
+        handler = self._handlers.get(type(ev))
+        if handler is None:
+            handler = self._handlers[type(ev)] = getattr(type(self), "do_" + type(ev).__name__)
         try:
-            result = handler(ev)
+            result = handler(self, ev)
         except BrokerError as e:
             result = codec.err(self._error_text(e))
         if result is not None:
@@ -97,6 +116,10 @@ class SmssServerProtocol(Protocol):
     # -- answers in order ----------------------------------------------------------------
 
     def _answer(self, result):
+        if not self._answers and type(result) is bytes:
+            # Nothing ahead of it: write at once (the common case).
+            self.transport.write(result)
+            return
         if isinstance(result, defer.Deferred):
             result.addErrback(self._failure_to_err)
         self._answers.append(result)
@@ -174,6 +197,16 @@ class SmssServerProtocol(Protocol):
 
     # -- commands ------------------------------------------------------------------------
 
+    def _topic_name(self, raw):
+        # Validated names are cached per factory: PUB is the hot path.
+        names = self.factory.names
+        name = names.get(raw)
+        if name is None:
+            name = self._name(raw)
+            if len(names) < 10_000:
+                names[raw] = name
+        return name
+
     def do_Pub(self, ev):
         try:
             msgs = payload_to_messages(ev.payload, self.broker.now_ms())
@@ -181,8 +214,7 @@ class SmssServerProtocol(Protocol):
             return codec.err("invalid pub payload")
         if not self.broker.is_master:
             raise NotMaster("pub message")
-        d = self.broker.publish(self._name(ev.topic), msgs)
-        return d.addCallback(lambda _: codec.ok())
+        return _ok_when_done(self.broker.publish(self._topic_name(ev.topic), msgs))
 
     def do_Delay(self, ev):
         if not self.broker.is_master:
