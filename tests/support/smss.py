@@ -58,14 +58,15 @@ def next_data(sub, timeout):
 
 
 def read_topic(server, topic, after=0, count=None, until_alive=False, timeout=10.0,
-               settle=0.3, batch=255, who=None):
+               settle=0.2, batch=255, who=None):
     """Subscribe to C{topic} after eventId C{after} on a fresh connection and return
     the messages (PushedMessage) read, acking every batch.
 
     Stops when C{count} messages are in (then checks that nothing more arrives within
     C{settle} s), or, with C{until_alive}, at the first ALIVE (the server sends one only
     when the subscription has caught up; the server needs a short
-    C{timeout.server.alive}), or otherwise after C{settle} s without a batch.
+    C{timeout.server.alive}), or otherwise after C{settle} s without a batch (or at an
+    ALIVE, whichever comes first).
     Fails if C{timeout} s pass first.
     """
     msgs = []
@@ -92,8 +93,8 @@ def read_topic(server, topic, after=0, count=None, until_alive=False, timeout=10
                     return msgs
                 raise
             if isinstance(event, AliveResponse):
-                if until_alive:
-                    return msgs
+                if count is None:
+                    return msgs  # the server only sends ALIVE when there is nothing to send
                 continue
             if isinstance(event, SubEnd):
                 raise AssertionError(f"unexpected SUBEND while reading {topic!r}")
