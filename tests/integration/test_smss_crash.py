@@ -7,10 +7,13 @@ was never sent, no duplicates, and eventIds that are strictly increasing and glo
 unique.
 """
 
+import json
 import os
 import random
 import threading
 import time
+
+import pytest
 
 from protocols.smss.client import SmssError
 from protocols.smss.messages import Batch
@@ -245,3 +248,59 @@ def test_torn_tail_is_truncated_at_restart(server_factory):
         c.publish("torn", [b"after"])
     got = read_topic(server, "torn", after=21, count=1)
     assert [(m.event_id, m.body) for m in got] == [(22, b"after")]
+
+
+def test_crash_right_after_delete_keeps_topics_older_than_the_retained_log(server_factory):
+    """A crash after a DELETE but before the next checkpoint restarts from the checkpoint,
+    not from a full rebuild, so topics whose CREATE records retention already removed
+    from the commit log survive the restart."""
+    server = server_factory(config={
+        "store": {"maxLogSize": SEGMENT, "maxMessageSize": 16384, "maxDays": 1, "clearInterval": 1},
+        "timeout": {"server": {"alive": ALIVE_MS}},
+    })
+    meta_path = os.path.join(server.data, "metadata.json")
+
+    def checkpoint():
+        try:
+            with open(meta_path, "rb") as f:
+                return json.loads(f.read())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    with connect(server) as c:
+        c.create("keep")  # 1
+        c.create("gone")  # 2
+        c.publish("gone", [b"g1", b"g2"])  # 3, 4
+        c.create("filler")  # 5
+        for i in range(50):
+            c.publish("filler", [b"%02d" % i + b"f" * 4000])  # 6..55
+        keep_info = c.topic_info("keep")
+        segs = segments(server)
+        assert len(segs) >= 3
+        old = time.time() - 3 * 86400
+        for name in segs[:-1]:
+            os.utime(os.path.join(server.data, "commitlog", name), (old, old))
+        wait_until(lambda: segments(server)[0] != segs[0], 10.0, "retention to drop old segments")
+        # The checkpoint taken after the last PUB still counts 2 messages in 'gone'.
+        snap = wait_until(
+            lambda: (cp := checkpoint()) and cp["nextEventId"] == 56 and cp, 10.0, "a checkpoint"
+        )
+        assert snap["queues"]["gone"] == {"0": 2}
+        with open(meta_path, "rb") as f:
+            saved = f.read()
+        c.delete("gone")  # 56
+    server.kill()
+    # The broker may have checkpointed after the DELETE; put back the one from before it,
+    # which is exactly what a crash just before that checkpoint leaves on disk.
+    with open(meta_path, "wb") as f:
+        f.write(saved)
+    server.start()
+    assert "rebuilding" not in server.current_log(), server.current_log()
+    assert_no_corruption_logged(server)
+    with connect(server) as c:
+        assert [t["name"] for t in c.list()] == ["filler", "keep"]
+        assert c.topic_info("keep") == keep_info
+        c.publish("keep", [b"k"])  # 57
+    assert [(m.event_id, m.body) for m in read_topic(server, "keep", count=1)] == [(57, b"k")]
+    with pytest.raises(SmssError):
+        read_topic(server, "gone")
