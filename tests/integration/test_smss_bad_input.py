@@ -218,10 +218,15 @@ def test_bad_topic_names_on_requests(broker, witness, target):
     assert not any(n.startswith(".") for n in names)
 
 
-def test_topic_length_over_decoder_limit_closes_connection(broker, witness):
-    """A topic length field of 65535 (or garbage 0xff bytes) gets an ERR and the
-    connection is closed; nothing else is affected."""
-    for junk in (cc.encode_request(2, b"t" * 2000, body=b"\0" * 8), b"\xff" * 4096):
+def test_lengths_over_decoder_limits_close_connection(broker, witness):
+    """A topic length over the decoder's limit (also from garbage 0xff bytes), or a SUB
+    who length over it, gets an ERR and the connection is closed; nothing else is
+    affected."""
+    for junk in (
+        cc.encode_request(2, b"t" * 2000, body=b"\0" * 8),
+        b"\xff" * 4096,
+        cc.encode_sub(b"t", 0, 1, None, b"w" * 2000),
+    ):
         with connect(broker) as a:
             try:
                 a.send_raw(junk)
