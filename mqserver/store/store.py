@@ -117,6 +117,7 @@ class MessageStore:
         self._checkpoint_running = False
         self._dirty = False
         self.last_checkpoint_offset = 0
+        self._replayed_deletes = set()  # topics a DELETE record removed during replay
         self.opened = False
 
     # -- life cycle ----------------------------------------------------------------------
@@ -308,6 +309,8 @@ class MessageStore:
 
     def _apply_admin(self, view, replaying):
         if view.flag == fmt.OP_DELETE:
+            if replaying:
+                self._replayed_deletes.add(view.topic)
             self.drop_topic(view.topic)
         self.state.apply_record(view, replaying)
 
@@ -502,18 +505,14 @@ class MessageStore:
         if snap is not None and snap.get("version") != 1:
             raise StoreError(f"unknown metadata version in {self._meta_path}")
         full = snap is None
+        behind = []
         if snap is not None:
             self.state.restore_state(snap.get("state", {}))
             for topic, qs in snap.get("queues", {}).items():
                 for qid, count in qs.items():
                     q = self.queue(topic, int(qid))
                     if q.max_offset < count and count > q.min_offset:
-                        self.log.warn(
-                            "consume queue {topic}/{qid} is behind ({have} < {want}):"
-                            " rebuilding from the commit log",
-                            topic=topic, qid=qid, have=q.max_offset, want=count,
-                        )
-                        full = True
+                        behind.append((topic, qid, q.max_offset, count))
         if not full and snap["logOffset"] > log.end:
             # The log lost its tail after the checkpoint was written (a torn or cut
             # segment): the checkpoint is ahead of the truth, so rebuild from the log.
@@ -524,6 +523,23 @@ class MessageStore:
             self.state.restore_state({})
         self.next_event_id = 1 if full else snap["nextEventId"]
         self._replay(start, full)
+        # A queue shorter than the checkpoint says is lost data, unless its topic was
+        # deleted after the checkpoint (a DELETE replayed just now): then its queue was
+        # dropped and, if re-created, restarted from 0, and the replay rebuilt it.
+        behind = [b for b in behind if b[0] not in self._replayed_deletes]
+        if not full and behind:
+            for topic, qid, have, want in behind:
+                self.log.warn(
+                    "consume queue {topic}/{qid} is behind ({have} < {want}):"
+                    " rebuilding from the commit log",
+                    topic=topic, qid=qid, have=have, want=want,
+                )
+            self.state.restore_state({})
+            self.next_event_id = 1
+            start = log.min_offset
+            # The second pass drops the same topics again under the same trash names.
+            shutil.rmtree(os.path.join(self._cq_root, ".trash"), ignore_errors=True)
+            self._replay(start, True)
         # Entries that point past the end of the log (a power loss can leave consume
         # queues ahead of the log) are dropped.
         for q in list(self._queues.values()):

@@ -120,9 +120,11 @@ class SmssServerProtocol(Protocol):
             # Nothing ahead of it: write at once (the common case).
             self.transport.write(result)
             return
+        self._answers.append(result)
         if isinstance(result, defer.Deferred):
             result.addErrback(self._failure_to_err)
-        self._answers.append(result)
+            # Exactly one flush per answer, when it is ready (at once if it already is).
+            result.addBoth(self._flush_answers)
         self._flush_answers()
         if len(self._answers) > MAX_PIPELINE and not self._paused:
             self._paused = True
@@ -139,7 +141,9 @@ class SmssServerProtocol(Protocol):
             head = self._answers[0]
             if isinstance(head, defer.Deferred):
                 if not head.called:
-                    head.addBoth(self._flush_answers)
+                    # Its own callback (added in _answer) flushes again when it fires.
+                    # Adding one here on every call piled up a callback per later
+                    # answer on each pending head: quadratic work for pipelined PUBs.
                     return _
                 head = head.result
                 if isinstance(head, defer.Deferred):

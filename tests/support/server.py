@@ -44,6 +44,8 @@ class ServerProcess:
         with open(cfg_path, "w") as f:
             yaml.safe_dump(cfg, f)
         env = dict(os.environ, PYTHONPATH=ROOT)
+        if getattr(self, "_log", None):
+            self._log.close()  # a restart of the same object: one handle per run
         self._log = open(self.log_path, "ab")
         self._log_start = os.path.getsize(self.log_path)
         self.proc = subprocess.Popen(
@@ -69,6 +71,10 @@ class ServerProcess:
 
     def _current_run_log(self):
         return self.read_log()[self._log_start :]
+
+    def current_log(self):
+        """Return what the process logged since its last start()."""
+        return self._current_run_log()
 
     def read_log(self):
         """Return everything the process logged (all runs)."""
@@ -100,3 +106,4 @@ class ServerProcess:
         self.kill()
         if getattr(self, "_log", None):
             self._log.close()
+            self._log = None

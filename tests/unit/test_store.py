@@ -118,6 +118,74 @@ def test_find_event(tmp_path):
     assert s.find_event("t", 0, 100) == (20, False)
 
 
+class LazyRunner:
+    """Like the broker's ThreadRunner during recovery: calls queue up until start()."""
+
+    def __init__(self):
+        from mqserver.store.flush import SyncRunner
+
+        self._sync = SyncRunner()
+        self._queued = []
+        self._started = False
+
+    def start(self):
+        self._started = True
+        for f, args in self._queued:
+            f(*args)
+        self._queued = []
+
+    def stop(self):
+        pass
+
+    def run(self, f, *args):
+        from twisted.internet import defer
+
+        if self._started:
+            return self._sync.run(f, *args)
+        self._queued.append((f, args))
+        return defer.Deferred()
+
+
+def crash_after_checkpoint_then_delete(path):
+    """Write x (2 messages) and y (3), checkpoint, DELETE x, and 'crash' (no final
+    checkpoint). Returns the checkpoint's log offset."""
+    s = open_store(path)
+    result_of(s.put_messages("x", 0, [Message(body=b"x1"), Message(body=b"x2")]))
+    result_of(s.put_messages("y", 0, [Message(body=b"y%d" % i) for i in range(3)]))
+    result_of(s.checkpoint())
+    offset = s.last_checkpoint_offset
+    result_of(s.put_admin(fmt.OP_DELETE, "x", b""))
+    s.commitlog.close()
+    s._fds.close()
+    return offset
+
+
+def test_delete_after_checkpoint_does_not_force_a_full_rebuild(tmp_path):
+    """A queue emptied by a DELETE replayed after the checkpoint is not 'behind': the
+    store restarts from the checkpoint instead of rebuilding from the start of the log."""
+    offset = crash_after_checkpoint_then_delete(tmp_path)
+    assert offset > 0
+    s2 = open_store(tmp_path, runner=LazyRunner())
+    assert s2.last_checkpoint_offset == offset
+    assert read_all(s2, "x") == []
+    assert [bytes(v.body) for v in read_all(s2, "y")] == [b"y0", b"y1", b"y2"]
+    assert s2.next_event_id == 7
+
+
+def test_queue_really_behind_still_rebuilds_with_a_delete_replayed_twice(tmp_path):
+    """A queue that lost entries is rebuilt from the whole log even when a DELETE after
+    the checkpoint was already replayed once (its trash directory is reused)."""
+    import shutil
+
+    crash_after_checkpoint_then_delete(tmp_path)
+    shutil.rmtree(tmp_path / "consumequeue" / "y")
+    s2 = open_store(tmp_path, runner=LazyRunner())
+    assert s2.last_checkpoint_offset == 0
+    assert read_all(s2, "x") == []
+    assert [bytes(v.body) for v in read_all(s2, "y")] == [b"y0", b"y1", b"y2"]
+    assert s2.next_event_id == 7
+
+
 class ManualRunner:
     """A disk runner whose calls wait until the test lets them run."""
 
