@@ -116,6 +116,12 @@ class Broker:
         """Return the extension registered as C{name}, or None."""
         return self._extensions.get(name)
 
+    def begin_full_replay(self):
+        """The whole retained log is about to be replayed over the restored state: delayed
+        messages already in the log are counted again from zero."""
+        for d in self.delays.pending.values():
+            d.applied = 0
+
     def register_extension(self, name, obj):
         """Keep C{obj}'s state (C{snapshot_state()}/C{restore_state(data)}) in the
         checkpoint under C{name}. State of extensions not registered in this run is kept."""

@@ -130,6 +130,9 @@ class ConsumeQueue:
             if start not in self.files:
                 self.files.append(start)
                 self.files.sort()
+                # A queue rebuilt from a log whose oldest segments retention removed
+                # starts at a later file: nothing below it exists.
+                self.min_offset = max(self.min_offset, self.files[0] // CQ_ENTRY_SIZE)
             path = self._path(start)
             os.pwrite(self._fds.get(path, create=True), data[:n], pos - start)
             self._fds.dirty.add(path)

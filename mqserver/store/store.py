@@ -72,6 +72,9 @@ class NullState:
     def restore_state(self, state):
         pass
 
+    def begin_full_replay(self):
+        pass
+
 
 class MessageStore:
     """The storage engine. Runs on the reactor thread; fsync runs on the runner's thread.
@@ -519,8 +522,8 @@ class MessageStore:
             self.log.warn("commit log ends before the checkpoint: rebuilding")
             full = True
         start = log.min_offset if full else snap["logOffset"]
-        if full and snap is not None:
-            self.state.restore_state({})
+        if full:
+            self._restart_state(snap)
         self.next_event_id = 1 if full else snap["nextEventId"]
         self._replay(start, full)
         # A queue shorter than the checkpoint says is lost data, unless its topic was
@@ -534,7 +537,7 @@ class MessageStore:
                     " rebuilding from the commit log",
                     topic=topic, qid=qid, have=have, want=want,
                 )
-            self.state.restore_state({})
+            self._restart_state(snap)
             self.next_event_id = 1
             start = log.min_offset
             # The second pass drops the same topics again under the same trash names.
@@ -550,6 +553,13 @@ class MessageStore:
                 q.truncate(q.max_offset - 1)
         self.last_checkpoint_offset = start
         self._dirty = True
+
+    def _restart_state(self, snap):
+        # A full replay starts from the checkpoint's state, not from nothing: records that
+        # retention already removed (the CREATE of an old topic) are only there. Replaying
+        # the retained log over it in order gives the right end state.
+        self.state.restore_state((snap or {}).get("state", {}))
+        self.state.begin_full_replay()
 
     def _replay(self, start, full):
         log = self.commitlog
