@@ -14,14 +14,14 @@ from mqserver.broker.delays import DELAY_PROPERTY
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
 
+from protocols.smss import wire
 from protocols.smss.errors import InvalidPayload
 from protocols.smss.payload import parse_record, record_spans
 
 _U32 = struct.Struct("<I")
 _SH = struct.Struct("<II")
-#: ts, eventId, nextFileId, nextPos, S, H: the start of a pushed record (spec §7.3).
-_PUSHED = struct.Struct("<qqqqII")
-_PUSHED_PREFIX = struct.Struct("<qqqq")
+_PUSHED = wire.PUSHED_RECORD_HEAD_STRUCT
+_PUSHED_PREFIX = wire.PUSHED_PREFIX_STRUCT
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
 #: Properties the broker adds for itself; smss subscribers do not see them as headers.
@@ -105,27 +105,25 @@ def payload_to_messages(payload, now_ms):
     return out
 
 
-def message_record(headers, body):
-    """Return the smss message record (S, H, headers, body) of C{headers} and C{body}."""
-    parts = []
-    for k, v in headers:
-        parts.append(_U32.pack(len(k)))
-        parts.append(k)
-        parts.append(_U32.pack(len(v)))
-        parts.append(v)
-    block = b"".join(parts)
-    return _SH.pack(len(block) + len(body), len(headers)) + block + bytes(body)
-
-
-def _headers_block(properties):
-    pairs = [(k, v) for k, v in fmt.decode_properties(properties) if k not in _HIDDEN]
+def _encode_headers(pairs):
     parts = []
     for k, v in pairs:
         parts.append(_U32.pack(len(k)))
         parts.append(k)
         parts.append(_U32.pack(len(v)))
         parts.append(v)
-    return len(pairs), b"".join(parts)
+    return b"".join(parts)
+
+
+def message_record(headers, body):
+    """Return the smss message record (S, H, headers, body) of C{headers} and C{body}."""
+    block = _encode_headers(headers)
+    return _SH.pack(len(block) + len(body), len(headers)) + block + bytes(body)
+
+
+def _headers_block(properties):
+    pairs = [(k, v) for k, v in fmt.decode_properties(properties) if k not in _HIDDEN]
+    return len(pairs), _encode_headers(pairs)
 
 
 def encode_records(records):
