@@ -5,10 +5,11 @@ hash) and 6.7 (batch body).
 """
 
 import ipaddress
-import operator
 import struct
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
+
+from mqserver.store import format as fmt
 
 from protocols.remoting.codec import RemotingProtocolError
 from protocols.remoting.wire import BATCH_MESSAGE_HEAD, BATCH_MESSAGE_HEAD_SIZE, INT16_STRUCT
@@ -52,31 +53,8 @@ def encode_properties(props: Mapping[str, str], trailing_separator: bool = False
 
 # -- Java String.hashCode ----------------------------------------------------------------
 
-_MASK32 = 0xFFFFFFFF
-_BLOCK = 256
-_POW31 = [1]  # _POW31[i] = 31**i mod 2**32
-for _ in range(_BLOCK):
-    _POW31.append(_POW31[-1] * 31 & _MASK32)
-_POW31_DESC = _POW31[_BLOCK - 1::-1]  # 31**(BLOCK-1) ... 31**0
-
-
-def java_string_hash(text: str) -> int:
-    """Return Java's ``String.hashCode()`` of ``text`` as a signed 32-bit int.
-
-    Java hashes UTF-16 code units, so a non-BMP character counts as two
-    (its surrogate pair).  Lone surrogates are hashed as the single unit they are.
-    """
-    if not text:
-        return 0
-    data = text.encode("utf-16-be", "surrogatepass")
-    units = struct.unpack(f">{len(data) // 2}H", data)
-    h = 0
-    # sum(unit_i * 31**(n-1-i)) mod 2**32, evaluated block-wise in C instead of per unit
-    for start in range(0, len(units), _BLOCK):
-        chunk = units[start:start + _BLOCK]
-        size = len(chunk)
-        h = (h * _POW31[size] + sum(map(operator.mul, chunk, _POW31_DESC[_BLOCK - size:]))) & _MASK32
-    return h - 0x100000000 if h & 0x80000000 else h
+# One definition of Java's String.hashCode, shared with the store's consume queues.
+java_string_hash = fmt.java_string_hash
 
 
 def tag_hash_code(tag: str | None) -> int:
