@@ -45,7 +45,7 @@ def make_message(a, i):
     m.set_keys(a.keys.replace("{i}", str(i)) if a.keys else f"k{i}")
     body = (a.body.replace("{i}", str(i)) if a.body else f"msg-{i}").encode()
     if a.body_size:
-        body = (body + b"-" + bytes(range(256)) * (a.body_size // 256 + 1))[: a.body_size]
+        body = (body + b"-" + bytes(range(32, 127)) * (a.body_size // 95 + 1))[: a.body_size]
     m.set_body(body)
     if a.delay:
         m.set_delay_time_level(a.delay)
