@@ -423,3 +423,31 @@ DELAY_PREFIX = struct.Struct(">q")  # trigger time, ms; the message list follows
 def segment_name(start_offset):
     """Return the file name of the segment (or consume-queue file) starting at C{start_offset}."""
     return f"{start_offset:020d}"
+
+
+# -- index files (seed 000 §1.5: RocketMQ's IndexFile) ---------------------------------
+#
+# Header (40 bytes): BeginTimestamp i64, EndTimestamp i64, BeginPhyOffset i64,
+# EndPhyOffset i64, HashSlotCount i32, IndexCount i32. Then the slot table (i32 per slot:
+# the number of the newest entry whose key hashes there, 0 = empty), then the entries
+# (20 bytes each): KeyHash i32, PhyOffset i64, TimeDiff i32 (seconds since
+# BeginTimestamp), NextIndexOffset i32 (the previous entry of the same slot, 0 = end).
+# Entry numbers start at 1. The indexed key is ``topic#key``; KeyHash is the absolute
+# value of its Java String.hashCode (0 for Integer.MIN_VALUE).
+
+INDEX_HEADER = struct.Struct(">qqqqii")
+INDEX_HEADER_SIZE = INDEX_HEADER.size  # 40
+INDEX_SLOT = struct.Struct(">i")
+INDEX_ENTRY = struct.Struct(">iqii")
+INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 20
+
+
+def index_key_hash(topic, key):
+    """Return the IndexFile KeyHash of C{key} in C{topic}."""
+    h = java_string_hash(f"{topic}#{key}")
+    return 0 if h == -(1 << 31) else abs(h)
+
+
+def index_file_size(slots, entries):
+    """Return the size of an index file with C{slots} slots and room for C{entries}."""
+    return INDEX_HEADER_SIZE + slots * INDEX_SLOT.size + entries * INDEX_ENTRY_SIZE

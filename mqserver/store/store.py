@@ -108,6 +108,7 @@ class MessageStore:
         self._clock = clock
         self.state = NullState()
         self._arrival_listeners = []
+        self._dispatch_listeners = []
         self._queues = {}
         self._pending_visible = []  # (end offset, topic, queue id) waiting for fsync
         self._checkpoint_running = False
@@ -273,6 +274,9 @@ class MessageStore:
                 for o, s, m in zip(result.log_offsets, result.sizes, messages)
             )
             q.write(result.queue_offsets[0], entries)
+            for cb in self._dispatch_listeners:
+                for off, m in zip(result.log_offsets, messages):
+                    cb(off, topic, m.properties, now)
         else:
             for _, rec in views:
                 self._apply_admin(fmt.RecordView(rec), False)
@@ -310,6 +314,12 @@ class MessageStore:
     def add_arrival_listener(self, callback):
         """Call C{callback(topic, queue_id)} whenever new messages become readable."""
         self._arrival_listeners.append(callback)
+
+    def add_dispatch_listener(self, callback):
+        """Call C{callback(offset, topic, properties, store_ts)} for every message record,
+        as it is written and as it is replayed at start-up (so derived indexes such as
+        L{mqserver.store.index} can be rebuilt; they must skip records they already hold)."""
+        self._dispatch_listeners.append(callback)
 
     def _notify(self, topic, queue_id):
         for cb in self._arrival_listeners:
@@ -525,6 +535,8 @@ class MessageStore:
         q = self.queue(view.topic, view.queue_id)
         entry = fmt.CQ_ENTRY.pack(view.offset, view.size, fmt.tag_hash_of(view.properties))
         q.write(view.queue_offset, entry)
+        for cb in self._dispatch_listeners:
+            cb(view.offset, view.topic, view.properties, view.store_ts)
         self.state.apply_record(view, True)
 
 

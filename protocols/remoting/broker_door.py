@@ -16,6 +16,7 @@ from twisted.logger import Logger
 from mqserver.config import parse_delay_levels
 from mqserver.store import format as fmt
 from mqserver.store.flush import read_json, write_json_atomic
+from mqserver.store.index import IndexService
 
 from protocols.remoting import codes
 from protocols.remoting.broker_protocol import BrokerProtocol
@@ -83,7 +84,8 @@ class BrokerDoor(Factory):
         self.data_version = {"counter": 0, "timestamp": broker.now_ms()}
         self._topic_fingerprint = None
         self._loops = []
-        self.index = None
+        self.index = IndexService(os.path.join(self.store.path, "index"))
+        self.store.add_dispatch_listener(self.index.dispatch)
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -120,6 +122,7 @@ class BrokerDoor(Factory):
         self._loops = []
         self.polls.stop()
         self.registrar.unregister()
+        self.index.close()
         try:
             self._check_topics(sync=True)
             self._save_groups(sync=True)
@@ -282,8 +285,6 @@ class BrokerDoor(Factory):
     def query_by_key(self, topic, key, max_num, begin, end):
         """Return (body, last index ts, last index offset) of messages of C{topic} with
         key C{key} stored in [begin, end]."""
-        if self.index is None:
-            return b"", 0, 0
         offsets = self.index.lookup(topic, key, max_num, begin, end)
         parts = []
         for off in offsets:
