@@ -75,3 +75,49 @@ def messages(lines):
 
 def sends(lines):
     return [x for x in lines if "status" in x]
+
+
+class NamesrvProcess:
+    """A standalone ``twistd -n mqnamesrv`` on an ephemeral port."""
+
+    def __init__(self, log_path):
+        self.log_path = str(log_path)
+        self.proc = None
+        self.port = None
+
+    def start(self, timeout=20.0):
+        import re
+
+        self._log = open(self.log_path, "ab")
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=", "-l", "-",
+             "mqnamesrv", "--listen", "tcp:0:interface=127.0.0.1"],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = open(self.log_path, "rb").read().decode("latin-1")
+            m = re.search(r"NamesrvFactory starting on (\d+)", text)
+            if m:
+                self.port = int(m.group(1))
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.close()
+        raise RuntimeError("mqnamesrv did not start:\n" + open(self.log_path, "rb").read().decode("latin-1"))
+
+    @property
+    def addr(self):
+        return f"127.0.0.1:{self.port}"
+
+    def close(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if getattr(self, "_log", None):
+            self._log.close()

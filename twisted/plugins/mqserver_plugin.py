@@ -15,3 +15,10 @@ mqserver = ServiceMaker(
 smss = FrontDoor("smss", "protocols.smss.factory", "tcp:12301:interface=127.0.0.1", order=10)
 namesrv = FrontDoor("namesrv", "protocols.remoting.namesrv_factory_module", "tcp:9876:interface=127.0.0.1", order=20)
 rocketmq_broker = FrontDoor("broker", "protocols.remoting.broker_door", "tcp:10911:interface=127.0.0.1", order=21)
+
+mqnamesrv = ServiceMaker(
+    "mqnamesrv",
+    "protocols.remoting.namesrv_tap",
+    "A standalone RocketMQ nameserver for mqserver brokers",
+    "mqnamesrv",
+)
