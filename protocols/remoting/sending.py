@@ -8,7 +8,7 @@ from mqserver.store import format as fmt
 from mqserver.store.store import Message
 
 from protocols.remoting import codes
-from protocols.remoting.props import decode_batch_body, make_offset_msg_id
+from protocols.remoting.props import decode_batch_body
 from protocols.remoting.server import BadRequest
 from protocols.remoting.topicview import DLQ_PREFIX, RETRY_PREFIX
 
@@ -104,10 +104,11 @@ def build_messages(ext, body, born_host):
 
 
 def offset_msg_ids(store_host, offsets):
-    """Return the offset message ids of records at C{offsets}, comma-joined."""
-    ip = socket.inet_ntoa(store_host[:4])
-    port = int.from_bytes(store_host[4:8], "big")
-    return ",".join(make_offset_msg_id(ip, port, o) for o in offsets)
+    """Return the offset message ids (spec 6.2: store IP, 4-byte port, 8-byte commit-log
+    offset, uppercase hex) of records at C{offsets}, comma-joined.
+
+    C{store_host} is the 8-byte STOREHOST field, which is already IP + port."""
+    return ",".join((store_host + o.to_bytes(8, "big")).hex().upper() for o in offsets)
 
 
 _DROP_ON_RETRY = {b"MQ_DELAY_ID", b"DELAY"}
