@@ -157,6 +157,10 @@ class MessageStore:
             q = self._queues[key] = ConsumeQueue(directory, self.cq_entries, self._fds)
         return q
 
+    def find_queue(self, topic, queue_id):
+        """Return the open L{ConsumeQueue} of (topic, queue id), or None (never creates one)."""
+        return self._queues.get((topic, queue_id))
+
     def queues_of(self, topic):
         """Return the open queue ids of C{topic} that have a directory on disk."""
         d = os.path.join(self._cq_root, topic)

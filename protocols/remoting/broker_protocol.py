@@ -262,14 +262,14 @@ class BrokerProtocol(RemotingProtocol):
     # -- offsets -------------------------------------------------------------------
 
     def _queue(self, cmd):
-        return self.store._queues.get((field(cmd, "topic", ""), int_field(cmd, "queueId")))
+        return self.store.find_queue(field(cmd, "topic", ""), int_field(cmd, "queueId"))
 
     def query_offset(self, cmd):
         topic, group, qid = field(cmd, "topic", ""), field(cmd, "consumerGroup", ""), int_field(cmd, "queueId")
         off = self.broker.offsets.query(topic, group, qid)
         if off is not None:
             return ok(cmd, {"offset": off})
-        q = self.store._queues.get((topic, qid))
+        q = self.store.find_queue(topic, qid)
         if q is None or q.min_offset <= 0:
             # a young queue: a new group starts at its beginning (RocketMQ 4.9's rule)
             return ok(cmd, {"offset": 0})

@@ -32,7 +32,7 @@ def pull_once(store, store_host, topic, queue_id, offset, max_nums, tag_codes):
 
     @param tag_codes: set of tag hashes to keep, or None for every message.
     """
-    q = store._queues.get((topic, queue_id))
+    q = store.find_queue(topic, queue_id)
     if q is None or q.max_offset == 0:
         code = codes.PULL_OFFSET_MOVED if offset != 0 else codes.PULL_NOT_FOUND
         return PullResult(code, 0, 0, 0, remark="NO_MESSAGE_IN_QUEUE")
