@@ -27,7 +27,7 @@ from protocols.remoting.registrar import Registrar, parse_addrs
 from protocols.remoting.stats import Stats
 from protocols.remoting.topicview import (
     DLQ_PREFIX, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX, TBW102, make_attrs, topic_config,
-    valid_name, write_queues,
+    write_queues,
 )
 
 TOPIC_FILE = "topic.json"

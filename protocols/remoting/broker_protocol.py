@@ -9,10 +9,10 @@ import random
 
 from twisted.internet import defer
 
-from mqserver.errors import InvalidRequest, InvalidTopicName, NotMaster, StoreError, TopicExists, TopicNotFound
 from mqserver.store import format as fmt
 
 from protocols.remoting import codes
+from protocols.remoting.broker_admin import AdminHandlers, broker_error
 from protocols.remoting.consumers import parse_subscription
 from protocols.remoting.pulling import pull_once
 from protocols.remoting.sending import (
@@ -20,34 +20,15 @@ from protocols.remoting.sending import (
     retry_topic, send_header, header_int,
 )
 from protocols.remoting.server import (
-    BadRequest, RemotingProtocol, bool_field, error, field, int_field, json_body, ok,
+    BadRequest, RemotingProtocol, error, field, int_field, json_body, ok,
 )
 from protocols.remoting.tolerant_json import loads_tolerant
-from protocols.remoting.topicview import (
-    PERM_READ, PERM_WRITE, RETRY_PREFIX, DLQ_PREFIX, TBW102, make_attrs, read_queues,
-    topic_config, valid_name, write_queues,
-)
+from protocols.remoting.topicview import PERM_READ, PERM_WRITE, RETRY_PREFIX, read_queues, valid_name, write_queues
 
 _SEND_EXTRA = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 
 
-def broker_error(f, cmd, topic=None):
-    """Map a core error to a remoting error response."""
-    e = f.value
-    if isinstance(e, BadRequest):
-        return error(cmd, e.code, str(e))
-    if isinstance(e, TopicNotFound):
-        return error(cmd, codes.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-    if isinstance(e, NotMaster):
-        return error(cmd, codes.SERVICE_NOT_AVAILABLE, str(e))
-    if isinstance(e, (InvalidRequest, InvalidTopicName, TopicExists)):
-        return error(cmd, codes.SYSTEM_ERROR, str(e))
-    if isinstance(e, StoreError):
-        return error(cmd, codes.SYSTEM_ERROR, f"store error: {e}")
-    f.raiseException()
-
-
-class BrokerProtocol(RemotingProtocol):
+class BrokerProtocol(AdminHandlers, RemotingProtocol):
     """One client connection to the broker door."""
 
     handlers = {
@@ -184,11 +165,19 @@ class BrokerProtocol(RemotingProtocol):
             return error(cmd, codes.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
         if not 0 <= qid < max(read_queues(t), t.queues):
             return error(cmd, codes.SYSTEM_ERROR, f"queueId[{qid}] is illegal, topic:[{topic}]")
+        if self.door.group_config(group) is None:
+            return error(cmd, codes.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
         if sys_flag & codes.PULL_FLAG_SUBSCRIPTION:
             expr = field(cmd, "subscription", "*")
         else:
+            # Java and Go push consumers leave the subscription to their heartbeat (spec 4.3)
             sub = self.door.consumers.subscription(group, topic)
-            expr = sub[0] if sub else "*"
+            if sub is None:
+                return error(cmd, codes.SUBSCRIPTION_NOT_EXIST,
+                             f"the consumer's subscription not exist, group: {group} topic: {topic}")
+            if sub[1] < int_field(cmd, "subVersion", 0):
+                return error(cmd, codes.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            expr = sub[0]
         _, tag_codes = parse_subscription(expr)
         if sys_flag & codes.PULL_FLAG_COMMIT_OFFSET:
             commit = int_field(cmd, "commitOffset", -1)
@@ -343,58 +332,6 @@ class BrokerProtocol(RemotingProtocol):
         group, client, mqs = self._lock_body(cmd)
         self.door.consumers.unlock(group, client, [(m["topic"], int(m["queueId"])) for m in mqs])
         return ok(cmd)
-
-    # -- admin ---------------------------------------------------------------------
-
-    def create_topic(self, cmd):
-        topic = field(cmd, "topic", "")
-        if not valid_name(topic):
-            return error(cmd, codes.SYSTEM_ERROR, f"topic[{topic}] is illegal")
-        read = int_field(cmd, "readQueueNums", 16)
-        write = int_field(cmd, "writeQueueNums", 16)
-        perm = int_field(cmd, "perm", 6)
-        t = self.broker.topic(topic)
-        attrs = make_attrs(t.attrs if t else None, read, write, field(cmd, "topicFilterType", "SINGLE_TAG"),
-                           int_field(cmd, "topicSysFlag", 0), bool_field(cmd, "order"))
-        d = self.broker.update_topic(topic, queues=max(read, write), perm=perm, attrs=attrs)
-        d.addCallback(lambda _: self.door.topics_changed())
-        return d.addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd, topic))
-
-    def delete_topic(self, cmd):
-        topic = field(cmd, "topic", "")
-        d = self.broker.delete_topic(topic)
-        d.addCallback(lambda _: self.door.topics_changed())
-        return d.addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd, topic))
-
-    def all_topic_config(self, cmd):
-        return ok(cmd, body=json_body(self.door.topic_config_wrapper()))
-
-    def create_group(self, cmd):
-        try:
-            cfg = loads_tolerant(cmd.body)
-        except ValueError:
-            return error(cmd, codes.SYSTEM_ERROR, "subscription group body is not JSON")
-        if not cfg.get("groupName"):
-            return error(cmd, codes.SYSTEM_ERROR, "groupName is required")
-        self.door.set_group_config(cfg)
-        return ok(cmd)
-
-    def all_groups(self, cmd):
-        return ok(cmd, body=json_body(self.door.group_config_wrapper()))
-
-    def delete_group(self, cmd):
-        self.door.delete_group_config(field(cmd, "groupName", ""))
-        return ok(cmd)
-
-    def stats(self, cmd):
-        data = self.door.stats.view(field(cmd, "statsName", ""), field(cmd, "statsKey", ""))
-        if data is None:
-            return error(cmd, codes.SYSTEM_ERROR, "The stats <" + field(cmd, "statsName", "") + "> <"
-                         + field(cmd, "statsKey", "") + "> not exist")
-        return ok(cmd, body=json_body(data))
-
-    def runtime_info(self, cmd):
-        return ok(cmd, body=json_body({"table": self.door.runtime_info()}))
 
 
 def make_pull_response(cmd, r):

@@ -3,7 +3,6 @@ broker doors. Client code runs in subprocesses (tests/support/rmq_client.py) wit
 timeouts; one broker process serves the whole module, each test uses its own topic and
 group."""
 
-import collections
 import json
 
 import pytest

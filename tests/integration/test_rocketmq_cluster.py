@@ -51,7 +51,6 @@ def test_committed_offsets_survive_restart(tmp_path):
 
 def test_pending_delay_fires_after_restart(tmp_path):
     """A message with a 5 s delay level is still delivered when the broker restarted meanwhile."""
-    home = tmp_path / "home"
     s = rocket_server(tmp_path / "b")
     try:
         s.start()

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import statistics
-import threading
 import time
 from pathlib import Path
 
@@ -265,6 +264,27 @@ def test_heartbeat_consumer_list_notify_and_locks(srv, br):
     assert br.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "HG"}).code == codes.SYSTEM_ERROR
 
 
+def test_pull_without_subscription_flag_uses_the_heartbeat(srv, br):
+    """Java/Go pulls (sysFlag without the subscription bit) need the group's heartbeat
+    subscription: missing -> SUBSCRIPTION_NOT_EXIST, older -> SUBSCRIPTION_NOT_LATEST."""
+    assert send10(br, "HbT", props="TAGS\x01TagA\x02").code == codes.SUCCESS
+    assert send10(br, "HbT", props="TAGS\x01TagB\x02").code == codes.SUCCESS
+
+    def pull(sub_version):
+        return br.call(codes.PULL_MESSAGE, {"consumerGroup": "HbG", "topic": "HbT", "queueId": 0,
+                                            "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0, "commitOffset": -1,
+                                            "suspendTimeoutMillis": 0, "subVersion": sub_version})
+
+    assert pull(5).code == codes.SUBSCRIPTION_NOT_EXIST
+    hb = json.dumps({"clientID": "j1", "consumerDataSet": [{"groupName": "HbG", "subscriptionDataSet": [
+        {"topic": "HbT", "subString": "TagB", "subVersion": 5, "codeSet": [0]}]}]}).encode()
+    assert br.call(codes.HEART_BEAT, body=hb).code == codes.SUCCESS
+    assert pull(6).code == codes.SUBSCRIPTION_NOT_LATEST
+    r = pull(5)
+    assert r.code == codes.SUCCESS and [bytes(v.body) for v in records(r.body)] == [b"hello"]
+    assert b"TagB" in records(r.body)[0].properties
+
+
 def test_offsets_query_update_oneway(br):
     assert br.call(codes.QUERY_CONSUMER_OFFSET, {"consumerGroup": "OG", "topic": "OffT", "queueId": 0}).ext_fields == {"offset": "0"}
     # Java commits one-way (flag 2): no answer comes back
@@ -410,7 +430,8 @@ def test_golden_java_and_go_frames(srv):
             body = json.dumps({"clientID": f"{m.group(1)}-client", "consumerDataSet": [{
                 "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
                 "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": [{
-                    "topic": "TopicTest", "subString": "*", "subVersion": 1, "tagsSet": [], "codeSet": []}]}],
+                    "topic": t, "subString": "*", "subVersion": 1795270508800, "tagsSet": [], "codeSet": []}
+                    for t in ("TopicTest", f"%RETRY%{group}")]}],
                 "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}]}).encode()
         elif body_len:
             body = b"x" * body_len
