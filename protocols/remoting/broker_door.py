@@ -14,6 +14,7 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
 from mqserver.config import parse_delay_levels
+from mqserver.service import local_ipv4
 from mqserver.store import format as fmt
 from mqserver.store.flush import read_json, write_json_atomic
 from mqserver.store.index import IndexService
@@ -33,19 +34,6 @@ from protocols.remoting.topicview import (
 TOPIC_FILE = "topic.json"
 GROUP_FILE = "subscriptionGroup.json"
 TICK_S = 5.0
-
-
-def local_ipv4():
-    """Return a reachable IPv4 address of this host, falling back to 127.0.0.1."""
-    try:
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            s.connect(("10.255.255.255", 1))  # picks the outgoing interface, sends nothing
-            return s.getsockname()[0]
-        finally:
-            s.close()
-    except OSError:
-        return "127.0.0.1"
 
 
 class BrokerDoor(Factory):

@@ -5,6 +5,8 @@ listens on now, in case it moved since the record was written)."""
 
 from dataclasses import dataclass
 
+from twisted.logger import Logger
+
 from mqserver.store import format as fmt
 
 from protocols.remoting import codes
@@ -13,7 +15,7 @@ from protocols.remoting import codes
 MAX_SCAN = 16000
 #: Body bytes per pull; a pull returns at least one message even if it is larger.
 MAX_BYTES = 1 << 20
-_STORE_HOST = slice(64, 72)
+log = Logger()
 
 
 @dataclass(slots=True)
@@ -135,7 +137,15 @@ class LongPolls:
     def _finish(self, h, final):
         if h.done:
             return
-        if h.protocol.finish_pull(h, final):
+        try:
+            finished = h.protocol.finish_pull(h, final)
+        except Exception:
+            # never let one bad pull break the store's arrival notification
+            log.failure("re-running a parked pull failed")
+            finished = True
+            if not h.deferred.called:
+                h.deferred.errback()
+        if finished:
             h.done = True
             if h.call is not None and h.call.active():
                 h.call.cancel()
