@@ -80,6 +80,20 @@ def test_pending_delay_fires_after_restart(tmp_path):
         s.close()
 
 
+def wait_members(server, group, n, timeout=30.0):
+    c = RemotingClient("127.0.0.1", broker_port(server))
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = c.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+            if r.code == codes.SUCCESS and len(json.loads(r.body)["consumerIdList"]) >= n:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"group {group} never had {n} members")
+    finally:
+        c.close()
+
+
 def test_two_brokers_one_nameserver(tmp_path):
     """Two broker processes register in one standalone nameserver; producers spread over
     both; a consumer group gets every message exactly once."""
@@ -110,25 +124,31 @@ def test_two_brokers_one_nameserver(tmp_path):
                                                           "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
                                                           "topicFilterType": "SINGLE_TAG", "order": "false"}).code == 0
             c.close()
-        time.sleep(0.5)
-        r = produce(home, ns.addr, "ClT", "--count", 40, "--group", "ClP")
-        assert all(x["status"] == 0 for x in r)
-        per_broker = []
-        for s in brokers:
-            c = RemotingClient("127.0.0.1", broker_port(s))
-            per_broker.append(sum(int(c.call(codes.GET_MAX_OFFSET, {"topic": "ClT", "queueId": q}).ext_fields["offset"])
-                                  for q in range(4)))
-            c.close()
-        assert sum(per_broker) == 40 and all(n > 0 for n in per_broker)
-        c1 = ClientProc(home, "consume", ns.addr, "ClT", "--group", "ClG", "--instance", "c1", "--expect", 40,
-                        "--linger", 3, "--timeout", 40, timeout=60)
-        c2 = ClientProc(home, "consume", ns.addr, "ClT", "--group", "ClG", "--instance", "c2", "--expect", 40,
-                        "--linger", 3, "--timeout", 25, timeout=60)
+        # Consumers join first: with a backlog, a consumer that starts alone would take
+        # every queue before the other joins (RocketMQ rebalancing is at-least-once).
+        c1 = ClientProc(home, "consume", ns.addr, "ClT", "--group", "ClG", "--instance", "c1", "--expect", 1000,
+                        "--timeout", 30, timeout=60)
+        c2 = ClientProc(home, "consume", ns.addr, "ClT", "--group", "ClG", "--instance", "c2", "--expect", 1000,
+                        "--timeout", 30, timeout=60)
         try:
-            got = messages(c1.result()) + messages(c2.result())
+            for s in brokers:
+                wait_members(s, "ClG", 2)
+            time.sleep(3)  # NOTIFY_CONSUMER_IDS_CHANGED made both rebalance
+            r = produce(home, ns.addr, "ClT", "--count", 40, "--group", "ClP")
+            assert all(x["status"] == 0 for x in r)
+            per_broker = []
+            for s in brokers:
+                c = RemotingClient("127.0.0.1", broker_port(s))
+                per_broker.append(sum(int(c.call(codes.GET_MAX_OFFSET, {"topic": "ClT", "queueId": q})
+                                          .ext_fields["offset"]) for q in range(4)))
+                c.close()
+            assert sum(per_broker) == 40 and all(n > 0 for n in per_broker)
+            got1, got2 = messages(c1.result()), messages(c2.result())
         finally:
             c1.kill()
             c2.kill()
+        assert got1 and got2
+        got = got1 + got2
         counts = collections.Counter(m["body"] for m in got)
         assert sorted(counts) == sorted(f"msg-{i}" for i in range(40))
         assert set(counts.values()) == {1}
