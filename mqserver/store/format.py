@@ -344,14 +344,11 @@ def java_string_hash(s):
     pair); lone surrogates are hashed as the single unit they are."""
     if not s:
         return 0
-    if len(s) <= 64 and s.isascii():
-        # short ASCII (tags, keys): a plain loop beats the block evaluation below
-        h = 0
-        for b in s.encode("ascii"):
-            h = (31 * h + b) & _MASK32
-        return h - 0x100000000 if h & 0x80000000 else h
-    data = s.encode("utf-16-be", "surrogatepass")
-    units = struct.unpack(f">{len(data) // 2}H", data)
+    if s.isascii():
+        units = s.encode("ascii")  # one byte per UTF-16 unit; bytes iterate as ints
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")
+        units = struct.unpack(f">{len(data) // 2}H", data)
     h = 0
     # sum(unit_i * 31**(n-1-i)) mod 2**32, evaluated block-wise in C instead of per unit
     for start in range(0, len(units), _HASH_BLOCK):

@@ -108,3 +108,37 @@ def test_subscriptions_and_fastjson_keys():
     assert parse_subscription("*") == (None, None)
     assert parse_subscription(" TagA || TagB ") == ({"TagA", "TagB"}, {2598919, 2598920})
     assert loads_tolerant(b'{"brokerAddrs":{0:"127.0.0.1:10911"}}') == {"brokerAddrs": {"0": "127.0.0.1:10911"}}
+
+
+def test_send_header_forms_and_cpp_compressed_batch():
+    """Short V2 names map to the long ones; a deflated C++ batch is inflated and split,
+    and the compressed bit is not copied onto its messages."""
+    import zlib
+
+    from protocols.remoting.messages import RemotingCommand
+    from protocols.remoting.props import encode_batch_body
+    from protocols.remoting.sending import build_messages, send_header
+
+    ext = send_header(RemotingCommand(code=310, ext_fields={"b": "T", "e": "2", "m": "false"}))
+    assert ext["topic"] == "T" and ext["queueId"] == "2" and ext["batch"] == "false"
+    body = encode_batch_body([(0, b"a" * 3000, {"UNIQ_KEY": "U1", "TAGS": "TagA"}), (5, b"b", {"UNIQ_KEY": "U2"})],
+                             trailing_separator=True)
+    msgs = build_messages({"topic": "T", "batch": "1", "sysFlag": "1", "bornTimestamp": "7"},
+                          zlib.compress(body), b"\x7f\x00\x00\x01\x00\x00\x00\x01")
+    assert [(m.body[:1], m.flag, m.sys_flag, m.born_ts) for m in msgs] == [(b"a", 0, 0, 7), (b"b", 5, 0, 7)]
+    assert fmt.tag_hash_of(msgs[0].properties) == 2598919
+    single = build_messages({"topic": "T", "sysFlag": "1", "properties": "WAIT\x01true"}, b"zz", b"\0" * 8)
+    assert single[0].sys_flag == 1 and single[0].properties == b"WAIT\x01true\x02"
+
+
+def test_retry_copy_keeps_the_message_and_counts():
+    from protocols.remoting.sending import retry_copy
+
+    rec = fmt.pack_record(magic=fmt.MESSAGE_MAGIC, queue_id=0, flag=3, queue_offset=0, physical_offset=0,
+                          sys_flag=1, born_ts=5, born_host=bytes([1, 2, 3, 4, 0, 0, 0, 9]), store_ts=6, store_host=fmt.NO_HOST,
+                          reconsume_times=2, event_id=1, body=b"zipped", topic=b"T",
+                          properties=fmt.encode_properties([(b"UNIQ_KEY", b"U"), (b"MQ_DELAY_ID", b"4")]))
+    m = retry_copy(fmt.RecordView(rec), "OFFSETID")
+    assert (m.body, m.flag, m.sys_flag, m.reconsume_times, m.born_ts) == (b"zipped", 3, 1, 3, 5)
+    assert fmt.decode_properties(m.properties) == [(b"UNIQ_KEY", b"U"), (b"RETRY_TOPIC", b"T"),
+                                                   (b"ORIGIN_MESSAGE_ID", b"U")]
