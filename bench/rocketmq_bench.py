@@ -159,19 +159,23 @@ def send_throughput(home, ns, server_pid, producers, per_producer, topic):
             "clients_cpu_s": round(sum(r["cpu"] for r in results), 2)}
 
 
-def fill_backlog(port, topic, count, batch=100):
+def fill_backlog(port, topic, count, queues=4, batch=100):
     """Fill a backlog fast: pipelined SEND_BATCH_MESSAGE frames from a raw client."""
     from protocols.remoting import codes
     from protocols.remoting.props import encode_batch_body
     from tests.support.remoting_client import RemotingClient
 
     c = RemotingClient("127.0.0.1", port, timeout=60)
+    r = c.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
+                                              "writeQueueNums": queues, "perm": 6, "topicFilterType": "SINGLE_TAG",
+                                              "order": "false"})
+    assert r.code == 0, r.remark
     body = encode_batch_body([(0, BODY, {"UNIQ_KEY": f"B{i}"}) for i in range(batch)])
     sent = 0
     pending = 0
     q = 0
     while sent < count:
-        c.send(codes.SEND_BATCH_MESSAGE, {"a": "BenchFill", "b": topic, "c": "TBW102", "d": "4", "e": q % 4,
+        c.send(codes.SEND_BATCH_MESSAGE, {"a": "BenchFill", "b": topic, "c": "TBW102", "d": "4", "e": q % queues,
                                           "f": "0", "g": "0", "h": "0", "i": "", "j": "0", "k": "false",
                                           "m": "true"}, body)
         q += 1
@@ -187,14 +191,14 @@ def fill_backlog(port, topic, count, batch=100):
     c.close()
 
 
-def raw_pull_catch_up(port, server_pid, topic, count, window=8):
+def raw_pull_catch_up(port, server_pid, topic, count, queues=4):
     """Read the backlog with a raw remoting client (pipelined PULL_MESSAGE, 32 messages
     each, like the C++ push consumer asks): what the broker itself can serve."""
     from protocols.remoting import codes
     from tests.support.remoting_client import RemotingClient
 
     c = RemotingClient("127.0.0.1", port, timeout=60)
-    offsets = {q: 0 for q in range(4)}
+    offsets = {q: 0 for q in range(queues)}
     inflight = {}
     got = 0
     b0 = cpu_of(server_pid)
@@ -208,7 +212,7 @@ def raw_pull_catch_up(port, server_pid, topic, count, window=8):
         inflight[op] = q
 
     done = set()
-    for q in range(4):
+    for q in range(queues):
         ask(q)
     while inflight:
         r = c.recv(None, 60)
@@ -239,6 +243,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sends", type=int, default=20000, help="sync sends per run (split over producers)")
     ap.add_argument("--backlog", type=int, default=200_000)
+    ap.add_argument("--backlog-queues", type=int, default=4, help="queues of the backlog topic")
     a = ap.parse_args()
     if a.command == "worker-produce":
         return worker_produce(a)
@@ -261,18 +266,19 @@ def main():
         for n in (1, 4):
             report[f"sync_send_{n}p"] = send_throughput(home, ns, pid, n, a.sends // n, f"BenchSend{n}")
             print(json.dumps(report[f"sync_send_{n}p"]), flush=True)
-        fill_backlog(broker_port(server), "BenchBacklog", a.backlog)
+        fill_backlog(broker_port(server), "BenchBacklog", a.backlog, a.backlog_queues)
         b0 = cpu_of(pid)
         c = spawn(home, "worker-consume", "--namesrv", ns, "--topic", "BenchBacklog", "--group", "BenchCatchUp",
                   "--count", a.backlog, "--timeout", 300)
         read_json(c, 60)
         r = read_json(c, 320)
         c.wait()
-        report["catch_up"] = {"messages": r["count"], "seconds": round(r["elapsed"], 2),
+        report["catch_up"] = {"queues": a.backlog_queues, "messages": r["count"], "seconds": round(r["elapsed"], 2),
                               "msgs_per_s": round(r["count"] / max(r["elapsed"], 1e-9)),
                               "broker_cpu_s": round(cpu_of(pid) - b0, 2), "client_cpu_s": round(r["cpu"], 2)}
         print(json.dumps(report["catch_up"]), flush=True)
-        report["raw_pull_catch_up"] = raw_pull_catch_up(broker_port(server), pid, "BenchBacklog", a.backlog)
+        report["raw_pull_catch_up"] = raw_pull_catch_up(broker_port(server), pid, "BenchBacklog", a.backlog,
+                                                        a.backlog_queues)
         print(json.dumps(report["raw_pull_catch_up"]), flush=True)
         n_lat = 2000 if not a.quick else 500
         # the producer's warm-up creates the topic, so the consumer finds its route at start
