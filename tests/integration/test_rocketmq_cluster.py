@@ -159,3 +159,31 @@ def test_two_brokers_one_nameserver(tmp_path):
             finally:
                 s.close()
         ns.close()
+
+
+def test_auto_create_disabled(tmp_path):
+    """With rocketmq.autoCreateTopicEnable off there is no TBW102 and sends to unknown
+    topics get TOPIC_NOT_EXIST; created topics work."""
+    s = rocket_server(tmp_path / "b", smss=False, config={"rocketmq": {"autoCreateTopicEnable": False}})
+    try:
+        s.start()
+        ns = RemotingClient("127.0.0.1", s.ports["NamesrvFactory"])
+        br = RemotingClient("127.0.0.1", broker_port(s))
+        try:
+            assert ns.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}).code == codes.TOPIC_NOT_EXIST
+            ext = {"producerGroup": "P", "topic": "NoAuto", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+                   "queueId": 0, "sysFlag": 0, "bornTimestamp": 0, "flag": 0, "properties": ""}
+            r = br.call(codes.SEND_MESSAGE, ext, b"x")
+            assert r.code == codes.TOPIC_NOT_EXIST and r.remark == "topic[NoAuto] not exist, apply first please!"
+            assert br.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": "NoAuto", "readQueueNums": 2, "writeQueueNums": 2,
+                                                           "perm": 6, "order": "false"}).code == codes.SUCCESS
+            assert br.call(codes.SEND_MESSAGE, ext, b"x").code == codes.SUCCESS
+            time.sleep(0.3)
+            route = json.loads(ns.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoAuto"}).body)
+            assert route["queueDatas"][0]["writeQueueNums"] == 2
+        finally:
+            ns.close()
+            br.close()
+    finally:
+        s.stop()
+        s.close()
