@@ -51,7 +51,7 @@ SCHEMA = {
     "rocketmq.brokerName": (str, "broker-a", lambda v: bool(v), "a non-empty name"),
     "rocketmq.brokerClusterName": (str, "DefaultCluster", lambda v: bool(v), "a non-empty name"),
     "rocketmq.brokerId": (int, 0, lambda v: v >= 0, ">= 0 (0 is the master)"),
-    "rocketmq.brokerIP": (str, "", None, None),
+    "rocketmq.brokerIP": (str, "", lambda v: v == "" or _is_ipv4(v), "an IPv4 address (clients connect to it)"),
     "rocketmq.namesrvAddr": (str, "", None, None),
     "rocketmq.autoCreateTopicEnable": (bool, True, None, None),
     "rocketmq.autoCreateSubscriptionGroup": (bool, True, None, None),
@@ -68,6 +68,11 @@ SCHEMA = {
     "rocketmq.scanIntervalMs": (int, 10000, lambda v: v >= 100, ">= 100"),
     "rocketmq.longPollMaxMs": (int, 15000, lambda v: v >= 0, ">= 0"),
 }
+
+
+def _is_ipv4(text):
+    parts = text.split(".")
+    return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
 
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
