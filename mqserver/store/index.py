@@ -123,7 +123,17 @@ class IndexService:
         """Index the keys of the message record at C{offset} (store dispatch listener)."""
         if self.closed or offset <= self.last_offset():
             return
-        if b"KEYS\x01" not in properties and b"UNIQ_KEY\x01" not in properties:
+        has_keys = b"KEYS\x01" in properties
+        if not has_keys:
+            # the common case (only the client's UNIQ_KEY): no full properties decode
+            at = properties.find(b"UNIQ_KEY\x01")
+            if at < 0 or (at and properties[at - 1] != 2):
+                return
+            at += 9
+            end = properties.find(b"\x02", at)
+            key = properties[at:] if end < 0 else properties[at:end]
+            if key:
+                self._put(offset, topic, [key], store_ts)
             return
         keys = []
         for k, v in fmt.decode_properties(properties):
@@ -131,8 +141,10 @@ class IndexService:
                 keys.extend(x for x in v.split(b" ") if x)
             elif k == b"UNIQ_KEY" and v:
                 keys.append(v)
-        if not keys:
-            return
+        if keys:
+            self._put(offset, topic, keys, store_ts)
+
+    def _put(self, offset, topic, keys, store_ts):
         f = self._current(offset)
         for key in keys:
             h = fmt.index_key_hash(topic, key.decode("utf-8", "replace"))

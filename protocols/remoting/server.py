@@ -122,15 +122,16 @@ class RemotingProtocol(Protocol):
             self.log.failure("request {code} failed", code=cmd.code)
             result = error(cmd, codes.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
         if isinstance(result, defer.Deferred):
-            result.addErrback(self._failed, cmd).addCallback(self._reply, cmd)
+            result.addCallbacks(self._reply, self._failed, callbackArgs=(cmd,), errbackArgs=(cmd,))
         else:
             self._reply(result, cmd)
 
     def _failed(self, f, cmd):
         if f.check(BadRequest):
-            return error(cmd, f.value.code, str(f.value))
+            self._reply(error(cmd, f.value.code, str(f.value)), cmd)
+            return
         self.log.failure("request {code} failed", f, code=cmd.code)
-        return error(cmd, codes.SYSTEM_ERROR, f.getErrorMessage())
+        self._reply(error(cmd, codes.SYSTEM_ERROR, f.getErrorMessage()), cmd)
 
     def _reply(self, response, cmd):
         if response is None or cmd.is_oneway() or self.closed:

@@ -73,16 +73,20 @@ def test_index_service_finds_keys_and_survives_reopen(tmp_path):
     for i in range(6):
         idx.dispatch(1000 + i * 100, "T", props(f"k{i} all".encode(), f"U{i}".encode()), 1_700_000_000_000 + i)
     idx.dispatch(1000, "T", props(b"dup", b"dup"), 0)  # replayed: below the last offset, skipped
+    idx.dispatch(1600, "T", fmt.encode_properties([(b"TAGS", b"A"), (b"UNIQ_KEY", b"U6")]), 1_700_000_000_006)
+    idx.dispatch(1700, "T", fmt.encode_properties([(b"XUNIQ_KEY", b"U7")]), 1_700_000_000_007)
     assert len(idx.files) >= 2
     assert idx.lookup("T", "k3", 32, 0, 2**62) == [1300]
     assert sorted(idx.lookup("T", "all", 32, 0, 2**62)) == [1000 + i * 100 for i in range(6)]
     assert idx.lookup("T", "U5", 32, 0, 2**62) == [1500]
+    assert idx.lookup("T", "U6", 32, 0, 2**62) == [1600]  # UNIQ_KEY only: the fast path
+    assert idx.lookup("T", "U7", 32, 0, 2**62) == []
     assert idx.lookup("Other", "k3", 32, 0, 2**62) == []
     assert idx.lookup("T", "dup", 32, 0, 2**62) == []
     idx.close()
     again = IndexService(d, slots=16, max_entries=5)
     assert again.lookup("T", "k1", 32, 0, 2**62) == [1100]
-    assert again.last_offset() == 1500
+    assert again.last_offset() == 1600
     header = fmt.INDEX_HEADER.unpack_from(open(os.path.join(d, sorted(os.listdir(d))[0]), "rb").read(40))
     assert header[2] == 1000 and header[4] == 16  # BeginPhyOffset, HashSlotCount
     again.close()
