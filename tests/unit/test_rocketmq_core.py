@@ -146,3 +146,27 @@ def test_retry_copy_keeps_the_message_and_counts():
     assert (m.body, m.flag, m.sys_flag, m.reconsume_times, m.born_ts) == (b"zipped", 3, 1, 3, 5)
     assert fmt.decode_properties(m.properties) == [(b"UNIQ_KEY", b"U"), (b"RETRY_TOPIC", b"T"),
                                                    (b"ORIGIN_MESSAGE_ID", b"U")]
+
+
+def test_register_body_plain_and_compressed():
+    """RegisterBrokerBody in JSON (fastjson bare keys tolerated) and in the compressed
+    layout of spec 5.6."""
+    import struct
+    import zlib
+
+    from protocols.remoting.namesrv import decode_register_body
+
+    plain = b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"T":{"topicName":"T","readQueueNums":4,' \
+            b'"writeQueueNums":4,"perm":6}},"dataVersion":{"counter":3,"timestamp":9}},"filterServerList":[]}'
+    topics, version = decode_register_body(plain, False)
+    assert topics["T"]["readQueueNums"] == 4 and version == {"counter": 3, "timestamp": 9}
+
+    def chunk(b):
+        return struct.pack(">i", len(b)) + b
+
+    raw = chunk(b'{"counter":5,"timestamp":1}') + struct.pack(">i", 2) + chunk(b"T 4 4 6 SINGLE_TAG") \
+        + chunk(b"U 1 2 7 MULTI_TAG") + chunk(b"[]")
+    topics, version = decode_register_body(zlib.compress(raw), True)
+    assert version == {"counter": 5, "timestamp": 1}
+    assert topics["U"] == {"topicName": "U", "readQueueNums": 1, "writeQueueNums": 2, "perm": 7}
+    assert decode_register_body(b"", False) == ({}, {})
