@@ -22,33 +22,34 @@ MAX_PROPERTIES_LENGTH = 32767  # the stored/batch layouts carry a signed 16-bit 
 
 
 def decode_properties(data: str | bytes) -> dict[str, str]:
-    """Parse ``name\\x01value\\x02...`` into an ordered dict.
+    """Parse ``name\\x01value\\x02...`` into an ordered dict (the store's codec,
+    L{mqserver.store.format.decode_properties}, with str keys and values).
 
     Accepts the C++ trailing separator and Java's missing one; pieces without a
     name or a value are skipped; the first ``\\x01`` splits name from value.
     """
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        try:
-            data = str(data, "utf-8")
-        except UnicodeDecodeError as exc:
-            raise RemotingProtocolError(f"properties are not UTF-8: {exc}") from None
+    errors = "surrogatepass" if isinstance(data, str) else "strict"
+    raw = data.encode("utf-8", errors) if isinstance(data, str) else bytes(data)
     props: dict[str, str] = {}
-    for piece in data.split(PROPERTY_SEPARATOR):
-        name, _, value = piece.partition(NAME_VALUE_SEPARATOR)
-        if name and value:
-            props[name] = value
+    try:
+        for name, value in fmt.decode_properties(raw):
+            if name and value:
+                props[name.decode("utf-8", errors)] = value.decode("utf-8", errors)
+    except UnicodeDecodeError as exc:
+        raise RemotingProtocolError(f"properties are not UTF-8: {exc}") from None
     return props
 
 
 def encode_properties(props: Mapping[str, str], trailing_separator: bool = False) -> str:
-    """Build a property string; ``trailing_separator`` mimics the C++ client's final ``\\x02``."""
-    pieces = []
+    """Build a property string with the store's codec; ``trailing_separator`` mimics the
+    C++ client's final ``\\x02``."""
     for name, value in props.items():
         if NAME_VALUE_SEPARATOR in name or PROPERTY_SEPARATOR in name or PROPERTY_SEPARATOR in value:
             raise RemotingProtocolError(f"property {name!r} contains a separator character")
-        pieces.append(f"{name}{NAME_VALUE_SEPARATOR}{value}")
-    text = PROPERTY_SEPARATOR.join(pieces)
-    return text + PROPERTY_SEPARATOR if trailing_separator and pieces else text
+    pairs = ((name.encode("utf-8", "surrogatepass"), value.encode("utf-8", "surrogatepass"))
+             for name, value in props.items())
+    text = fmt.encode_properties(pairs).decode("utf-8", "surrogatepass")
+    return text if trailing_separator else text[:-1]
 
 
 # -- Java String.hashCode ----------------------------------------------------------------
