@@ -14,6 +14,7 @@ from mqserver.store import format as fmt
 from protocols.remoting import codes
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
 from protocols.remoting.consumers import parse_subscription
+from protocols.remoting.props import MAX_PROPERTIES_LENGTH
 from protocols.remoting.pulling import pull_once
 from protocols.remoting.sending import (
     build_messages, dlq_topic, host_bytes, offset_msg_ids, property_value, retry_copy,
@@ -75,6 +76,11 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
         if not valid_name(topic):
             return error(cmd, codes.MESSAGE_ILLEGAL, f"the topic[{topic}] is conflict with system reserved words or illegal")
         msgs = build_messages(ext, cmd.body, self.born_host)
+        for m in msgs:
+            if len(m.body) > self.store.max_message_size:
+                return error(cmd, codes.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {self.store.max_message_size}")
+            if len(m.properties) > MAX_PROPERTIES_LENGTH:
+                return error(cmd, codes.MESSAGE_ILLEGAL, f"the message properties length too long {len(m.properties)}")
         t = self.broker.topic(topic)
         if t is None:
             d = self.door.auto_create(topic, ext.get("defaultTopic"), header_int(ext, "defaultTopicQueueNums", 4))

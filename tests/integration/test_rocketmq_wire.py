@@ -168,6 +168,12 @@ def test_java_and_go_sends_and_batch(br):
     assert [bytes(v.body) for v in records(p.body)] == [b"b2"[:0] + b"b1"]
 
 
+def test_oversized_messages_are_illegal(br):
+    assert send10(br, "BigT", body=b"x" * (4 * 1024 * 1024 + 1)).code == codes.MESSAGE_ILLEGAL
+    assert send10(br, "BigT", props="K\x01" + "v" * 40000 + "\x02").code == codes.MESSAGE_ILLEGAL
+    assert send10(br, "BigT").code == codes.SUCCESS
+
+
 def test_pull_statuses(br):
     assert send10(br, "PullT", queue=2).code == codes.SUCCESS
 
