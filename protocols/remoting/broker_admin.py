@@ -58,8 +58,7 @@ class AdminHandlers:
             return error(cmd, codes.SYSTEM_ERROR, "subscription group body is not JSON")
         if not cfg.get("groupName"):
             return error(cmd, codes.SYSTEM_ERROR, "groupName is required")
-        self.door.set_group_config(cfg)
-        return ok(cmd)
+        return self.door.set_group_config(cfg).addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd,))
 
     def all_groups(self, cmd):
         return ok(cmd, body=json_body(self.door.group_config_wrapper()))

@@ -207,8 +207,13 @@ class BrokerDoor(Factory):
         return cfg.get("retryMaxTimes", self.max_reconsume) if cfg else self.max_reconsume
 
     def set_group_config(self, cfg):
+        """Create or update a subscription group (admin); its retry topic is created at
+        once, so consumers started afterwards find its route on their first lookup."""
         base = self.consumers.ensure_group(cfg["groupName"], self.max_reconsume)
         self.consumers.set_group_config(dict(base, **cfg))
+        if self.broker.is_master:
+            return self.ensure_topic(RETRY_PREFIX + cfg["groupName"], 1)
+        return defer.succeed(None)
 
     def delete_group_config(self, name):
         self.consumers.delete_group_config(name)
