@@ -4,7 +4,9 @@ flushes on shutdown (MultiService stops its children in reverse order)."""
 import os
 import socket
 
-from twisted.application import service, strports
+from twisted.application import service
+from twisted.application.internet import StreamServerEndpointService
+from twisted.internet import endpoints
 from twisted.application.internet import TimerService
 from twisted.logger import Logger
 
@@ -66,7 +68,7 @@ class StorageService(service.Service):
             path=self.store.path, start=self.store.commitlog.min_offset,
             end=self.store.commitlog.end, eid=self.store.next_event_id,
         )
-        timers = [TimerService(1.0, self._tick)]
+        timers = [TimerService(1.0, self._tick), TimerService(5.0, self._save_offsets)]
         if self.config["store.maxDays"] > 0:
             timers.append(TimerService(self.config["store.clearInterval"], self._clean))
         for t in timers:
@@ -80,6 +82,9 @@ class StorageService(service.Service):
             self.store.sync()
         return self.store.checkpoint()
 
+    def _save_offsets(self):
+        return self.broker.offsets.save(self.store.runner)
+
     def _clean(self):
         self.store.clean(self.config["store.maxDays"] * 86400, self.broker.min_reader_offset())
 
@@ -88,8 +93,30 @@ class StorageService(service.Service):
         for t in self._timers:
             t.stopService()
         self.broker.stop()
+        try:
+            self.broker.offsets.save()
+        except OSError as e:
+            self.log.error("saving consumer offsets failed: {e}", e=e)
         self.store.close()
         self.log.info("store closed at eventId {eid}", eid=self.store.next_event_id - 1)
+
+
+class ListenerService(StreamServerEndpointService):
+    """A listener whose factory, if it has a C{listening(port)} method, is told the
+    listening port once it is bound (so it can advertise its real address, e.g. when
+    the endpoint asks for port 0)."""
+
+    def privilegedStartService(self):
+        super().privilegedStartService()
+        notify = getattr(self.factory, "listening", None)
+        if notify is not None:
+
+            def bound(port):
+                if port is not None:  # None: the bind failed and was already logged
+                    notify(port)
+                return port
+
+            self._waitingForPort.addCallback(bound)
 
 
 class BrokerService(service.MultiService):
@@ -98,6 +125,7 @@ class BrokerService(service.MultiService):
     def __init__(self, config, reactor):
         super().__init__()
         self.config = config
+        self._reactor = reactor
         self.storage = StorageService(config, reactor)
         self.storage.setName("storage")
         self.storage.setServiceParent(self)
@@ -107,7 +135,7 @@ class BrokerService(service.MultiService):
         desc = self.config.listen.get(name)
         if desc is None:
             return None
-        svc = strports.service(desc, factory)
+        svc = ListenerService(endpoints.serverFromString(self._reactor, desc), factory)
         svc.setName(f"listen-{name}")
         svc.setServiceParent(self)
         return svc

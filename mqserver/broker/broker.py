@@ -12,6 +12,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqserver.broker.cursor import TopicCursor
+from mqserver.broker.offsets import ConsumerOffsets
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
 from mqserver.broker.topics import TopicRegistry, create_body, validate_topic_name
 from mqserver.errors import InvalidRequest, NotMaster, TopicExists, TopicNotFound
@@ -28,6 +29,7 @@ class Broker:
     @ivar registry: the L{TopicRegistry}.
     @ivar delays: the L{DelayIndex}.
     @ivar is_master: False on a replication slave, which refuses writes.
+    @ivar offsets: the L{ConsumerOffsets} of consumer groups (loaded at L{start}).
     """
 
     log = Logger()
@@ -46,13 +48,15 @@ class Broker:
         self._cursors = set()
         self._extensions = {}  # name -> object with snapshot_state/restore_state
         self._ext_state = {}
+        self.offsets = ConsumerOffsets(store.path)
         store.state = self
         store.add_arrival_listener(self._arrived)
 
     # -- life cycle ----------------------------------------------------------------------
 
     def start(self):
-        """Arm the delay and lifetime timers (after the store is open)."""
+        """Load consumer offsets, arm the delay and lifetime timers (after the store is open)."""
+        self.offsets.load()
         self._schedule_delays()
         self._schedule_life()
 
@@ -86,6 +90,7 @@ class Broker:
             self.registry.apply_delete(name)
             self._rr.pop(name, None)
             if not replaying:
+                self.offsets.drop_topic(name)
                 self._topic_deleted(name)
         elif view.flag == fmt.OP_DELAY:
             (trigger,) = fmt.DELAY_PREFIX.unpack_from(view.body, 0)

@@ -34,6 +34,7 @@ A BLANK record is only its first 8 bytes: TotalSize is the space left in the seg
 the reader moves on to the next segment.
 """
 
+import operator
 import struct
 import zlib
 
@@ -328,13 +329,33 @@ def decode_properties(data):
     return pairs
 
 
+_MASK32 = 0xFFFFFFFF
+_HASH_BLOCK = 256
+_POW31 = [1]  # _POW31[i] = 31**i mod 2**32
+for _ in range(_HASH_BLOCK):
+    _POW31.append(_POW31[-1] * 31 & _MASK32)
+_POW31_DESC = _POW31[_HASH_BLOCK - 1 :: -1]  # 31**(BLOCK-1) ... 31**0
+
+
 def java_string_hash(s):
-    """Return Java's String.hashCode of C{s} as a signed 32-bit int (UTF-16 code units)."""
+    """Return Java's String.hashCode of C{s} as a signed 32-bit int.
+
+    Java hashes UTF-16 code units, so a non-BMP character counts as two (its surrogate
+    pair); lone surrogates are hashed as the single unit they are."""
+    if not s:
+        return 0
+    if s.isascii():
+        units = s.encode("ascii")  # one byte per UTF-16 unit; bytes iterate as ints
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")
+        units = struct.unpack(f">{len(data) // 2}H", data)
     h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
+    # sum(unit_i * 31**(n-1-i)) mod 2**32, evaluated block-wise in C instead of per unit
+    for start in range(0, len(units), _HASH_BLOCK):
+        chunk = units[start : start + _HASH_BLOCK]
+        size = len(chunk)
+        h = (h * _POW31[size] + sum(map(operator.mul, chunk, _POW31_DESC[_HASH_BLOCK - size :]))) & _MASK32
+    return h - 0x100000000 if h & 0x80000000 else h
 
 
 def tag_hash_of(properties):
@@ -405,3 +426,31 @@ DELAY_PREFIX = struct.Struct(">q")  # trigger time, ms; the message list follows
 def segment_name(start_offset):
     """Return the file name of the segment (or consume-queue file) starting at C{start_offset}."""
     return f"{start_offset:020d}"
+
+
+# -- index files (seed 000 §1.5: RocketMQ's IndexFile) ---------------------------------
+#
+# Header (40 bytes): BeginTimestamp i64, EndTimestamp i64, BeginPhyOffset i64,
+# EndPhyOffset i64, HashSlotCount i32, IndexCount i32. Then the slot table (i32 per slot:
+# the number of the newest entry whose key hashes there, 0 = empty), then the entries
+# (20 bytes each): KeyHash i32, PhyOffset i64, TimeDiff i32 (seconds since
+# BeginTimestamp), NextIndexOffset i32 (the previous entry of the same slot, 0 = end).
+# Entry numbers start at 1. The indexed key is ``topic#key``; KeyHash is the absolute
+# value of its Java String.hashCode (0 for Integer.MIN_VALUE).
+
+INDEX_HEADER = struct.Struct(">qqqqii")
+INDEX_HEADER_SIZE = INDEX_HEADER.size  # 40
+INDEX_SLOT = struct.Struct(">i")
+INDEX_ENTRY = struct.Struct(">iqii")
+INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 20
+
+
+def index_key_hash(topic, key):
+    """Return the IndexFile KeyHash of C{key} in C{topic}."""
+    h = java_string_hash(f"{topic}#{key}")
+    return 0 if h == -(1 << 31) else abs(h)
+
+
+def index_file_size(slots, entries):
+    """Return the size of an index file with C{slots} slots and room for C{entries}."""
+    return INDEX_HEADER_SIZE + slots * INDEX_SLOT.size + entries * INDEX_ENTRY_SIZE

@@ -115,6 +115,7 @@ class MessageStore:
         self._topic_bytes = {}
         self._tails = set()  # consume queues holding buffered entries
         self._append_listeners = []
+        self._dispatch_listeners = []
         self._queues = {}
         self._pending_visible = []  # (end offset, topic, queue id) waiting for fsync
         self._checkpoint_running = False
@@ -165,6 +166,10 @@ class MessageStore:
                 directory, self.cq_entries, self._fds, self._tails.add
             )
         return q
+
+    def find_queue(self, topic, queue_id):
+        """Return the open L{ConsumeQueue} of (topic, queue id), or None (never creates one)."""
+        return self._queues.get((topic, queue_id))
 
     def queues_of(self, topic):
         """Return the open queue ids of C{topic} that have a directory on disk."""
@@ -304,6 +309,10 @@ class MessageStore:
         self.next_event_id = event_id
         if is_msg:
             q.write(qoffsets[0], b"".join(entries))
+            if self._dispatch_listeners:
+                for cb in self._dispatch_listeners:
+                    for off, m in zip(offsets, messages):
+                        cb(off, topic, m.properties, now)
         else:
             for off, size in zip(offsets, sizes):
                 self._apply_admin(self.read_record(off, size), False)
@@ -350,6 +359,12 @@ class MessageStore:
         """Stop calling C{callback}."""
         if callback in self._append_listeners:
             self._append_listeners.remove(callback)
+
+    def add_dispatch_listener(self, callback):
+        """Call C{callback(offset, topic, properties, store_ts)} for every message record,
+        as it is written and as it is replayed at start-up (so derived indexes such as
+        L{mqserver.store.index} can be rebuilt; they must skip records they already hold)."""
+        self._dispatch_listeners.append(callback)
 
     def _notify(self, topic, queue_id):
         # topic None: an admin record, which only log readers (replication) care about.
@@ -597,6 +612,8 @@ class MessageStore:
         q = self.queue(view.topic, view.queue_id)
         entry = fmt.CQ_ENTRY.pack(view.offset, view.size, fmt.tag_hash_of(view.properties))
         q.write(view.queue_offset, entry)
+        for cb in self._dispatch_listeners:
+            cb(view.offset, view.topic, view.properties, view.store_ts)
         self.state.apply_record(view, True)
 
 

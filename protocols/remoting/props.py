@@ -5,10 +5,11 @@ hash) and 6.7 (batch body).
 """
 
 import ipaddress
-import operator
 import struct
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
+
+from mqserver.store import format as fmt
 
 from protocols.remoting.codec import RemotingProtocolError
 from protocols.remoting.wire import BATCH_MESSAGE_HEAD, BATCH_MESSAGE_HEAD_SIZE, INT16_STRUCT
@@ -21,62 +22,40 @@ MAX_PROPERTIES_LENGTH = 32767  # the stored/batch layouts carry a signed 16-bit 
 
 
 def decode_properties(data: str | bytes) -> dict[str, str]:
-    """Parse ``name\\x01value\\x02...`` into an ordered dict.
+    """Parse ``name\\x01value\\x02...`` into an ordered dict (the store's codec,
+    L{mqserver.store.format.decode_properties}, with str keys and values).
 
     Accepts the C++ trailing separator and Java's missing one; pieces without a
     name or a value are skipped; the first ``\\x01`` splits name from value.
     """
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        try:
-            data = str(data, "utf-8")
-        except UnicodeDecodeError as exc:
-            raise RemotingProtocolError(f"properties are not UTF-8: {exc}") from None
+    errors = "surrogatepass" if isinstance(data, str) else "strict"
+    raw = data.encode("utf-8", errors) if isinstance(data, str) else bytes(data)
     props: dict[str, str] = {}
-    for piece in data.split(PROPERTY_SEPARATOR):
-        name, _, value = piece.partition(NAME_VALUE_SEPARATOR)
-        if name and value:
-            props[name] = value
+    try:
+        for name, value in fmt.decode_properties(raw):
+            if name and value:
+                props[name.decode("utf-8", errors)] = value.decode("utf-8", errors)
+    except UnicodeDecodeError as exc:
+        raise RemotingProtocolError(f"properties are not UTF-8: {exc}") from None
     return props
 
 
 def encode_properties(props: Mapping[str, str], trailing_separator: bool = False) -> str:
-    """Build a property string; ``trailing_separator`` mimics the C++ client's final ``\\x02``."""
-    pieces = []
+    """Build a property string with the store's codec; ``trailing_separator`` mimics the
+    C++ client's final ``\\x02``."""
     for name, value in props.items():
         if NAME_VALUE_SEPARATOR in name or PROPERTY_SEPARATOR in name or PROPERTY_SEPARATOR in value:
             raise RemotingProtocolError(f"property {name!r} contains a separator character")
-        pieces.append(f"{name}{NAME_VALUE_SEPARATOR}{value}")
-    text = PROPERTY_SEPARATOR.join(pieces)
-    return text + PROPERTY_SEPARATOR if trailing_separator and pieces else text
+    pairs = ((name.encode("utf-8", "surrogatepass"), value.encode("utf-8", "surrogatepass"))
+             for name, value in props.items())
+    text = fmt.encode_properties(pairs).decode("utf-8", "surrogatepass")
+    return text if trailing_separator else text[:-1]
 
 
 # -- Java String.hashCode ----------------------------------------------------------------
 
-_MASK32 = 0xFFFFFFFF
-_BLOCK = 256
-_POW31 = [1]  # _POW31[i] = 31**i mod 2**32
-for _ in range(_BLOCK):
-    _POW31.append(_POW31[-1] * 31 & _MASK32)
-_POW31_DESC = _POW31[_BLOCK - 1::-1]  # 31**(BLOCK-1) ... 31**0
-
-
-def java_string_hash(text: str) -> int:
-    """Return Java's ``String.hashCode()`` of ``text`` as a signed 32-bit int.
-
-    Java hashes UTF-16 code units, so a non-BMP character counts as two
-    (its surrogate pair).  Lone surrogates are hashed as the single unit they are.
-    """
-    if not text:
-        return 0
-    data = text.encode("utf-16-be", "surrogatepass")
-    units = struct.unpack(f">{len(data) // 2}H", data)
-    h = 0
-    # sum(unit_i * 31**(n-1-i)) mod 2**32, evaluated block-wise in C instead of per unit
-    for start in range(0, len(units), _BLOCK):
-        chunk = units[start:start + _BLOCK]
-        size = len(chunk)
-        h = (h * _POW31[size] + sum(map(operator.mul, chunk, _POW31_DESC[_BLOCK - size:]))) & _MASK32
-    return h - 0x100000000 if h & 0x80000000 else h
+# One definition of Java's String.hashCode, shared with the store's consume queues.
+java_string_hash = fmt.java_string_hash
 
 
 def tag_hash_code(tag: str | None) -> int:

@@ -15,6 +15,13 @@ from tests.support.server import ROOT
 _PORT = re.compile(r"SmssFactory starting on (\d+)")
 
 
+def other_doors_off():
+    """Turn off every front door but smss, so the test binds no fixed port."""
+    from mqserver.frontdoor import front_doors
+
+    return [a for name in front_doors() if name != "smss" for a in ("--listen", f"{name}=off")]
+
+
 def test_twistd_console_script_serves_smss_and_stops_cleanly(tmp_path):
     """``twistd -n mqserver --data DIR --listen smss=...`` serves ALIVE, CREATE, PUB and
     SUB, and on SIGTERM shuts down cleanly and leaves DIR/metadata.json behind."""
@@ -26,7 +33,7 @@ def test_twistd_console_script_serves_smss_and_stops_cleanly(tmp_path):
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(
             [twistd, "-n", "--pidfile=", "mqserver", "--data", str(data),
-             "--listen", "smss=tcp:0:interface=127.0.0.1"],
+             "--listen", "smss=tcp:0:interface=127.0.0.1", *other_doors_off()],
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
 

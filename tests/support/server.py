@@ -9,6 +9,8 @@ import time
 
 import yaml
 
+from mqserver.frontdoor import front_doors
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _STARTED = re.compile(r"(\w+) starting on (\d+)")
 
@@ -40,7 +42,10 @@ class ServerProcess:
         cfg = dict(self.config)
         cfg.setdefault("store", {})
         cfg["store"] = dict(cfg["store"], path=self.data)
-        cfg["listen"] = self.listen
+        # Front doors the test does not name stay off, so no test binds a default port.
+        listen = {name: "off" for name in front_doors()}
+        listen.update(self.listen)
+        cfg["listen"] = listen
         with open(cfg_path, "w") as f:
             yaml.safe_dump(cfg, f)
         env = dict(os.environ, PYTHONPATH=ROOT)

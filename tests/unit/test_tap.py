@@ -34,13 +34,16 @@ def test_defaults_and_service_tree(tmp_path):
     o2 = Options()
     o2.parseOptions(["--data", str(tmp_path), "--listen", "smss=tcp:0"])
     root = makeService(o2)
-    assert [s.name for s in root] == ["storage", "listen-smss"]
+    assert [s.name for s in root] == ["storage", "listen-smss", "listen-namesrv", "listen-broker"]
+    assert cfg.listen["namesrv"] == "tcp:9876:interface=127.0.0.1"
+    assert cfg.listen["broker"] == "tcp:10911:interface=127.0.0.1"
 
 
 def test_listen_off(tmp_path):
     """A front door set to off gets no listener."""
     o = Options()
-    o.parseOptions(["--data", str(tmp_path), "--listen", "smss=off"])
+    o.parseOptions(["--data", str(tmp_path), "--listen", "smss=off", "--listen", "namesrv=off",
+                    "--listen", "broker=off"])
     assert [s.name for s in makeService(o)] == ["storage"]
 
 

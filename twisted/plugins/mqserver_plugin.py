@@ -19,3 +19,12 @@ smss = FrontDoor(
     order=10,
     follower="protocols.smss.follower",
 )
+namesrv = FrontDoor("namesrv", "protocols.remoting.namesrv_door", "tcp:9876:interface=127.0.0.1", order=20)
+rocketmq_broker = FrontDoor("broker", "protocols.remoting.broker_door", "tcp:10911:interface=127.0.0.1", order=21)
+
+mqnamesrv = ServiceMaker(
+    "mqnamesrv",
+    "protocols.remoting.namesrv_tap",
+    "A standalone RocketMQ nameserver for mqserver brokers",
+    "mqnamesrv",
+)

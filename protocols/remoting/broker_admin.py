@@ -1,0 +1,78 @@
+"""Admin requests of the broker door (spec 4.11): topics, subscription groups,
+statistics, runtime info; and the mapping of core errors to remoting codes."""
+
+from mqserver.errors import InvalidRequest, InvalidTopicName, NotMaster, StoreError, TopicExists, TopicNotFound
+
+from protocols.remoting import codes
+from protocols.remoting.server import BadRequest, bool_field, error, field, int_field, json_body, ok
+from protocols.remoting.tolerant_json import loads_tolerant
+from protocols.remoting.topicview import make_attrs, valid_name
+
+
+def broker_error(f, cmd, topic=None):
+    """Map a core error to a remoting error response."""
+    e = f.value
+    if isinstance(e, BadRequest):
+        return error(cmd, e.code, str(e))
+    if isinstance(e, TopicNotFound):
+        return error(cmd, codes.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+    if isinstance(e, NotMaster):
+        return error(cmd, codes.SERVICE_NOT_AVAILABLE, str(e))
+    if isinstance(e, (InvalidRequest, InvalidTopicName, TopicExists)):
+        return error(cmd, codes.SYSTEM_ERROR, str(e))
+    if isinstance(e, StoreError):
+        return error(cmd, codes.SYSTEM_ERROR, f"store error: {e}")
+    f.raiseException()
+
+
+class AdminHandlers:
+    """Admin handlers mixed into L{protocols.remoting.broker_protocol.BrokerProtocol}."""
+
+    def create_topic(self, cmd):
+        topic = field(cmd, "topic", "")
+        if not valid_name(topic):
+            return error(cmd, codes.SYSTEM_ERROR, f"topic[{topic}] is illegal")
+        read = int_field(cmd, "readQueueNums", 16)
+        write = int_field(cmd, "writeQueueNums", 16)
+        perm = int_field(cmd, "perm", 6)
+        t = self.broker.topic(topic)
+        attrs = make_attrs(t.attrs if t else None, read, write, field(cmd, "topicFilterType", "SINGLE_TAG"),
+                           int_field(cmd, "topicSysFlag", 0), bool_field(cmd, "order"))
+        d = self.broker.update_topic(topic, queues=max(read, write), perm=perm, attrs=attrs)
+        d.addCallback(lambda _: self.door.topics_changed())
+        return d.addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd, topic))
+
+    def delete_topic(self, cmd):
+        topic = field(cmd, "topic", "")
+        d = self.broker.delete_topic(topic)
+        d.addCallback(lambda _: self.door.topics_changed())
+        return d.addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd, topic))
+
+    def all_topic_config(self, cmd):
+        return ok(cmd, body=json_body(self.door.topic_config_wrapper()))
+
+    def create_group(self, cmd):
+        try:
+            cfg = loads_tolerant(cmd.body)
+        except ValueError:
+            return error(cmd, codes.SYSTEM_ERROR, "subscription group body is not JSON")
+        if not cfg.get("groupName"):
+            return error(cmd, codes.SYSTEM_ERROR, "groupName is required")
+        return self.door.set_group_config(cfg).addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd,))
+
+    def all_groups(self, cmd):
+        return ok(cmd, body=json_body(self.door.group_config_wrapper()))
+
+    def delete_group(self, cmd):
+        self.door.delete_group_config(field(cmd, "groupName", ""))
+        return ok(cmd)
+
+    def stats(self, cmd):
+        data = self.door.stats.view(field(cmd, "statsName", ""), field(cmd, "statsKey", ""))
+        if data is None:
+            return error(cmd, codes.SYSTEM_ERROR, "The stats <" + field(cmd, "statsName", "") + "> <"
+                         + field(cmd, "statsKey", "") + "> not exist")
+        return ok(cmd, body=json_body(data))
+
+    def runtime_info(self, cmd):
+        return ok(cmd, body=json_body({"table": self.door.runtime_info()}))

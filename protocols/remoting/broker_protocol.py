@@ -1,0 +1,348 @@
+"""The broker wire protocol: one client connection (producer, consumer or admin tool).
+
+Handlers map remoting requests (spec section 4) onto the core broker, the consumer
+offsets table and the door's L{ConsumerManager}; shared state lives on the factory
+(L{protocols.remoting.broker_door.BrokerDoor}).
+"""
+
+import random
+
+from twisted.internet import defer
+
+from mqserver.store import format as fmt
+
+from protocols.remoting import codes
+from protocols.remoting.broker_admin import AdminHandlers, broker_error
+from protocols.remoting.consumers import parse_subscription
+from protocols.remoting.props import MAX_PROPERTIES_LENGTH
+from protocols.remoting.pulling import pull_once
+from protocols.remoting.sending import (
+    build_messages, dlq_topic, host_bytes, offset_msg_ids, property_value, retry_copy,
+    retry_topic, send_header, header_int,
+)
+from protocols.remoting.server import (
+    BadRequest, RemotingProtocol, error, field, int_field, json_body, ok,
+)
+from protocols.remoting.tolerant_json import loads_tolerant
+from protocols.remoting.topicview import PERM_READ, PERM_WRITE, RETRY_PREFIX, read_queues, valid_name, write_queues
+
+_SEND_EXTRA = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
+
+class BrokerProtocol(AdminHandlers, RemotingProtocol):
+    """One client connection to the broker door."""
+
+    handlers = {
+        codes.SEND_MESSAGE: "send", codes.SEND_MESSAGE_V2: "send", codes.SEND_BATCH_MESSAGE: "send",
+        codes.PULL_MESSAGE: "pull",
+        codes.QUERY_MESSAGE: "query_message", codes.VIEW_MESSAGE_BY_ID: "view_message",
+        codes.HEART_BEAT: "heartbeat", codes.UNREGISTER_CLIENT: "unregister_client",
+        codes.GET_CONSUMER_LIST_BY_GROUP: "consumer_list",
+        codes.QUERY_CONSUMER_OFFSET: "query_offset", codes.UPDATE_CONSUMER_OFFSET: "update_offset",
+        codes.GET_MAX_OFFSET: "max_offset", codes.GET_MIN_OFFSET: "min_offset",
+        codes.SEARCH_OFFSET_BY_TIMESTAMP: "search_offset",
+        codes.GET_EARLIEST_MSG_STORETIME: "earliest_time",
+        codes.CONSUMER_SEND_MSG_BACK: "send_back",
+        codes.LOCK_BATCH_MQ: "lock", codes.UNLOCK_BATCH_MQ: "unlock",
+        codes.UPDATE_AND_CREATE_TOPIC: "create_topic", codes.DELETE_TOPIC_IN_BROKER: "delete_topic",
+        codes.GET_ALL_TOPIC_CONFIG: "all_topic_config",
+        codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "create_group",
+        codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "all_groups",
+        codes.DELETE_SUBSCRIPTIONGROUP: "delete_group",
+        codes.VIEW_BROKER_STATS_DATA: "stats",
+        codes.GET_BROKER_RUNTIME_INFO: "runtime_info",
+    }
+
+    def __init__(self, door):
+        super().__init__()
+        self.door = door
+        self.broker = door.broker
+        self.store = door.broker.store
+
+    def connectionMade(self):
+        self.born_host = host_bytes(self.transport.getPeer())
+
+    def connectionLost(self, reason):
+        super().connectionLost(reason)
+        self.door.connection_lost(self)
+
+    # -- sending -------------------------------------------------------------------
+
+    def send(self, cmd):
+        ext = send_header(cmd)
+        if cmd.code == codes.SEND_BATCH_MESSAGE:
+            ext = dict(ext, batch="true")
+        topic = ext.get("topic") or ""
+        if not valid_name(topic):
+            return error(cmd, codes.MESSAGE_ILLEGAL, f"the topic[{topic}] is conflict with system reserved words or illegal")
+        msgs = build_messages(ext, cmd.body, self.born_host)
+        for m in msgs:
+            if len(m.body) > self.store.max_message_size:
+                return error(cmd, codes.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {self.store.max_message_size}")
+            if len(m.properties) > MAX_PROPERTIES_LENGTH:
+                return error(cmd, codes.MESSAGE_ILLEGAL, f"the message properties length too long {len(m.properties)}")
+        t = self.broker.topic(topic)
+        if t is None:
+            d = self.door.auto_create(topic, ext.get("defaultTopic"), header_int(ext, "defaultTopicQueueNums", 4))
+            if d is None:
+                return error(cmd, codes.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+            return d.addCallback(lambda t: self._send_to(cmd, ext, t, msgs)).addErrback(broker_error, cmd, topic)
+        return self._send_to(cmd, ext, t, msgs)
+
+    def _send_to(self, cmd, ext, t, msgs):
+        if not t.perm & PERM_WRITE:
+            return error(cmd, codes.NO_PERMISSION, f"the topic[{t.name}] sending message is forbidden")
+        qid = header_int(ext, "queueId", -1)
+        nq = write_queues(t)
+        if qid >= nq:
+            return error(cmd, codes.SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic write queue num {nq}")
+        qid = random.randrange(nq) if qid < 0 else qid
+        topic = t.name
+        if topic.startswith(RETRY_PREFIX) and len(msgs) == 1:
+            group = topic[len(RETRY_PREFIX):]
+            max_times = header_int(ext, "maxReconsumeTimes", 0) or self.door.retry_max_times(group)
+            if msgs[0].reconsume_times >= max_times:
+                return self.door.ensure_topic(dlq_topic(group), 1).addCallback(
+                    lambda t2: self._publish(cmd, t2.name, 0, msgs)).addErrback(broker_error, cmd, topic)
+        if len(msgs) == 1:
+            level = property_value(msgs[0].properties, b"DELAY")
+            if level is not None and level.isdigit() and int(level) > 0:
+                return self._delay(cmd, topic, qid, msgs, int(level))
+        return self._publish(cmd, topic, qid, msgs)
+
+    def _publish(self, cmd, topic, qid, msgs):
+        d = self.broker.publish(topic, msgs, qid)
+        self.door.stats.put(topic, len(msgs), sum(len(m.body) for m in msgs))
+
+        def done(r):
+            ids = offset_msg_ids(self.store.store_host, r.log_offsets)
+            return ok(cmd, dict(_SEND_EXTRA, msgId=ids, queueId=r.queue_id, queueOffset=r.queue_offsets[0]))
+
+        return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
+
+    def _delay(self, cmd, topic, qid, msgs, level):
+        delay_ms = self.door.delay_ms(level)
+        start = self.store.commitlog.end
+        d = self.broker.delay(topic, delay_ms, msgs)
+        self.door.stats.put(topic, 1, len(msgs[0].body))
+
+        def done(_):
+            ids = offset_msg_ids(self.store.store_host, [start])
+            return ok(cmd, dict(_SEND_EXTRA, msgId=ids, queueId=qid, queueOffset=0))
+
+        return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
+
+    def send_back(self, cmd):
+        group = field(cmd, "group", "")
+        offset = int_field(cmd, "offset")
+        delay_level = int_field(cmd, "delayLevel", 0)
+        cfg = self.door.group_config(group)
+        if cfg is None:
+            return error(cmd, codes.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] not exist")
+        view = self.door.record_at(offset)
+        if view is None:
+            return error(cmd, codes.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        max_times = cfg.get("retryMaxTimes", 16)
+        if cmd.version >= codes.VERSION_V3_4_9 and field(cmd, "maxReconsumeTimes"):
+            max_times = int_field(cmd, "maxReconsumeTimes")
+        msg = retry_copy(view, offset_msg_ids(self.store.store_host, [offset]))
+        if view.reconsume_times >= max_times or delay_level < 0:
+            d = self.door.ensure_topic(dlq_topic(group), 1)
+            d.addCallback(lambda t: self.broker.publish(t.name, [msg], 0))
+        else:
+            level = delay_level if delay_level > 0 else 3 + view.reconsume_times
+            d = self.door.ensure_topic(retry_topic(group), 1)
+            d.addCallback(lambda t: self.broker.delay(t.name, self.door.delay_ms(level), [msg]))
+        return d.addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd, group))
+
+    # -- pulling -------------------------------------------------------------------
+
+    def pull(self, cmd):
+        group = field(cmd, "consumerGroup", "")
+        topic = field(cmd, "topic", "")
+        qid = int_field(cmd, "queueId")
+        offset = int_field(cmd, "queueOffset")
+        max_nums = int_field(cmd, "maxMsgNums", 32)
+        sys_flag = int_field(cmd, "sysFlag", 0)
+        t = self.broker.topic(topic)
+        if t is None:
+            return error(cmd, codes.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not t.perm & PERM_READ:
+            return error(cmd, codes.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        if not 0 <= qid < max(read_queues(t), t.queues):
+            return error(cmd, codes.SYSTEM_ERROR, f"queueId[{qid}] is illegal, topic:[{topic}]")
+        if self.door.group_config(group) is None:
+            return error(cmd, codes.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
+        if sys_flag & codes.PULL_FLAG_SUBSCRIPTION:
+            expr = field(cmd, "subscription", "*")
+        else:
+            # Java and Go push consumers leave the subscription to their heartbeat (spec 4.3)
+            sub = self.door.consumers.subscription(group, topic)
+            if sub is None:
+                return error(cmd, codes.SUBSCRIPTION_NOT_EXIST,
+                             f"the consumer's subscription not exist, group: {group} topic: {topic}")
+            if sub[1] < int_field(cmd, "subVersion", 0):
+                return error(cmd, codes.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            expr = sub[0]
+        _, tag_codes = parse_subscription(expr)
+        if sys_flag & codes.PULL_FLAG_COMMIT_OFFSET:
+            commit = int_field(cmd, "commitOffset", -1)
+            if commit >= 0 and self.broker.is_master:
+                self.broker.offsets.commit(topic, group, qid, commit)
+        args = (topic, qid, offset, max_nums, tag_codes, group)
+        result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
+        if result.code == codes.PULL_NOT_FOUND and sys_flag & codes.PULL_FLAG_SUSPEND:
+            hold_ms = min(int_field(cmd, "suspendTimeoutMillis", 15000), self.door.long_poll_max_ms)
+            if hold_ms > 0:
+                h = self.door.polls.park(self, cmd, args, hold_ms)
+                h.deferred = defer.Deferred()
+                return h.deferred
+        return self._pull_response(cmd, result, group, topic)
+
+    def finish_pull(self, hold, final):
+        """Re-run a parked pull; answer it and return True when it is done."""
+        topic, qid, offset, max_nums, tag_codes, group = hold.args
+        result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
+        if result.code == codes.PULL_NOT_FOUND and not final:
+            return False
+        hold.deferred.callback(self._pull_response(hold.cmd, result, group, topic))
+        return True
+
+    def _pull_response(self, cmd, r, group, topic):
+        if r.count:
+            self.door.stats.get(group, topic, r.count, len(r.body))
+        return make_pull_response(cmd, r)
+
+    # -- queries -------------------------------------------------------------------
+
+    def view_message(self, cmd):
+        offset = int_field(cmd, "offset")
+        data = self.door.raw_record_at(offset)
+        if data is None:
+            return error(cmd, codes.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        return ok(cmd, body=data)
+
+    def query_message(self, cmd):
+        topic = field(cmd, "topic", "")
+        key = field(cmd, "key", "")
+        max_num = int_field(cmd, "maxNum", 32)
+        begin = int_field(cmd, "beginTimestamp", 0)
+        end = int_field(cmd, "endTimestamp", 2**63 - 1)
+        body, last_ts, last_off = self.door.query_by_key(topic, key, max_num, begin, end)
+        if not body:
+            return error(cmd, codes.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
+        return ok(cmd, {"indexLastUpdateTimestamp": last_ts, "indexLastUpdatePhyoffset": last_off}, body=body)
+
+    # -- clients -------------------------------------------------------------------
+
+    def heartbeat(self, cmd):
+        try:
+            data = loads_tolerant(cmd.body) if cmd.body else {}
+        except ValueError:
+            return error(cmd, codes.SYSTEM_ERROR, "heartbeat body is not JSON")
+        return self.door.heartbeat(self, data).addCallback(lambda _: ok(cmd))
+
+    def unregister_client(self, cmd):
+        self.door.unregister_client(
+            field(cmd, "clientID", ""), field(cmd, "producerGroup", ""), field(cmd, "consumerGroup", ""))
+        return ok(cmd)
+
+    def consumer_list(self, cmd):
+        group = field(cmd, "consumerGroup", "")
+        ids = self.door.consumers.client_ids(group)
+        if not ids:
+            return error(cmd, codes.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return ok(cmd, body=json_body({"consumerIdList": ids}))
+
+    # -- offsets -------------------------------------------------------------------
+
+    def _queue(self, cmd):
+        return self.store.find_queue(field(cmd, "topic", ""), int_field(cmd, "queueId"))
+
+    def query_offset(self, cmd):
+        topic, group, qid = field(cmd, "topic", ""), field(cmd, "consumerGroup", ""), int_field(cmd, "queueId")
+        off = self.broker.offsets.query(topic, group, qid)
+        if off is not None:
+            return ok(cmd, {"offset": off})
+        q = self.store.find_queue(topic, qid)
+        if q is None or q.min_offset <= 0:
+            # a young queue: a new group starts at its beginning (RocketMQ 4.9's rule)
+            return ok(cmd, {"offset": 0})
+        return error(cmd, codes.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    def update_offset(self, cmd):
+        off = int_field(cmd, "commitOffset")
+        if off >= 0:
+            self.broker.offsets.commit(field(cmd, "topic", ""), field(cmd, "consumerGroup", ""),
+                                       int_field(cmd, "queueId"), off)
+        return ok(cmd)
+
+    def max_offset(self, cmd):
+        q = self._queue(cmd)
+        return ok(cmd, {"offset": q.max_offset if q else 0})
+
+    def min_offset(self, cmd):
+        q = self._queue(cmd)
+        return ok(cmd, {"offset": q.min_offset if q else 0})
+
+    def _store_ts(self, q, i):
+        off, _, _ = q.entry(i)
+        return fmt.I64.unpack(self.store.commitlog.read(off + fmt.OFF_STORE_TS, 8))[0]
+
+    def search_offset(self, cmd):
+        q = self._queue(cmd)
+        ts = int_field(cmd, "timestamp")
+        if q is None or q.max_offset <= q.min_offset:
+            return ok(cmd, {"offset": q.max_offset if q else 0})
+        lo, hi = max(q.min_offset, self._first_live(q)), q.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._store_ts(q, mid) < ts:
+                lo = mid + 1
+            else:
+                hi = mid
+        return ok(cmd, {"offset": lo})
+
+    def _first_live(self, q):
+        lo = q.min_offset
+        while lo < q.max_offset and q.entry(lo)[0] < self.store.commitlog.min_offset:
+            lo += 1
+        return lo
+
+    def earliest_time(self, cmd):
+        q = self._queue(cmd)
+        if q is None or q.max_offset <= q.min_offset:
+            return ok(cmd, {"timestamp": 0})
+        first = self._first_live(q)
+        if first >= q.max_offset:
+            return ok(cmd, {"timestamp": 0})
+        return ok(cmd, {"timestamp": self._store_ts(q, first)})
+
+    # -- orderly consumers ---------------------------------------------------------
+
+    def _lock_body(self, cmd):
+        try:
+            data = loads_tolerant(cmd.body)
+        except ValueError:
+            raise BadRequest(codes.SYSTEM_ERROR, "lock body is not JSON") from None
+        mqs = [mq for mq in data.get("mqSet") or [] if mq.get("brokerName") in (None, self.door.broker_name)]
+        return data.get("consumerGroup", ""), data.get("clientId", ""), mqs
+
+    def lock(self, cmd):
+        group, client, mqs = self._lock_body(cmd)
+        granted = set(self.door.consumers.lock(group, client, [(m["topic"], int(m["queueId"])) for m in mqs]))
+        ok_set = [m for m in mqs if (m["topic"], int(m["queueId"])) in granted]
+        return ok(cmd, body=json_body({"lockOKMQSet": ok_set}))
+
+    def unlock(self, cmd):
+        group, client, mqs = self._lock_body(cmd)
+        self.door.consumers.unlock(group, client, [(m["topic"], int(m["queueId"])) for m in mqs])
+        return ok(cmd)
+
+
+def make_pull_response(cmd, r):
+    ext = {"suggestWhichBrokerId": 0, "nextBeginOffset": r.next_offset,
+           "minOffset": r.min_offset, "maxOffset": r.max_offset}
+    resp = ok(cmd, ext, body=r.body, remark=r.remark)
+    resp.code = r.code
+    return resp

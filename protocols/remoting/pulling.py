@@ -1,0 +1,183 @@
+"""PULL_MESSAGE (11): reading a consume queue with tag filtering, and long polling
+(spec 4.3). The response body is the stored records as they are: the store writes the
+RocketMQ 4.x MessageExt layout, so only STOREHOST is patched (to the address the broker
+listens on now, in case it moved since the record was written)."""
+
+from dataclasses import dataclass
+
+from twisted.logger import Logger
+
+from mqserver.store import format as fmt
+
+from protocols.remoting import codes
+
+#: Entries looked at per pull while filtering by tag (RocketMQ's maxFilterMessageCount).
+MAX_SCAN = 16000
+#: Body bytes per pull; a pull returns at least one message even if it is larger.
+MAX_BYTES = 1 << 20
+log = Logger()
+
+
+@dataclass(slots=True)
+class PullResult:
+    code: int
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes = b""
+    count: int = 0
+    remark: str = ""
+
+
+def pull_once(store, store_host, topic, queue_id, offset, max_nums, tag_codes):
+    """Read up to C{max_nums} messages of (topic, queue) from C{offset}.
+
+    @param tag_codes: set of tag hashes to keep, or None for every message.
+    """
+    q = store.find_queue(topic, queue_id)
+    if q is None or q.max_offset == 0:
+        code = codes.PULL_OFFSET_MOVED if offset != 0 else codes.PULL_NOT_FOUND
+        return PullResult(code, 0, 0, 0, remark="NO_MESSAGE_IN_QUEUE")
+    lo, hi = q.min_offset, q.max_offset
+    if offset < lo:
+        return PullResult(codes.PULL_OFFSET_MOVED, lo, lo, hi, remark="OFFSET_TOO_SMALL")
+    if offset == hi:
+        return PullResult(codes.PULL_NOT_FOUND, offset, lo, hi, remark="OFFSET_OVERFLOW_ONE")
+    if offset > hi:
+        return PullResult(codes.PULL_OFFSET_MOVED, hi, lo, hi, remark="OFFSET_OVERFLOW_BADLY")
+    max_nums = max(1, max_nums)
+    picked = []
+    nbytes = 0
+    pos = offset
+    scanned = 0
+    while len(picked) < max_nums and scanned < MAX_SCAN and nbytes < MAX_BYTES:
+        want = max_nums - len(picked) if tag_codes is None else min(MAX_SCAN - scanned, 1000)
+        entries = store.read_entries(topic, queue_id, pos, want)
+        if not entries:
+            break
+        n = len(entries) // fmt.CQ_ENTRY_SIZE
+        if tag_codes is None:
+            for i in range(n):
+                off, size, _ = fmt.CQ_ENTRY.unpack_from(entries, i * fmt.CQ_ENTRY_SIZE)
+                if picked and nbytes + size > MAX_BYTES:
+                    n = i
+                    break
+                picked.append(entries[i * fmt.CQ_ENTRY_SIZE:(i + 1) * fmt.CQ_ENTRY_SIZE])
+                nbytes += size
+            pos += n
+            scanned += n
+            continue
+        for i in range(n):
+            off, size, tag = fmt.CQ_ENTRY.unpack_from(entries, i * fmt.CQ_ENTRY_SIZE)
+            scanned += 1
+            pos += 1
+            if tag in tag_codes:
+                picked.append(entries[i * fmt.CQ_ENTRY_SIZE:(i + 1) * fmt.CQ_ENTRY_SIZE])
+                nbytes += size
+                if len(picked) >= max_nums or nbytes >= MAX_BYTES:
+                    break
+    if not picked:
+        if pos == offset:  # written but not yet readable (flush level 2)
+            return PullResult(codes.PULL_NOT_FOUND, offset, lo, hi, remark="OFFSET_OVERFLOW_ONE")
+        return PullResult(codes.PULL_RETRY_IMMEDIATELY, pos, lo, hi, remark="NO_MATCHED_MESSAGE")
+    buf, locs = store.read_records(b"".join(picked))
+    if not locs:  # the records were removed by retention meanwhile
+        return PullResult(codes.PULL_OFFSET_MOVED, store_min(q, lo), lo, hi, remark="OFFSET_TOO_SMALL")
+    body = bytearray()
+    for p, s in locs:
+        start = len(body)
+        body += buf[p:p + s]
+        if body[start + 64:start + 72] != store_host:
+            body[start + 64:start + 72] = store_host
+    return PullResult(codes.SUCCESS, pos, lo, hi, bytes(body), len(locs), "FOUND")
+
+
+def store_min(q, lo):
+    return max(lo, q.min_offset)
+
+
+class Hold:
+    """A parked pull waiting for a message or its deadline."""
+
+    __slots__ = ("protocol", "cmd", "args", "call", "done", "deferred")
+
+    def __init__(self, protocol, cmd, args):
+        self.protocol = protocol
+        self.cmd = cmd
+        self.args = args
+        self.call = None
+        self.done = False
+        self.deferred = None
+
+
+class LongPolls:
+    """Parked pulls per (topic, queue), woken by the broker's arrival notifications."""
+
+    def __init__(self, broker, reactor):
+        self.broker = broker
+        self.reactor = reactor
+        self.holds = {}  # (topic, qid) -> list of Hold
+        self._watched = set()
+
+    def park(self, protocol, cmd, args, hold_ms):
+        """Park a pull; C{protocol.finish_pull(hold, final)} answers it later."""
+        topic, qid = args[0], args[1]
+        h = Hold(protocol, cmd, args)
+        self.holds.setdefault((topic, qid), []).append(h)
+        if topic not in self._watched:
+            self._watched.add(topic)
+            self.broker.watch(topic, self)
+        h.call = self.reactor.callLater(hold_ms / 1000.0, self._timeout, h)
+        return h
+
+    def _timeout(self, h):
+        h.call = None
+        self._finish(h, True)
+
+    def _finish(self, h, final):
+        if h.done:
+            return
+        try:
+            finished = h.protocol.finish_pull(h, final)
+        except Exception:
+            # never let one bad pull break the store's arrival notification
+            log.failure("re-running a parked pull failed")
+            finished = True
+            if not h.deferred.called:
+                h.deferred.errback()
+        if finished:
+            h.done = True
+            if h.call is not None and h.call.active():
+                h.call.cancel()
+            key = (h.args[0], h.args[1])
+            lst = self.holds.get(key)
+            if lst is not None:
+                try:
+                    lst.remove(h)
+                except ValueError:
+                    pass
+                if not lst:
+                    del self.holds[key]
+
+    # broker watcher interface
+    def data_available(self, topic, queue_id):
+        lst = self.holds.get((topic, queue_id))
+        if lst:
+            for h in list(lst):
+                self._finish(h, False)
+
+    def topic_deleted(self, topic):
+        self._watched.discard(topic)
+        for key in [k for k in self.holds if k[0] == topic]:
+            for h in list(self.holds.get(key, ())):
+                self._finish(h, True)
+
+    def stop(self):
+        for lst in list(self.holds.values()):
+            for h in list(lst):
+                if h.call is not None and h.call.active():
+                    h.call.cancel()
+        self.holds = {}
+        for topic in self._watched:
+            self.broker.unwatch(topic, self)
+        self._watched = set()

@@ -1,0 +1,175 @@
+"""A remoting connection: frames in, handlers by request code, responses out.
+
+Shared by the nameserver, the broker and the broker's registration client. Requests are
+handled as they arrive; a handler returns a L{RemotingCommand}, a Deferred firing with
+one, or None (nothing to answer). Answers go out whenever they are ready: the remoting
+protocol matches them by opaque. Requests with the one-way bit are never answered.
+"""
+
+import itertools
+import json
+
+from twisted.internet import defer
+from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
+
+from protocols.remoting import codes
+from protocols.remoting.codec import FrameDecoder, RemotingProtocolError, encode
+from protocols.remoting.messages import RemotingCommand, make_response
+
+
+def error(request, code, remark):
+    """Return an error response to C{request}."""
+    return make_response(request, code, remark=remark)
+
+
+def ok(request, ext_fields=None, body=b"", remark=None):
+    """Return a SUCCESS response to C{request}; every ext field value becomes a string."""
+    ext = {k: str(v) for k, v in ext_fields.items()} if ext_fields else None
+    return make_response(request, codes.SUCCESS, remark=remark, ext_fields=ext, body=body)
+
+
+def json_body(obj):
+    """Encode a response body as compact JSON with string keys."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class BadRequest(Exception):
+    """A request that cannot be served; answered with C{code} and the text."""
+
+    def __init__(self, code, text):
+        super().__init__(text)
+        self.code = code
+
+
+def field(request, name, default=None, short=None):
+    """Return ext field C{name} (or its short V2 alias) as a string, or C{default}."""
+    ext = request.ext_fields
+    v = ext.get(name)
+    if v is None and short is not None:
+        v = ext.get(short)
+    return default if v is None else v
+
+
+def int_field(request, name, default=None, short=None):
+    """Return ext field C{name} as an int; raise L{BadRequest} when missing or bad."""
+    v = field(request, name, None, short)
+    if v is None or v == "":
+        if default is None:
+            raise BadRequest(codes.SYSTEM_ERROR, f"the custom field <{name}> is null")
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise BadRequest(codes.SYSTEM_ERROR, f"the custom field <{name}> is not a number: {v!r}") from None
+
+
+def bool_field(request, name, short=None):
+    """Return ext field C{name} as a bool: C++ sends "0"/"1", Java "true"/"false"."""
+    v = field(request, name, "", short)
+    return v.lower() in ("true", "1")
+
+
+class RemotingProtocol(Protocol):
+    """One remoting connection; subclasses map request codes to C{handlers}.
+
+    @cvar handlers: request code -> method name.
+    """
+
+    log = Logger()
+    handlers = {}
+    _opaques = itertools.count(1 << 30)
+
+    def __init__(self):
+        self.decoder = FrameDecoder()
+        self.pending = {}  # opaque -> Deferred, for requests this side sent
+        self.closed = False
+
+    def peer_str(self):
+        p = self.transport.getPeer()
+        return f"{getattr(p, 'host', '?')}:{getattr(p, 'port', '?')}"
+
+    # -- input -----------------------------------------------------------------------
+
+    def dataReceived(self, data):
+        try:
+            commands = self.decoder.feed(data)
+        except RemotingProtocolError as e:
+            commands = e.commands
+            self.log.warn("closing remoting connection {peer}: {error}", peer=self.peer_str(), error=e)
+            for c in commands:
+                self._command(c)
+            self.transport.loseConnection()
+            return
+        for c in commands:
+            self._command(c)
+
+    def _command(self, cmd):
+        if cmd.is_response():
+            d = self.pending.pop(cmd.opaque, None)
+            if d is not None:
+                d.callback(cmd)
+            return
+        name = self.handlers.get(cmd.code)
+        try:
+            if name is None:
+                result = self.unsupported(cmd)
+            else:
+                result = getattr(self, name)(cmd)
+        except BadRequest as e:
+            result = error(cmd, e.code, str(e))
+        except Exception as e:
+            self.log.failure("request {code} failed", code=cmd.code)
+            result = error(cmd, codes.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        if isinstance(result, defer.Deferred):
+            result.addCallbacks(self._reply, self._failed, callbackArgs=(cmd,), errbackArgs=(cmd,))
+        else:
+            self._reply(result, cmd)
+
+    def _failed(self, f, cmd):
+        if f.check(BadRequest):
+            self._reply(error(cmd, f.value.code, str(f.value)), cmd)
+            return
+        self.log.failure("request {code} failed", f, code=cmd.code)
+        self._reply(error(cmd, codes.SYSTEM_ERROR, f.getErrorMessage()), cmd)
+
+    def _reply(self, response, cmd):
+        if response is None or cmd.is_oneway() or self.closed:
+            return
+        self.transport.write(encode(response))
+
+    def unsupported(self, cmd):
+        """Answer an unknown request code (spec 2.1)."""
+        return error(cmd, codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+
+    # -- output ----------------------------------------------------------------------
+
+    def send_oneway(self, code, ext_fields=None, body=b""):
+        """Send a one-way request (flag bit 1) to the peer."""
+        if self.closed:
+            return
+        cmd = RemotingCommand(
+            code=code, opaque=next(self._opaques) & 0x7FFFFFFF, flag=codes.FLAG_ONEWAY,
+            ext_fields={k: str(v) for k, v in (ext_fields or {}).items()}, body=body,
+        )
+        self.transport.write(encode(cmd))
+
+    def request(self, code, ext_fields=None, body=b"", timeout=None, reactor=None):
+        """Send a request; return a Deferred firing with the response command."""
+        opaque = next(self._opaques) & 0x7FFFFFFF
+        cmd = RemotingCommand(
+            code=code, opaque=opaque,
+            ext_fields={k: str(v) for k, v in (ext_fields or {}).items()}, body=body,
+        )
+        d = defer.Deferred()
+        self.pending[opaque] = d
+        if timeout is not None and reactor is not None:
+            d.addTimeout(timeout, reactor)
+        self.transport.write(encode(cmd))
+        return d
+
+    def connectionLost(self, reason):
+        self.closed = True
+        pending, self.pending = self.pending, {}
+        for d in pending.values():
+            d.errback(reason)

@@ -1,0 +1,59 @@
+"""How core topics look to RocketMQ: TopicConfig views, name rules, system topics.
+
+A core L{Topic} has C{queues} (RocketMQ's queue count), C{perm} and C{attrs}; the
+RocketMQ-only settings (read/write queue numbers when they differ, topicFilterType,
+topicSysFlag, order) live in C{attrs["rocketmq"]}.
+"""
+
+import re
+
+TBW102 = "TBW102"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+PERM_INHERIT = 1
+PERM_WRITE = 2
+PERM_READ = 4
+_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+MAX_NAME = 127
+
+
+def valid_name(name):
+    """Return True when C{name} passes RocketMQ's topic name rule (spec 4.1)."""
+    return bool(name) and len(name) <= MAX_NAME and bool(_NAME.match(name))
+
+
+def rocket_attrs(topic):
+    """Return the RocketMQ settings stored with C{topic}."""
+    return (topic.attrs or {}).get("rocketmq", {})
+
+
+def topic_config(topic):
+    """Return the RocketMQ TopicConfig dict of a core topic."""
+    ra = rocket_attrs(topic)
+    return {
+        "topicName": topic.name,
+        "readQueueNums": int(ra.get("readQueueNums", topic.queues)),
+        "writeQueueNums": int(ra.get("writeQueueNums", topic.queues)),
+        "perm": topic.perm,
+        "topicFilterType": ra.get("topicFilterType", "SINGLE_TAG"),
+        "topicSysFlag": int(ra.get("topicSysFlag", 0)),
+        "order": bool(ra.get("order", False)),
+    }
+
+
+def write_queues(topic):
+    return int(rocket_attrs(topic).get("writeQueueNums", topic.queues))
+
+
+def read_queues(topic):
+    return int(rocket_attrs(topic).get("readQueueNums", topic.queues))
+
+
+def make_attrs(base, read, write, filter_type="SINGLE_TAG", sys_flag=0, order=False):
+    """Return C{base} attrs with the RocketMQ settings replaced."""
+    attrs = dict(base or {})
+    attrs["rocketmq"] = {
+        "readQueueNums": read, "writeQueueNums": write, "topicFilterType": filter_type,
+        "topicSysFlag": sys_flag, "order": order,
+    }
+    return attrs

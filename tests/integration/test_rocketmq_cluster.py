@@ -1,0 +1,189 @@
+"""RocketMQ across processes: committed offsets and pending delays survive a broker
+restart; two brokers registered in one standalone nameserver serve one topic."""
+
+import collections
+import json
+import time
+
+import pytest
+
+from protocols.remoting import codes
+from tests.support.remoting_client import RemotingClient
+from tests.support.rmq import (
+    ClientProc, NamesrvProcess, broker_port, messages, namesrv_addr, rocket_server, run_client, sends,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def produce(home, ns, topic, *args):
+    lines = run_client(home, "produce", ns, topic, *args, timeout=60)
+    assert lines[-1] == {"done": True}
+    return sends(lines)
+
+
+def test_committed_offsets_survive_restart(tmp_path):
+    """A group that consumed and committed is not redelivered those messages after the
+    broker restarts; it gets only the new ones."""
+    home = tmp_path / "home"
+    s = rocket_server(tmp_path / "b")
+    try:
+        s.start()
+        ns = namesrv_addr(s)
+        produce(home, ns, "RsT", "--count", 10, "--group", "RsP")
+        # linger past the client's 5 s offset commit
+        got = messages(run_client(home, "consume", ns, "RsT", "--group", "RsG", "--expect", 10, "--linger", 7,
+                                  timeout=60))
+        assert sorted(m["body"] for m in got) == sorted(f"msg-{i}" for i in range(10))
+        assert s.stop() in (0, -15)  # twistd re-raises SIGTERM after a clean shutdown
+        offsets = json.load(open(tmp_path / "b" / "consumerOffset.json"))["offsetTable"]
+        assert sum(offsets["RsT@RsG"].values()) == 10
+        s.start()
+        ns = namesrv_addr(s)
+        produce(home, ns, "RsT", "--count", 5, "--group", "RsP", "--body", "new-{i}")
+        got = messages(run_client(home, "consume", ns, "RsT", "--group", "RsG", "--expect", 5, "--linger", 3,
+                                  timeout=60))
+        assert sorted(m["body"] for m in got) == sorted(f"new-{i}" for i in range(5))
+    finally:
+        s.stop()
+        s.close()
+
+
+def test_pending_delay_fires_after_restart(tmp_path):
+    """A message with a 5 s delay level is still delivered when the broker restarted meanwhile."""
+    s = rocket_server(tmp_path / "b")
+    try:
+        s.start()
+        br = RemotingClient("127.0.0.1", broker_port(s))
+        r = br.call(codes.SEND_MESSAGE, {
+            "producerGroup": "P", "topic": "DlT", "defaultTopic": "TBW102", "defaultTopicQueueNums": 1,
+            "queueId": 0, "sysFlag": 0, "bornTimestamp": 0, "flag": 0,
+            "properties": "DELAY\x012\x02UNIQ_KEY\x01X\x02", "reconsumeTimes": 0}, b"later")
+        assert r.code == codes.SUCCESS
+        br.close()
+        assert s.stop() in (0, -15)  # twistd re-raises SIGTERM after a clean shutdown
+        s.start()
+        br = RemotingClient("127.0.0.1", broker_port(s))
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                r = br.call(codes.GET_MAX_OFFSET, {"topic": "DlT", "queueId": 0})
+                if r.ext_fields.get("offset") == "1":
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError("the delayed message never arrived")
+        finally:
+            br.close()
+    finally:
+        s.stop()
+        s.close()
+
+
+def wait_members(server, group, n, timeout=30.0):
+    c = RemotingClient("127.0.0.1", broker_port(server))
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = c.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+            if r.code == codes.SUCCESS and len(json.loads(r.body)["consumerIdList"]) >= n:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"group {group} never had {n} members")
+    finally:
+        c.close()
+
+
+def test_two_brokers_one_nameserver(tmp_path):
+    """Two broker processes register in one standalone nameserver; producers spread over
+    both; a consumer group gets every message exactly once."""
+    home = tmp_path / "home"
+    ns = NamesrvProcess(tmp_path / "ns.log").start()
+    brokers = []
+    try:
+        for name in ("broker-a", "broker-b"):
+            s = rocket_server(tmp_path / name, namesrv=False, smss=False,
+                              config={"rocketmq": {"brokerName": name, "namesrvAddr": ns.addr}})
+            s.start()
+            brokers.append(s)
+        nc = RemotingClient("127.0.0.1", ns.port)
+        try:
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                info = json.loads(nc.call(codes.GET_BROKER_CLUSTER_INFO).body)
+                if len(info["brokerAddrTable"]) == 2:
+                    break
+                time.sleep(0.2)
+            assert sorted(info["clusterAddrTable"]["DefaultCluster"]) == ["broker-a", "broker-b"]
+        finally:
+            nc.close()
+        # the topic exists on both brokers (4 queues each) before producers look it up
+        for s in brokers:
+            c = RemotingClient("127.0.0.1", broker_port(s))
+            assert c.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": "ClT", "defaultTopic": "TBW102",
+                                                          "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+                                                          "topicFilterType": "SINGLE_TAG", "order": "false"}).code == 0
+            c.close()
+        # Consumers join first: with a backlog, a consumer that starts alone would take
+        # every queue before the other joins (RocketMQ rebalancing is at-least-once).
+        c1 = ClientProc(home, "consume", ns.addr, "ClT", "--group", "ClG", "--instance", "c1", "--expect", 1000,
+                        "--timeout", 30, timeout=60)
+        c2 = ClientProc(home, "consume", ns.addr, "ClT", "--group", "ClG", "--instance", "c2", "--expect", 1000,
+                        "--timeout", 30, timeout=60)
+        try:
+            for s in brokers:
+                wait_members(s, "ClG", 2)
+            time.sleep(3)  # NOTIFY_CONSUMER_IDS_CHANGED made both rebalance
+            r = produce(home, ns.addr, "ClT", "--count", 40, "--group", "ClP")
+            assert all(x["status"] == 0 for x in r)
+            per_broker = []
+            for s in brokers:
+                c = RemotingClient("127.0.0.1", broker_port(s))
+                per_broker.append(sum(int(c.call(codes.GET_MAX_OFFSET, {"topic": "ClT", "queueId": q})
+                                          .ext_fields["offset"]) for q in range(4)))
+                c.close()
+            assert sum(per_broker) == 40 and all(n > 0 for n in per_broker)
+            got1, got2 = messages(c1.result()), messages(c2.result())
+        finally:
+            c1.kill()
+            c2.kill()
+        assert got1 and got2
+        got = got1 + got2
+        counts = collections.Counter(m["body"] for m in got)
+        assert sorted(counts) == sorted(f"msg-{i}" for i in range(40))
+        assert set(counts.values()) == {1}
+    finally:
+        for s in brokers:
+            try:
+                s.stop()
+            finally:
+                s.close()
+        ns.close()
+
+
+def test_auto_create_disabled(tmp_path):
+    """With rocketmq.autoCreateTopicEnable off there is no TBW102 and sends to unknown
+    topics get TOPIC_NOT_EXIST; created topics work."""
+    s = rocket_server(tmp_path / "b", smss=False, config={"rocketmq": {"autoCreateTopicEnable": False}})
+    try:
+        s.start()
+        ns = RemotingClient("127.0.0.1", s.ports["NamesrvFactory"])
+        br = RemotingClient("127.0.0.1", broker_port(s))
+        try:
+            assert ns.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}).code == codes.TOPIC_NOT_EXIST
+            ext = {"producerGroup": "P", "topic": "NoAuto", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+                   "queueId": 0, "sysFlag": 0, "bornTimestamp": 0, "flag": 0, "properties": ""}
+            r = br.call(codes.SEND_MESSAGE, ext, b"x")
+            assert r.code == codes.TOPIC_NOT_EXIST and r.remark == "topic[NoAuto] not exist, apply first please!"
+            assert br.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": "NoAuto", "readQueueNums": 2, "writeQueueNums": 2,
+                                                           "perm": 6, "order": "false"}).code == codes.SUCCESS
+            assert br.call(codes.SEND_MESSAGE, ext, b"x").code == codes.SUCCESS
+            time.sleep(0.3)
+            route = json.loads(ns.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoAuto"}).body)
+            assert route["queueDatas"][0]["writeQueueNums"] == 2
+        finally:
+            ns.close()
+            br.close()
+    finally:
+        s.stop()
+        s.close()

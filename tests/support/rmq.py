@@ -1,0 +1,123 @@
+"""Test support for the RocketMQ front doors: a broker process with the nameserver and
+broker doors on ephemeral ports, and the real C++ client run in subprocesses."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from tests.support.server import ROOT, ServerProcess
+
+CLIENT = os.path.join(ROOT, "tests", "support", "rmq_client.py")
+#: Every delay level is 1 s, so retries (level 3 + reconsumeTimes) come back quickly.
+FAST_DELAYS = " ".join(["1s"] * 18)
+
+
+def rocket_server(data, config=None, namesrv=True, broker=True, smss=True):
+    """Return an unstarted L{ServerProcess} with the RocketMQ doors on port 0."""
+    listen = {}
+    if smss:
+        listen["smss"] = "tcp:0:interface=127.0.0.1"
+    if namesrv:
+        listen["namesrv"] = "tcp:0:interface=127.0.0.1"
+    if broker:
+        listen["broker"] = "tcp:0:interface=127.0.0.1"
+    return ServerProcess(data, config=config, listen=listen)
+
+
+def namesrv_addr(server):
+    return f"127.0.0.1:{server.ports['NamesrvFactory']}"
+
+
+def broker_port(server):
+    return server.ports["BrokerDoor"]
+
+
+class ClientProc:
+    """One run of tests/support/rmq_client.py."""
+
+    def __init__(self, home, command, namesrv, topic, *args, timeout=60.0):
+        self.timeout = timeout
+        self.cmdline = [sys.executable, CLIENT, command, "--namesrv", namesrv, "--topic", topic, *map(str, args)]
+        env = dict(os.environ, HOME=str(home), PYTHONPATH=ROOT)
+        os.makedirs(str(home), exist_ok=True)
+        self.proc = subprocess.Popen(self.cmdline, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=str(home))
+        self.started_at = time.monotonic()
+
+    def result(self):
+        """Wait (bounded) for the process; return its JSON lines. Kills it on timeout."""
+        left = max(1.0, self.timeout - (time.monotonic() - self.started_at))
+        try:
+            out, err = self.proc.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate(timeout=10)
+            raise AssertionError(f"client timed out: {self.cmdline}\n{out.decode()[-2000:]}\n{err.decode()[-2000:]}")
+        lines = [json.loads(x) for x in out.decode().splitlines() if x.startswith("{")]
+        if self.proc.returncode != 0:
+            raise AssertionError(f"client failed ({self.proc.returncode}): {self.cmdline}\n{err.decode()[-3000:]}")
+        return lines
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=10)
+
+
+def run_client(home, command, namesrv, topic, *args, timeout=60.0):
+    return ClientProc(home, command, namesrv, topic, *args, timeout=timeout).result()
+
+
+def messages(lines):
+    return [x for x in lines if "body" in x]
+
+
+def sends(lines):
+    return [x for x in lines if "status" in x]
+
+
+class NamesrvProcess:
+    """A standalone ``twistd -n mqnamesrv`` on an ephemeral port."""
+
+    def __init__(self, log_path):
+        self.log_path = str(log_path)
+        self.proc = None
+        self.port = None
+
+    def start(self, timeout=20.0):
+        import re
+
+        self._log = open(self.log_path, "ab")
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=", "-l", "-",
+             "mqnamesrv", "--listen", "tcp:0:interface=127.0.0.1"],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = open(self.log_path, "rb").read().decode("latin-1")
+            m = re.search(r"NamesrvFactory starting on (\d+)", text)
+            if m:
+                self.port = int(m.group(1))
+                return self
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.close()
+        raise RuntimeError("mqnamesrv did not start:\n" + open(self.log_path, "rb").read().decode("latin-1"))
+
+    @property
+    def addr(self):
+        return f"127.0.0.1:{self.port}"
+
+    def close(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if getattr(self, "_log", None):
+            self._log.close()
