@@ -11,6 +11,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from mqserver.broker.channel_registry import ChannelRegistry
 from mqserver.broker.cursor import TopicCursor
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
 from mqserver.broker.topics import TopicRegistry, create_body, validate_topic_name
@@ -28,6 +29,9 @@ class Broker:
     @ivar registry: the L{TopicRegistry}.
     @ivar delays: the L{DelayIndex}.
     @ivar is_master: False on a replication slave, which refuses writes.
+    @ivar channels: the L{ChannelRegistry} (channel consumption, e.g. NSQ's).
+    @ivar extensions: protocol name -> per-broker object a protocol shares between its
+        front doors (e.g. NSQ's TCP, HTTP and lookupd doors); the core never reads it.
     """
 
     log = Logger()
@@ -44,6 +48,8 @@ class Broker:
         self._delay_call = None
         self._life_call = None
         self._cursors = set()
+        self.channels = ChannelRegistry(self, reactor)
+        self.extensions = {}
         store.state = self
         store.add_arrival_listener(self._arrived)
 
@@ -53,9 +59,11 @@ class Broker:
         """Arm the delay and lifetime timers (after the store is open)."""
         self._schedule_delays()
         self._schedule_life()
+        self.channels.start()
 
     def stop(self):
         """Cancel the timers."""
+        self.channels.stop()
         for call in (self._delay_call, self._life_call):
             if call is not None and call.active():
                 call.cancel()
@@ -96,13 +104,16 @@ class Broker:
             self._schedule_delays()
 
     def snapshot_state(self):
-        """Return topics and pending delays for the checkpoint."""
-        return {"topics": self.registry.snapshot(), "delays": self.delays.snapshot()}
+        """Return topics, pending delays and channels for the checkpoint."""
+        return {"topics": self.registry.snapshot(), "delays": self.delays.snapshot(),
+                "channels": self.channels.snapshot()}
 
     def restore_state(self, state):
         """Load what L{snapshot_state} returned."""
         self.registry.restore(state.get("topics", []))
         self.delays.restore(state.get("delays", []))
+        # checkpoints written before channels existed have no "channels" key
+        self.channels.restore(state.get("channels") or {})
 
     # -- topics --------------------------------------------------------------------------
 
@@ -277,6 +288,10 @@ class Broker:
         c = TopicCursor.after_event(self.store, topic, range(t.queues), after_event_id)
         self._cursors.add(c)
         return c
+
+    def track_cursor(self, cursor):
+        """Count C{cursor} (made elsewhere, e.g. by a channel) in L{min_reader_offset}."""
+        self._cursors.add(cursor)
 
     def close_cursor(self, cursor):
         """Forget C{cursor} (it no longer holds back retention)."""

@@ -13,6 +13,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _STARTED = re.compile(r"(\w+) starting on (\d+)")
 
 
+def _door_names():
+    from mqserver.frontdoor import front_doors
+
+    return list(front_doors())
+
+
 class ServerProcess:
     """One broker process.
 
@@ -40,7 +46,8 @@ class ServerProcess:
         cfg = dict(self.config)
         cfg.setdefault("store", {})
         cfg["store"] = dict(cfg["store"], path=self.data)
-        cfg["listen"] = self.listen
+        # every front door not asked for is off, so tests never bind default ports
+        cfg["listen"] = dict({name: "off" for name in _door_names()}, **self.listen)
         with open(cfg_path, "w") as f:
             yaml.safe_dump(cfg, f)
         env = dict(os.environ, PYTHONPATH=ROOT)

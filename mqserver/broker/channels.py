@@ -1,0 +1,304 @@
+"""Channels: the "channel" consumption model over the shared log (NSQ's, without its wire).
+
+A channel reads its topic through a L{TopicCursor} and hands each message to one of its
+consumers. It keeps an in-flight table with deadlines and attempts, a requeue list and a
+deferred heap; a FINed message is forgotten. Its durable position per queue is the lowest
+queue offset not yet finished (the floor) plus the set of finished offsets above it, so a
+restart never redelivers a finished message and never loses an unfinished one.
+
+A consumer is any object with these attributes, which the channel reads and updates:
+C{rdy} (window size), C{in_flight} (the channel keeps it), C{msg_timeout} (seconds),
+C{sample_rate} (0..99), C{can_receive} (bool), a method C{deliver(items)} taking a list of
+C{(ts_ns, attempts, event_id, buf, body_start, body_end)}, and C{channel_closed()}
+(the channel was deleted).
+"""
+
+import heapq
+import random
+from collections import deque
+
+from mqserver.broker.cursor import TopicCursor
+from mqserver.store import format as fmt
+
+_FIELDS = fmt.CHANNEL_FIELDS.unpack_from
+_BODY = fmt.HEADER_SIZE
+#: How often timeouts and deferred messages are looked at, in seconds.
+SCAN_INTERVAL = 0.05
+_MS_NS = 1_000_000
+
+# in-flight / requeue entry: a list, cheapest to build on the hot path
+EID, QID, QOFF, LOFF, SIZE, ATTEMPTS, DEADLINE, OWNER, STARTED = range(9)
+
+
+class ChannelExists(Exception):
+    """A channel of that name already exists."""
+
+
+def _ranges(offsets):
+    out = []
+    for o in sorted(offsets):
+        if out and out[-1][1] == o:
+            out[-1][1] = o + 1
+        else:
+            out.append([o, o + 1])
+    return out
+
+
+class Channel:
+    """One channel of a topic.
+
+    @ivar floor: queue id -> lowest queue offset not yet finished.
+    @ivar done: queue id -> finished offsets above the floor.
+    @ivar in_flight: eventId -> entry (see the module's entry layout).
+    """
+
+    def __init__(self, registry, topic, name, positions, done=None, paused=False,
+                 ephemeral=False):
+        self.registry = registry
+        self.store = registry.store
+        self.reactor = registry.reactor
+        self.topic = topic
+        self.name = name
+        self.ephemeral = ephemeral
+        self.paused = paused
+        self.cursor = TopicCursor(self.store, topic, positions)
+        self.floor = dict(positions)
+        self.done = {q: set(done.get(q, ())) if done else set() for q in positions}
+        self.in_flight = {}
+        self.by_owner = {}  # consumer -> {eventId: entry}, in deadline order
+        self.requeued = deque()
+        self.deferred = []  # heap of (due, eventId, entry)
+        self.consumers = []
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+        self.deleted = False
+        self._pump_call = None
+        self._rr = 0
+
+    # -- state ---------------------------------------------------------------------------
+
+    def depth(self):
+        """Messages waiting to be delivered (not counting in-flight or deferred ones)."""
+        n = len(self.requeued)
+        for qid, pos in self.cursor.positions.items():
+            q = self.store.queue(self.topic, qid)
+            n += max(0, q.max_offset - max(pos, q.min_offset))
+        return n
+
+    def snapshot(self):
+        """The durable part: name, paused flag and position."""
+        floor, done = {}, {}
+        for qid, f in self.floor.items():
+            q = self.store.queue(self.topic, qid)
+            if f < q.min_offset:  # retention took what was never finished
+                f = self.floor[qid] = q.min_offset
+                self.done[qid] = {o for o in self.done[qid] if o >= f}
+            floor[str(qid)] = f
+            if self.done[qid]:
+                done[str(qid)] = _ranges(self.done[qid])
+        return {"topic": self.topic, "name": self.name, "paused": self.paused,
+                "floor": floor, "done": done}
+
+    def _finished(self, qid, qoff):
+        f = self.floor[qid]
+        if qoff == f:
+            f += 1
+            d = self.done[qid]
+            if d:
+                while f in d:
+                    d.discard(f)
+                    f += 1
+            self.floor[qid] = f
+        elif qoff > f:
+            self.done[qid].add(qoff)
+
+    # -- consumers -----------------------------------------------------------------------
+
+    def add_consumer(self, consumer):
+        """Attach C{consumer}; it receives messages while it has free RDY slots."""
+        self.consumers.append(consumer)
+        self.by_owner.setdefault(consumer, {})
+        self.schedule_pump()
+
+    def remove_consumer(self, consumer):
+        """Detach C{consumer}. Its in-flight messages stay in flight until they time out
+        (as nsqd does). An ephemeral channel goes away with its last consumer."""
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if not self.by_owner.get(consumer):
+            self.by_owner.pop(consumer, None)
+        if self.ephemeral and not self.consumers:
+            self.registry.delete_channel(self.topic, self.name)
+
+    def schedule_pump(self):
+        """Deliver soon (coalesces many triggers in one reactor turn into one pass)."""
+        if self._pump_call is None and not self.deleted:
+            self._pump_call = self.reactor.callLater(0, self.pump)
+
+    def pump(self):
+        """Give each ready consumer as many messages as its free RDY slots allow."""
+        self._pump_call = None
+        if self.paused or self.deleted or self.topic in self.registry.paused_topics:
+            return
+        consumers = self.consumers
+        n = len(consumers)
+        if not n:
+            return
+        self._rr = start = (self._rr + 1) % n
+        for i in range(n):
+            c = consumers[(start + i) % n]
+            if not c.can_receive:
+                continue
+            free = c.rdy - c.in_flight
+            if free <= 0:
+                continue
+            items = self._take(c, free)
+            if not items:
+                return
+            c.in_flight += len(items)
+            self.message_count += len(items)
+            c.deliver(items)
+
+    def _take(self, owner, n):
+        out = []
+        append = out.append
+        now = self.reactor.seconds()
+        deadline = now + owner.msg_timeout
+        in_flight = self.in_flight
+        owned = self.by_owner.setdefault(owner, {})
+        requeued = self.requeued
+        while requeued and len(out) < n:
+            e = requeued.popleft()
+            view = self.store.read_record(e[LOFF], e[SIZE])
+            e[ATTEMPTS] += 1
+            e[DEADLINE] = deadline
+            e[OWNER] = owner
+            e[STARTED] = now
+            in_flight[e[EID]] = owned[e[EID]] = e
+            body = view.body
+            append((view.store_ts * _MS_NS, e[ATTEMPTS], e[EID], body, 0, len(body)))
+        rate = owner.sample_rate
+        done = self.done
+        while len(out) < n:
+            records = self.cursor.read(n - len(out))
+            if not records:
+                break
+            for buf, pos, _ in records:
+                size, qid, qoff, loff, ts, eid, blen = _FIELDS(buf, pos)
+                d = done[qid]
+                if d and qoff in d:
+                    continue  # finished before a restart
+                if rate and random.random() * 100 >= rate:
+                    self._finished(qid, qoff)  # sampled out: consumed, never delivered
+                    continue
+                e = [eid, qid, qoff, loff, size, 1, deadline, owner, now]
+                in_flight[eid] = owned[eid] = e
+                b0 = pos + _BODY
+                append((ts * _MS_NS, 1, eid, buf, b0, b0 + blen))
+        if out:
+            self.registry.arm(self)
+        return out
+
+    # -- FIN / REQ / TOUCH ---------------------------------------------------------------
+
+    def _owned(self, eid, owner):
+        e = self.in_flight.get(eid)
+        if e is None:
+            return None, "ID not in flight"
+        if e[OWNER] is not owner:
+            return None, "client does not own message"
+        return e, None
+
+    def finish(self, eid, owner):
+        """FIN: forget the message. Returns None, or the reason it failed."""
+        e = self.in_flight.get(eid)
+        if e is None or e[OWNER] is not owner:
+            return self._owned(eid, owner)[1]
+        del self.in_flight[eid]
+        del self.by_owner[owner][eid]
+        owner.in_flight -= 1
+        self._finished(e[QID], e[QOFF])
+        self.store.mark_dirty()
+        self.schedule_pump()
+        return None
+
+    def requeue(self, eid, owner, delay_ms):
+        """REQ: back to the channel now, or after C{delay_ms}. Returns None or a reason."""
+        e, why = self._owned(eid, owner)
+        if e is None:
+            return why
+        del self.in_flight[eid]
+        del self.by_owner[owner][eid]
+        owner.in_flight -= 1
+        e[OWNER] = None
+        self.requeue_count += 1
+        if delay_ms > 0:
+            heapq.heappush(self.deferred, (self.reactor.seconds() + delay_ms / 1000.0, eid, e))
+            self.registry.arm(self)
+        else:
+            self.requeued.append(e)
+        self.schedule_pump()
+        return None
+
+    def touch(self, eid, owner, max_timeout):
+        """TOUCH: push the deadline to now + the consumer's timeout (capped at the attempt's
+        start + C{max_timeout} seconds). Returns None or a reason."""
+        e, why = self._owned(eid, owner)
+        if e is None:
+            return why
+        e[DEADLINE] = min(self.reactor.seconds() + owner.msg_timeout, e[STARTED] + max_timeout)
+        owned = self.by_owner[owner]
+        del owned[eid]
+        owned[eid] = e  # keep the owner's table in deadline order
+        return None
+
+    def scan(self, now):
+        """Requeue expired in-flight messages and due deferred ones. Returns True while
+        the channel still has something to watch."""
+        moved = False
+        for owner, owned in list(self.by_owner.items()):
+            expired = []
+            for eid, e in owned.items():
+                if e[DEADLINE] > now:
+                    break
+                expired.append(eid)
+            for eid in expired:
+                e = owned.pop(eid)
+                del self.in_flight[eid]
+                owner.in_flight -= 1
+                e[OWNER] = None
+                self.requeued.append(e)
+                self.timeout_count += 1
+                moved = True
+            if not owned and owner not in self.consumers:
+                del self.by_owner[owner]
+        deferred = self.deferred
+        while deferred and deferred[0][0] <= now:
+            self.requeued.append(heapq.heappop(deferred)[2])
+            moved = True
+        if moved:
+            self.schedule_pump()
+        return bool(self.in_flight or self.deferred)
+
+    def empty(self):
+        """Drop everything queued, in flight and deferred; only new messages will come."""
+        self.in_flight.clear()
+        for c in list(self.by_owner):
+            self.by_owner[c] = {}
+            c.in_flight = 0
+        self.requeued.clear()
+        self.deferred = []
+        ends = {qid: self.store.queue(self.topic, qid).max_offset for qid in self.cursor.positions}
+        self.cursor.positions = dict(ends)
+        self.floor = dict(ends)
+        self.done = {q: set() for q in ends}
+        self.store.mark_dirty()
+
+    def close(self):
+        """Stop for good (deleted): consumers are the caller's business."""
+        self.deleted = True
+        if self._pump_call is not None and self._pump_call.active():
+            self._pump_call.cancel()
+        self._pump_call = None
+        self.registry.broker.close_cursor(self.cursor)
