@@ -24,6 +24,8 @@ _FIELDS = fmt.CHANNEL_FIELDS.unpack_from
 _BODY = fmt.HEADER_SIZE
 #: How often timeouts and deferred messages are looked at, in seconds.
 SCAN_INTERVAL = 0.05
+#: Messages handed to one consumer at a time when several are ready.
+SHARE_CHUNK = 16
 _MS_NS = 1_000_000
 
 # in-flight / requeue entry: a list, cheapest to build on the hot path
@@ -137,28 +139,33 @@ class Channel:
             self._pump_call = self.reactor.callLater(0, self.pump)
 
     def pump(self):
-        """Give each ready consumer as many messages as its free RDY slots allow."""
+        """Give ready consumers as many messages as their free RDY slots allow, in
+        round-robin chunks of L{SHARE_CHUNK} when several are ready (so they share)."""
         self._pump_call = None
         if self.paused or self.deleted or self.topic in self.registry.paused_topics:
             return
-        consumers = self.consumers
-        n = len(consumers)
-        if not n:
+        ready = [c for c in self.consumers if c.can_receive and c.rdy > c.in_flight]
+        if not ready:
             return
-        self._rr = start = (self._rr + 1) % n
-        for i in range(n):
-            c = consumers[(start + i) % n]
-            if not c.can_receive:
-                continue
-            free = c.rdy - c.in_flight
-            if free <= 0:
-                continue
-            items = self._take(c, free)
-            if not items:
-                return
-            c.in_flight += len(items)
-            self.message_count += len(items)
-            c.deliver(items)
+        self._rr = start = (self._rr + 1) % len(ready)
+        ready = ready[start:] + ready[:start]
+        chunk = SHARE_CHUNK if len(ready) > 1 else None
+        while ready:
+            still = []
+            for c in ready:
+                free = c.rdy - c.in_flight
+                if free <= 0 or not c.can_receive:
+                    continue
+                want = min(free, chunk) if chunk else free
+                items = self._take(c, want)
+                if not items:
+                    return
+                c.in_flight += len(items)
+                self.message_count += len(items)
+                c.deliver(items)
+                if len(items) == want and c.rdy > c.in_flight:
+                    still.append(c)
+            ready = still
 
     def _take(self, owner, n):
         out = []

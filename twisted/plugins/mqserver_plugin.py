@@ -12,6 +12,13 @@ mqserver = ServiceMaker(
     "mqserver",
 )
 
+mqlookupd = ServiceMaker(
+    "mqlookupd",
+    "protocols.nsq.lookupd_tap",
+    "A standalone nsqlookupd (TCP V1 and HTTP) for NSQ clients and mqserver nodes",
+    "mqlookupd",
+)
+
 smss = FrontDoor("smss", "protocols.smss.factory", "tcp:12301:interface=127.0.0.1", order=10)
 nsqd_tcp = FrontDoor("nsqd_tcp", "protocols.nsq.factory", "tcp:4150:interface=127.0.0.1", order=30)
 nsqd_http = FrontDoor("nsqd_http", "protocols.nsq.http", "tcp:4151:interface=127.0.0.1", order=31)
