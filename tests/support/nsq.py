@@ -88,9 +88,9 @@ def http(port, method, path, body=None, timeout=10.0):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, dict(r.headers), r.read()
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
     except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
 
 
 def http_json(port, method, path, body=None):
