@@ -66,8 +66,9 @@ class Channel:
         self.cursor = TopicCursor(self.store, topic, positions)
         self.floor = dict(positions)
         self.done = {q: set(done.get(q, ())) if done else set() for q in positions}
+        # eventId -> entry, in deadline order while every consumer has the same timeout
         self.in_flight = {}
-        self.by_owner = {}  # consumer -> {eventId: entry}, in deadline order
+        self._timeouts = set()  # distinct msg_timeouts of the consumers seen
         self.requeued = deque()
         self.deferred = []  # heap of (due, eventId, entry)
         self.consumers = []
@@ -120,7 +121,7 @@ class Channel:
     def add_consumer(self, consumer):
         """Attach C{consumer}; it receives messages while it has free RDY slots."""
         self.consumers.append(consumer)
-        self.by_owner.setdefault(consumer, {})
+        self._timeouts.add(consumer.msg_timeout)
         self.schedule_pump()
 
     def remove_consumer(self, consumer):
@@ -128,8 +129,6 @@ class Channel:
         (as nsqd does). An ephemeral channel goes away with its last consumer."""
         if consumer in self.consumers:
             self.consumers.remove(consumer)
-        if not self.by_owner.get(consumer):
-            self.by_owner.pop(consumer, None)
         if self.ephemeral and not self.consumers:
             self.registry.delete_channel(self.topic, self.name)
 
@@ -173,7 +172,6 @@ class Channel:
         now = self.reactor.seconds()
         deadline = now + owner.msg_timeout
         in_flight = self.in_flight
-        owned = self.by_owner.setdefault(owner, {})
         requeued = self.requeued
         while requeued and len(out) < n:
             e = requeued.popleft()
@@ -182,7 +180,7 @@ class Channel:
             e[DEADLINE] = deadline
             e[OWNER] = owner
             e[STARTED] = now
-            in_flight[e[EID]] = owned[e[EID]] = e
+            in_flight[e[EID]] = e
             body = view.body
             append((view.store_ts * _MS_NS, e[ATTEMPTS], e[EID], body, 0, len(body)))
         rate = owner.sample_rate
@@ -200,7 +198,7 @@ class Channel:
                     self._finished(qid, qoff)  # sampled out: consumed, never delivered
                     continue
                 e = [eid, qid, qoff, loff, size, 1, deadline, owner, now]
-                in_flight[eid] = owned[eid] = e
+                in_flight[eid] = e
                 b0 = pos + _BODY
                 append((ts * _MS_NS, 1, eid, buf, b0, b0 + blen))
         if out:
@@ -219,15 +217,31 @@ class Channel:
 
     def finish(self, eid, owner):
         """FIN: forget the message. Returns None, or the reason it failed."""
-        e = self.in_flight.get(eid)
-        if e is None or e[OWNER] is not owner:
-            return self._owned(eid, owner)[1]
-        del self.in_flight[eid]
-        del self.by_owner[owner][eid]
+        in_flight = self.in_flight
+        e = in_flight.pop(eid, None)
+        if e is None:
+            return "ID not in flight"
+        if e[OWNER] is not owner:
+            in_flight[eid] = e
+            return "client does not own message"
         owner.in_flight -= 1
-        self._finished(e[QID], e[QOFF])
+        qid = e[QID]
+        qoff = e[QOFF]
+        floor = self.floor
+        f = floor[qid]
+        if qoff == f:
+            f += 1
+            d = self.done[qid]
+            if d:
+                while f in d:
+                    d.discard(f)
+                    f += 1
+            floor[qid] = f
+        elif qoff > f:
+            self.done[qid].add(qoff)
         self.store.mark_dirty()
-        self.schedule_pump()
+        if self._pump_call is None:
+            self.schedule_pump()
         return None
 
     def requeue(self, eid, owner, delay_ms):
@@ -236,7 +250,6 @@ class Channel:
         if e is None:
             return why
         del self.in_flight[eid]
-        del self.by_owner[owner][eid]
         owner.in_flight -= 1
         e[OWNER] = None
         self.requeue_count += 1
@@ -255,45 +268,42 @@ class Channel:
         if e is None:
             return why
         e[DEADLINE] = min(self.reactor.seconds() + owner.msg_timeout, e[STARTED] + max_timeout)
-        owned = self.by_owner[owner]
-        del owned[eid]
-        owned[eid] = e  # keep the owner's table in deadline order
+        del self.in_flight[eid]
+        self.in_flight[eid] = e  # keep the table in deadline order
         return None
 
     def scan(self, now):
         """Requeue expired in-flight messages and due deferred ones. Returns True while
         the channel still has something to watch."""
-        moved = False
-        for owner, owned in list(self.by_owner.items()):
+        in_flight = self.in_flight
+        if len(self._timeouts) <= 1:
             expired = []
-            for eid, e in owned.items():
+            for eid, e in in_flight.items():
                 if e[DEADLINE] > now:
-                    break
+                    break  # the table is in deadline order
                 expired.append(eid)
-            for eid in expired:
-                e = owned.pop(eid)
-                del self.in_flight[eid]
-                owner.in_flight -= 1
-                e[OWNER] = None
-                self.requeued.append(e)
-                self.timeout_count += 1
-                moved = True
-            if not owned and owner not in self.consumers:
-                del self.by_owner[owner]
+        else:
+            expired = [eid for eid, e in in_flight.items() if e[DEADLINE] <= now]
+        for eid in expired:
+            e = in_flight.pop(eid)
+            e[OWNER].in_flight -= 1
+            e[OWNER] = None
+            self.requeued.append(e)
+            self.timeout_count += 1
         deferred = self.deferred
+        moved = bool(expired)
         while deferred and deferred[0][0] <= now:
             self.requeued.append(heapq.heappop(deferred)[2])
             moved = True
         if moved:
             self.schedule_pump()
-        return bool(self.in_flight or self.deferred)
+        return bool(in_flight or deferred)
 
     def empty(self):
         """Drop everything queued, in flight and deferred; only new messages will come."""
-        self.in_flight.clear()
-        for c in list(self.by_owner):
-            self.by_owner[c] = {}
+        for c in {e[OWNER] for e in self.in_flight.values()} | set(self.consumers):
             c.in_flight = 0
+        self.in_flight.clear()
         self.requeued.clear()
         self.deferred = []
         ends = {qid: self.store.queue(self.topic, qid).max_offset for qid in self.cursor.positions}

@@ -49,9 +49,11 @@ def message_id(event_id):
 def parse_message_id(msg_id):
     """The eventId of a 16-byte id, or None when it is not one of ours."""
     try:
-        return int(msg_id, 16)
+        eid = int(msg_id, 16)
     except ValueError:
         return None
+    # int() also takes "0x", "_" and spaces: only our exact spelling is an id
+    return eid if b"%016x" % eid == msg_id else None
 
 
 @implementer(IPushProducer)
@@ -100,6 +102,7 @@ class NsqdProtocol(Protocol):
         self._write_paused = False
         self._read_paused = False
         self._dead = False
+        self._dead_input = False
 
     # -- connection ----------------------------------------------------------------------
 
@@ -219,9 +222,14 @@ class NsqdProtocol(Protocol):
 
     def _answer(self, item):
         """Queue a reply: bytes, a Deferred firing with bytes, or a callable run in turn."""
-        if not self._answers and not isinstance(item, defer.Deferred):
-            self._emit(item)
-            return
+        if not self._answers:
+            if not isinstance(item, defer.Deferred):
+                self._emit(item)
+                return
+            if item.called and type(item.result) is bytes:
+                # already answered (flush level 0/1 publishes): no queueing needed
+                self._emit(item.result)
+                return
         self._answers.append(item)
         if isinstance(item, defer.Deferred):
             item.addBoth(self._drain)
@@ -295,7 +303,7 @@ class NsqdProtocol(Protocol):
 
     def dataReceived(self, data):
         self._last_recv = self.reactor.seconds()
-        if getattr(self, "_dead_input", False) or self._dead:
+        if self._dead_input or self._dead:
             return
         if self._decompressor is not None:
             try:
@@ -304,16 +312,46 @@ class NsqdProtocol(Protocol):
                 self.log.info("bad compressed stream from {peer}: {e}", peer=self.remote_address, e=e)
                 self.transport.loseConnection()
                 return
-        for cmd in self.decoder.feed(data):
-            if getattr(self, "_dead_input", False):
+        if self.channel is not None and data.startswith(b"FIN ") and self.decoder.at_line_start:
+            pos = self._fast_fins(data)
+            if pos == len(data):
                 return
-            handler = self._handlers.get(type(cmd))
+            data = data[pos:]
+        handlers = self._handlers
+        for cmd in self.decoder.feed(data):
+            kind = type(cmd)
+            if kind is Fin and self.channel is not None:
+                # hot path: a FIN that succeeds needs no state check and no reply
+                eid = parse_message_id(cmd.msg_id)
+                if eid is not None and self.channel.finish(eid, self) is None:
+                    self.finish_count += 1
+                    continue
+            if self._dead_input:
+                return
             try:
-                if cmd.verb not in _ALLOWED[self.state] and type(cmd) is not Invalid:
+                if kind is not Invalid and cmd.verb not in _ALLOWED[self.state]:
                     raise E.cannot_in_state(cmd.verb)
-                handler(self, cmd)
+                handlers[kind](self, cmd)
             except NsqError as err:
                 self._fail(err)
+
+    def _fast_fins(self, data):
+        """Consume leading ``FIN <id>\\n`` lines that succeed; return where they stop
+        (the decoder handles the rest, including any FIN that fails)."""
+        finish = self.channel.finish
+        pos, end, n = 0, len(data), 0
+        while pos + 21 <= end and data[pos + 20] == 10 and data.startswith(b"FIN ", pos):
+            msg_id = data[pos + 4:pos + 20]
+            try:
+                eid = int(msg_id, 16)
+            except ValueError:
+                break
+            if b"%016x" % eid != msg_id or finish(eid, self) is not None:
+                break
+            n += 1
+            pos += 21
+        self.finish_count += n
+        return pos
 
     def do_invalid(self, cmd):
         verb = cmd.verb
