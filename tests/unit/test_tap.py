@@ -34,13 +34,18 @@ def test_defaults_and_service_tree(tmp_path):
     o2 = Options()
     o2.parseOptions(["--data", str(tmp_path), "--listen", "smss=tcp:0"])
     root = makeService(o2)
-    assert [s.name for s in root] == ["storage", "listen-smss"]
+    assert [s.name for s in root] == [
+        "storage", "listen-smss", "listen-nsqd_tcp", "listen-nsqd_http", "listen-lookupd_tcp",
+        "listen-lookupd_http",
+    ]
 
 
 def test_listen_off(tmp_path):
     """A front door set to off gets no listener."""
     o = Options()
-    o.parseOptions(["--data", str(tmp_path), "--listen", "smss=off"])
+    off = [a for door in ("smss", "nsqd_tcp", "nsqd_http", "lookupd_tcp", "lookupd_http")
+           for a in ("--listen", f"{door}=off")]
+    o.parseOptions(["--data", str(tmp_path), *off])
     assert [s.name for s in makeService(o)] == ["storage"]
 
 
