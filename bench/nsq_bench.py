@@ -145,6 +145,21 @@ def _run(target, conns, args):
     return sum(counts), elapsed
 
 
+def cpu_seconds(pid):
+    """User + system CPU time the process has used, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _report(label, n, t, cpu):
+    # broker CPU per message: a figure that does not depend on what else the machine runs
+    per = cpu / n * 1e6 if n else 0.0
+    cap = n / cpu if cpu else 0.0
+    print(f"{label:<44}{n / t:>10,.0f} msgs/s  ({n} in {t:.1f}s; broker CPU "
+          f"{per:.1f} us/msg = {cap:,.0f} msgs/s per broker core)")
+
+
 def peak_rss_mb(pid):
     """The process's peak resident set size (VmHWM) in MiB."""
     with open(f"/proc/{pid}/status") as f:
@@ -168,16 +183,20 @@ def main():
                            listen={"nsqd_tcp": "tcp:0:interface=127.0.0.1"}).start()
     try:
         port = server.ports["NsqdFactory"]
+        pid = server.proc.pid
+        c0 = cpu_seconds(pid)
         n, t = _run(_writer, args.conns, (port, "bench", seconds, args.batch, args.size))
-        print(f"writer  MPUB x{args.batch} ({args.size} B), {args.conns} conns: "
-              f"{n / t:>10,.0f} msgs/s  ({n} in {t:.1f}s)")
+        c1 = cpu_seconds(pid)
+        _report(f"writer  MPUB x{args.batch} ({args.size} B), {args.conns} conns", n, t, c1 - c0)
         counter = mp.Value("q", 0)
         rn, rt = _run(_reader, args.conns, (port, "bench", max(seconds, 6.0) * 4, 2500, n, counter))
-        print(f"reader  RDY 2500, batched FIN, {args.conns} conns: "
-              f"{rn / rt:>10,.0f} msgs/s  ({rn} in {rt:.1f}s)")
+        c2 = cpu_seconds(pid)
+        _report(f"reader  RDY 2500, batched FIN, {args.conns} conns", rn, rt, c2 - c1)
         n, t = _run(_pub_one, args.conns, (port, "bench_rt", seconds, args.size))
-        print(f"1 msg per round trip, {args.conns} conns:      "
-              f"{n / t:>10,.0f} msgs/s  ({n} in {t:.1f}s)")
+        c3 = cpu_seconds(pid)
+        _report(f"1 msg per round trip, {args.conns} conns", n, t, c3 - c2)
+        with open("/proc/loadavg") as f:
+            print(f"load average during the run: {f.read().split()[0]} ({os.cpu_count()} cores)")
         print(f"broker peak RSS: {peak_rss_mb(server.proc.pid):.0f} MiB")
     finally:
         server.stop()

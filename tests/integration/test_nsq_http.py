@@ -178,3 +178,43 @@ def test_embedded_lookupd_http(nsq):
     assert nodes[0]["tcp_port"] == nsq.tcp and "h_lk" in nodes[0]["topics"]
     assert http(nsq.lookupd_http, "GET", "/ping")[::2] == (200, b"OK")
     assert http_json(nsq.lookupd_http, "GET", "/info") == (200, {"version": "1.3.0"})
+
+
+def test_embedded_lookupd_admin_and_tombstone(nsq):
+    lk = nsq.lookupd_http
+    assert http(lk, "POST", "/topic/create?topic=lk_only")[0] == 200
+    assert http(lk, "POST", "/channel/create?topic=lk_only&channel=c")[0] == 200
+    assert http_json(lk, "GET", "/lookup?topic=lk_only")[1] == {"channels": ["c"], "producers": []}
+    assert http(lk, "POST", "/channel/delete?topic=lk_only&channel=c")[0] == 200
+    assert http_json(lk, "POST", "/channel/delete?topic=lk_only&channel=c") == (
+        404, {"message": "CHANNEL_NOT_FOUND"})
+    assert http(lk, "POST", "/topic/delete?topic=lk_only")[0] == 200
+    assert http_json(lk, "GET", "/lookup?topic=lk_only")[0] == 404
+    assert http_json(lk, "POST", "/topic/create") == (400, {"message": "MISSING_ARG_TOPIC"})
+    # tombstoning this broker hides it from lookups of that topic
+    http(nsq.http, "POST", "/topic/create?topic=lk_tomb")
+    assert len(http_json(lk, "GET", "/lookup?topic=lk_tomb")[1]["producers"]) == 1
+    assert http(lk, "POST", f"/topic/tombstone?topic=lk_tomb&node=127.0.0.1:{nsq.http}")[0] == 200
+    assert http_json(lk, "GET", "/lookup?topic=lk_tomb")[1]["producers"] == []
+    nodes = http_json(lk, "GET", "/nodes")[1]["producers"]
+    flags = dict(zip(nodes[0]["topics"], nodes[0]["tombstones"]))
+    assert flags["lk_tomb"] is True
+
+
+def test_sample_rate_drops_most_messages(nsq):
+    http(nsq.http, "POST", "/topic/create?topic=h_sample")
+    c = V2(nsq.tcp)
+    c.send(b"IDENTIFY\n" + struct.pack(">I", 17) + b'{"sample_rate":1}')
+    assert c.frame() == (0, b"OK")
+    c.send(b"SUB h_sample ch\nRDY 2500\n")
+    assert c.frame() == (0, b"OK")
+    http(nsq.http, "POST", "/mpub?topic=h_sample", b"\n".join(b"%d" % i for i in range(300)))
+    deadline = time.monotonic() + 10
+    ch = None
+    while time.monotonic() < deadline:
+        ch = topic_stats(nsq, "h_sample")["channels"][0]
+        if ch["depth"] == 0:
+            break
+        time.sleep(0.05)
+    assert ch["depth"] == 0 and ch["in_flight_count"] < 300  # sampled out: consumed, not sent
+    c.close()
