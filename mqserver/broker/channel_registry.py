@@ -70,7 +70,9 @@ class ChannelRegistry:
             topic = c["topic"]
             if self.broker.topic(topic) is None:
                 continue
-            floor = {int(q): o for q, o in c["floor"].items()}
+            # never past a queue's end (a crash may have taken back unsynced messages)
+            floor = {int(q): min(o, self.store.queue(topic, int(q)).max_offset)
+                     for q, o in c["floor"].items()}
             done = {}
             for q, ranges in c.get("done", {}).items():
                 done[int(q)] = {o for a, b in ranges for o in range(a, b)}

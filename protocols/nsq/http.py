@@ -10,7 +10,7 @@ import struct
 from twisted.internet import defer
 from twisted.web import resource, server
 
-from mqserver.errors import BrokerError
+from mqserver.errors import BrokerError, InvalidTopicName
 from mqserver.store.store import Message
 
 from protocols.nsq.codec import is_valid_name
@@ -111,8 +111,10 @@ class NsqdHttpResource(resource.Resource):
     def _failure(self, f):
         if f.check(HttpError):
             return f.value
-        if f.check(BrokerError):
-            return HttpError(500, "INTERNAL_ERROR")
+        if f.check(InvalidTopicName):  # NSQ-valid but refused by the broker (leading ".")
+            return HttpError(400, "INVALID_TOPIC")
+        if not f.check(BrokerError):
+            self.node.log.failure("nsqd HTTP request failed", f)
         return HttpError(500, "INTERNAL_ERROR")
 
     def _finish(self, request, result):
