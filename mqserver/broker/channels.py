@@ -185,11 +185,12 @@ class Channel:
             append((view.store_ts * _MS_NS, e[ATTEMPTS], e[EID], body, 0, len(body)))
         rate = owner.sample_rate
         done = self.done
+        read_span = self.cursor.read_span
         while len(out) < n:
-            records = self.cursor.read(n - len(out))
-            if not records:
+            buf, locs = read_span(n - len(out))
+            if not locs:
                 break
-            for buf, pos, _ in records:
+            for pos, _ in locs:
                 size, qid, qoff, loff, ts, eid, blen = _FIELDS(buf, pos)
                 d = done[qid]
                 if d and qoff in d:
