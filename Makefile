@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench bench-nsq clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/smss_bench.py --quick
+
+# NSQ bench_writer / bench_reader / one-per-round-trip figures (docs/nsq.md)
+bench-nsq: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) bench/nsq_bench.py $(ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache
