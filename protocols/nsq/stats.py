@@ -24,6 +24,8 @@ def client_stats(c):
         "tls_version": "", "tls_negotiated_protocol": "",
         "tls_negotiated_protocol_is_mutual": False,
     }
+    if c.pub_counts and c.channel is None:
+        out["message_count"] = sum(c.pub_counts.values())  # a producer counts what it published
     if c.pub_counts:
         out["pub_counts"] = [{"topic": t, "count": n} for t, n in sorted(c.pub_counts.items())]
     return out
