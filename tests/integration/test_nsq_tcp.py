@@ -248,3 +248,27 @@ def test_sub_needs_heartbeats(conns):
     c.send(b"SUB t_hb ch\n")
     assert c.frame() == (1, b"E_INVALID cannot SUB with heartbeats disabled")
     assert c.closed()
+
+
+def test_only_the_owner_may_fin_req_touch(conns):
+    p = conns()
+    p.send(encode_command("PUB", "t_own", body=b"mine"))
+    p.frame()
+    a, b = conns(), conns()
+    a.send(b"SUB t_own ch\nRDY 1\n")
+    assert a.frame() == (0, b"OK")
+    (m,) = a.messages(1)
+    b.send(b"SUB t_own ch\n")
+    assert b.frame() == (0, b"OK")
+    b.send(b"FIN " + m.msg_id + b"\nREQ " + m.msg_id + b" 0\nTOUCH " + m.msg_id + b"\n")
+    assert b.frames(3) == [
+        (1, b"E_FIN_FAILED FIN " + m.msg_id + b" failed client does not own message"),
+        (1, b"E_REQ_FAILED REQ " + m.msg_id + b" failed client does not own message"),
+        (1, b"E_TOUCH_FAILED TOUCH " + m.msg_id + b" failed client does not own message"),
+    ]
+    b.send(b"NOP\n")
+    b.sock.settimeout(0.3)
+    assert b.closed() is False  # non-fatal
+    a.send(b"FIN " + m.msg_id + b"\n")
+    a.send(b"FIN " + m.msg_id + b"\n")
+    assert a.frame() == (1, b"E_FIN_FAILED FIN " + m.msg_id + b" failed ID not in flight")
