@@ -135,3 +135,21 @@ def test_ephemeral_channel_goes_with_last_consumer(tmp_path):
     ch.remove_consumer(c)
     assert broker.channels.get("t", "e#ephemeral") is None
     store.close()
+
+
+def test_multi_queue_topic_is_read_merged_by_event_id(tmp_path):
+    clock = Clock()
+    store, broker = open_broker(tmp_path, clock)
+    broker.create_topic("rmq", queues=3)
+    for i in range(6):
+        broker.publish("rmq", [Message(b"%d" % i)], queue_id=i % 3)
+    ch = broker.channels.create_channel("rmq", "c")
+    c = Consumer(rdy=10)
+    ch.add_consumer(c)
+    clock.advance(0)
+    got = c.take()
+    assert [b for _, _, b in got] == [b"%d" % i for i in range(6)]
+    for eid, _, _ in got:
+        assert ch.finish(eid, c) is None
+    assert ch.snapshot()["floor"] == {"0": 2, "1": 2, "2": 2}
+    store.close()
