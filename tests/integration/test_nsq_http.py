@@ -218,3 +218,16 @@ def test_sample_rate_drops_most_messages(nsq):
         time.sleep(0.05)
     assert ch["depth"] == 0 and ch["in_flight_count"] < 300  # sampled out: consumed, not sent
     c.close()
+
+
+def test_topic_empty_drops_the_backlog_of_a_channel_less_topic(nsq):
+    http(nsq.http, "POST", "/mpub?topic=h_tempty", b"old1\nold2")
+    assert topic_stats(nsq, "h_tempty")["depth"] == 2
+    assert http(nsq.http, "POST", "/topic/empty?topic=h_tempty")[0] == 200
+    assert topic_stats(nsq, "h_tempty")["depth"] == 0
+    http(nsq.http, "POST", "/pub?topic=h_tempty", b"new")
+    c = V2(nsq.tcp)
+    c.send(b"SUB h_tempty ch\nRDY 5\n")
+    assert c.frame() == (0, b"OK")
+    assert [m.body for m in c.messages(1)] == [b"new"]
+    c.close()
