@@ -36,6 +36,9 @@ class ChannelRegistry:
         self.channels = {}
         self.paused_topics = set()
         self.holds = {}
+        #: ephemeral topics a channel user created (only these are deleted with their
+        #: last channel / at start: another protocol's topic may carry the same suffix)
+        self.ephemeral_topics = set()
         self.observers = []
         self._active = set()
         self._scan_call = None
@@ -54,6 +57,7 @@ class ChannelRegistry:
             "channels": chans,
             "pausedTopics": sorted(t for t in self.paused_topics if not is_ephemeral(t)),
             "holds": {t: {str(q): o for q, o in h.items()} for t, h in self.holds.items()},
+            "ephemeralTopics": sorted(self.ephemeral_topics),
         }
 
     def restore(self, state):
@@ -62,6 +66,7 @@ class ChannelRegistry:
         self.paused_topics = set(state.get("pausedTopics", []))
         self.holds = {t: {int(q): o for q, o in h.items()}
                       for t, h in state.get("holds", {}).items()}
+        self.ephemeral_topics = set(state.get("ephemeralTopics", []))
 
     def start(self):
         """Build the restored channels of topics that still exist."""
@@ -79,6 +84,14 @@ class ChannelRegistry:
             self._add(topic, c["name"], floor, done, c.get("paused", False), False)
         self._restored = []
         self.paused_topics = {t for t in self.paused_topics if self.broker.topic(t) is not None}
+        if self.broker.is_master:
+            # ephemeral topics do not outlive the process that had their channels
+            for t in sorted(self.ephemeral_topics):
+                if self.broker.topic(t) is not None:
+                    self.broker.delete_topic(t).addErrback(
+                        lambda f: self.log.failure("dropping an ephemeral topic failed", f))
+            self.ephemeral_topics.clear()
+            self.store.mark_dirty()
 
     def stop(self):
         """Cancel the scan timer."""
@@ -149,7 +162,7 @@ class ChannelRegistry:
             self.broker.unwatch(topic, self)
             self.holds[topic] = {q: self.store.queue(topic, q).max_offset
                                  for q in ch.cursor.positions}
-            if is_ephemeral(topic) and self.broker.topic(topic) is not None:
+            if topic in self.ephemeral_topics and self.broker.topic(topic) is not None:
                 self.broker.delete_topic(topic).addErrback(
                     lambda f: self.log.failure("deleting ephemeral topic failed", f))
         self.store.mark_dirty()
@@ -162,6 +175,12 @@ class ChannelRegistry:
         if not self.channels.get(topic) and self.broker.topic(topic) is not None:
             t = self.broker.topic(topic)
             self.holds[topic] = {q: self.store.queue(topic, q).max_offset for q in range(t.queues)}
+            self.store.mark_dirty()
+
+    def note_ephemeral_topic(self, topic):
+        """C{topic} was created as an ephemeral topic (it goes with its last channel)."""
+        if is_ephemeral(topic):
+            self.ephemeral_topics.add(topic)
             self.store.mark_dirty()
 
     def set_topic_paused(self, topic, paused):
@@ -191,6 +210,7 @@ class ChannelRegistry:
     def topic_deleted(self, topic):
         for name in list(self.channels.get(topic, {})):
             self.delete_channel(topic, name)
+        self.ephemeral_topics.discard(topic)
         self.holds.pop(topic, None)
         self.paused_topics.discard(topic)
         self.store.mark_dirty()

@@ -70,6 +70,8 @@ class NsqNode:
 
         def done(result):
             ok = not isinstance(result, Failure) or result.check(TopicExists)
+            if not isinstance(result, Failure):
+                self.broker.channels.note_ephemeral_topic(name)
             for w in self._creating.pop(name, []):
                 if ok:
                     w.callback(None)

@@ -231,3 +231,17 @@ def test_topic_empty_drops_the_backlog_of_a_channel_less_topic(nsq):
     assert c.frame() == (0, b"OK")
     assert [m.body for m in c.messages(1)] == [b"new"]
     c.close()
+
+
+def test_ephemeral_topic_goes_with_its_last_channel(nsq):
+    c = V2(nsq.tcp)
+    c.send(b"SUB h_et#ephemeral c#ephemeral\n")
+    assert c.frame() == (0, b"OK")
+    assert http_json(nsq.http, "GET", "/stats?format=json&topic=h_et%23ephemeral")[1]["topics"]
+    c.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if http_json(nsq.http, "GET", "/stats?format=json&topic=h_et%23ephemeral")[1]["topics"] is None:
+            break
+        time.sleep(0.05)
+    assert http_json(nsq.http, "GET", "/stats?format=json&topic=h_et%23ephemeral")[1]["topics"] is None

@@ -153,3 +153,17 @@ def test_multi_queue_topic_is_read_merged_by_event_id(tmp_path):
         assert ch.finish(eid, c) is None
     assert ch.snapshot()["floor"] == {"0": 2, "1": 2, "2": 2}
     store.close()
+
+
+def test_ephemeral_topics_do_not_survive_a_restart(tmp_path):
+    clock = Clock()
+    store, broker = open_broker(tmp_path, clock)
+    publish(broker, "gone#ephemeral", [b"a"])
+    broker.channels.note_ephemeral_topic("gone#ephemeral")  # as NSQ does when it creates one
+    publish(broker, "smss#ephemeral", [b"b"])  # another protocol's topic with that suffix
+    publish(broker, "kept", [b"b"])
+    store.close()
+    store, broker = open_broker(tmp_path, clock)
+    assert broker.topic("gone#ephemeral") is None and broker.topic("kept") is not None
+    assert broker.topic("smss#ephemeral") is not None
+    store.close()
