@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: install run test bench bench-rocketmq clean
+.PHONY: install run test bench bench-rocketmq bench-nsq clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ bench: $(STAMP)
 # RocketMQ figures with the real C++ client (send throughput, catch-up, latency, RSS).
 bench-rocketmq: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/rocketmq_bench.py $(ARGS)
+
+# NSQ bench_writer / bench_reader / one-per-round-trip figures (docs/nsq.md)
+bench-nsq: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) bench/nsq_bench.py $(ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache

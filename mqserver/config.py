@@ -70,6 +70,14 @@ SCHEMA = {
     "rocketmq.brokerExpireMs": (int, 120000, lambda v: v >= 100, ">= 100"),
     "rocketmq.scanIntervalMs": (int, 10000, lambda v: v >= 100, ">= 100"),
     "rocketmq.longPollMaxMs": (int, 15000, lambda v: v >= 0, ">= 0"),
+    # NSQ front doors (names follow nsqd's flags)
+    "nsq.lookupdTcpAddresses": (list, [], lambda v: all(isinstance(a, str) and ":" in a for a in v),
+                                "a list of host:port strings"),
+    "nsq.broadcastAddress": (str, "127.0.0.1", None, None),
+    "nsq.msgTimeout": (int, 60000, lambda v: 1000 <= v <= 900000, "1000..900000 (ms)"),
+    "nsq.maxRdyCount": (int, 2500, lambda v: 1 <= v <= 1_000_000, "1..1000000"),
+    "nsq.maxMsgSize": (int, 1048576, lambda v: 1 <= v <= 64 << 20, "1..67108864"),
+    "nsq.maxBodySize": (int, 5242880, lambda v: 1 <= v <= 1 << 30, "1..1073741824"),
 }
 
 
@@ -143,6 +151,8 @@ def _check(key, value):
         raise ConfigError(f"config key {key!r} must be an integer, not {value!r}")
     if typ is bool and not isinstance(value, bool):
         raise ConfigError(f"config key {key!r} must be true or false, not {value!r}")
+    if typ is list and not isinstance(value, list):
+        raise ConfigError(f"config key {key!r} must be a list, not {value!r}")
     if typ is str and not isinstance(value, str):
         raise ConfigError(f"config key {key!r} must be a string, not {value!r}")
     if check is not None and not check(value):

@@ -11,6 +11,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from mqserver.broker.channel_registry import ChannelRegistry
 from mqserver.broker.cursor import TopicCursor
 from mqserver.broker.offsets import ConsumerOffsets
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
@@ -30,6 +31,9 @@ class Broker:
     @ivar delays: the L{DelayIndex}.
     @ivar is_master: False on a replication slave, which refuses writes.
     @ivar offsets: the L{ConsumerOffsets} of consumer groups (loaded at L{start}).
+    @ivar channels: the L{ChannelRegistry} (channel consumption, e.g. NSQ's).
+    @ivar extensions: protocol name -> per-broker object a protocol shares between its
+        front doors (e.g. NSQ's TCP, HTTP and lookupd doors); the core never reads it.
     """
 
     log = Logger()
@@ -49,6 +53,8 @@ class Broker:
         self._extensions = {}  # name -> object with snapshot_state/restore_state
         self._ext_state = {}
         self.offsets = ConsumerOffsets(store.path)
+        self.channels = ChannelRegistry(self, reactor)
+        self.extensions = {}
         store.state = self
         store.add_arrival_listener(self._arrived)
 
@@ -59,9 +65,11 @@ class Broker:
         self.offsets.load()
         self._schedule_delays()
         self._schedule_life()
+        self.channels.start()
 
     def stop(self):
         """Cancel the timers."""
+        self.channels.stop()
         for call in (self._delay_call, self._life_call):
             if call is not None and call.active():
                 call.cancel()
@@ -103,22 +111,25 @@ class Broker:
             self._schedule_delays()
 
     def snapshot_state(self):
-        """Return topics, pending delays and extensions' state for the checkpoint."""
+        """Return topics, pending delays, channels and registered state for the checkpoint."""
         ext = dict(self._ext_state)
         for name, obj in self._extensions.items():
             ext[name] = obj.snapshot_state()
-        return {"topics": self.registry.snapshot(), "delays": self.delays.snapshot(), "ext": ext}
+        return {"topics": self.registry.snapshot(), "delays": self.delays.snapshot(),
+                "channels": self.channels.snapshot(), "ext": ext}
 
     def restore_state(self, state):
         """Load what L{snapshot_state} returned."""
         self.registry.restore(state.get("topics", []))
         self.delays.restore(state.get("delays", []))
+        # checkpoints written before channels existed have no "channels" key
+        self.channels.restore(state.get("channels") or {})
         self._ext_state = dict(state.get("ext", {}))
         for name, obj in self._extensions.items():
             obj.restore_state(self._ext_state.get(name))
 
-    def extension(self, name):
-        """Return the extension registered as C{name}, or None."""
+    def state_of(self, name):
+        """Return the object registered with L{register_state} as C{name}, or None."""
         return self._extensions.get(name)
 
     def begin_full_replay(self):
@@ -127,7 +138,7 @@ class Broker:
         for d in self.delays.pending.values():
             d.applied = 0
 
-    def register_extension(self, name, obj):
+    def register_state(self, name, obj):
         """Keep C{obj}'s state (C{snapshot_state()}/C{restore_state(data)}) in the
         checkpoint under C{name}. State of extensions not registered in this run is kept."""
         self._extensions[name] = obj
@@ -307,6 +318,10 @@ class Broker:
         c = TopicCursor.after_event(self.store, topic, range(t.queues), after_event_id)
         self._cursors.add(c)
         return c
+
+    def track_cursor(self, cursor):
+        """Count C{cursor} (made elsewhere, e.g. by a channel) in L{min_reader_offset}."""
+        self._cursors.add(cursor)
 
     def close_cursor(self, cursor):
         """Forget C{cursor} (it no longer holds back retention)."""

@@ -106,6 +106,26 @@ class TopicCursor:
             out.append((buf, p, s))
         return out
 
+    def read_span(self, max_count):
+        """Like L{read}, as C{(buffer, [(pos, size), ...])}: one buffer for all records
+        when the topic has one queue (no per-record tuples), else built from L{read}."""
+        if len(self.positions) == 1:
+            (qid,) = self.positions
+            buf, locs = self._read_queue(qid, max_count)
+            self.positions[qid] += len(locs)
+            return buf, locs
+        records = self.read(max_count)
+        if not records:
+            return None, []
+        if all(r[0] is records[0][0] for r in records):
+            return records[0][0], [(p, s) for _, p, s in records]
+        buf = b"".join(bytes(b[p:p + s]) for b, p, s in records)
+        locs, pos = [], 0
+        for _, _, s in records:
+            locs.append((pos, s))
+            pos += s
+        return buf, locs
+
     def log_offset(self):
         """Return the lowest commit-log offset this cursor will read next (for retention),
         or None when it is at the end of every queue."""

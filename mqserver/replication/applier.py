@@ -32,7 +32,7 @@ class Applier:
         self.records = 0
         self.master_write_time = 0
         self.connected = False
-        broker.register_extension(self.state_name, self)
+        broker.register_state(self.state_name, self)
 
     @property
     def applied_event_id(self):

@@ -87,6 +87,9 @@ EVENT_AND_BODYLEN = struct.Struct(">qi")  # at OFF_EVENT_ID
 #: Only what a delivery needs: QueueId, QueueOffset, SysFlag, StoreTimestamp, EventId,
 #: BodyLength (the other header fields are skipped with pad bytes).
 DELIVERY_FIELDS = struct.Struct(">12xi4xq8xi16xq12xqi")
+#: What a channel delivery needs: TotalSize, QueueId, QueueOffset, PhysicalOffset,
+#: StoreTimestamp, EventId, BodyLength (other header fields skipped with pad bytes).
+CHANNEL_FIELDS = struct.Struct(">i8xi4xqq4x8x8xq8x4xqi")
 CQ_ENTRY = struct.Struct(">qiq")  # commit-log offset, size, tag hash
 CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
 

@@ -114,6 +114,12 @@ class CommandDecoder:
         """True once a framing error made the rest of the stream undecodable."""
         return self._state == _DEAD
 
+    @property
+    def at_line_start(self) -> bool:
+        """True when the next byte fed starts a command line (nothing is buffered), so a
+        caller may consume simple lines itself before feeding the rest."""
+        return self._state == _LINE and not self._buf
+
     def feed(self, data: bytes) -> list[Command]:
         """Consume ``data`` and return the commands it completes (possibly none)."""
         if self._state == _DEAD:

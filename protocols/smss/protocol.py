@@ -266,7 +266,7 @@ class SmssServerProtocol(Protocol):
         return codec.ok_json(topic_json(t, self.factory.folder_count))
 
     def _replication_status(self):
-        applier = self.broker.extension("replica")
+        applier = self.broker.state_of("replica")
         if applier is not None:
             return applier.status()
         return {"role": "master", "appliedEventId": self.broker.store.next_event_id - 1,

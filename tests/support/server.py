@@ -9,10 +9,14 @@ import time
 
 import yaml
 
-from mqserver.frontdoor import front_doors
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _STARTED = re.compile(r"(\w+) starting on (\d+)")
+
+
+def _door_names():
+    from mqserver.frontdoor import front_doors
+
+    return list(front_doors())
 
 
 class ServerProcess:
@@ -42,10 +46,8 @@ class ServerProcess:
         cfg = dict(self.config)
         cfg.setdefault("store", {})
         cfg["store"] = dict(cfg["store"], path=self.data)
-        # Front doors the test does not name stay off, so no test binds a default port.
-        listen = {name: "off" for name in front_doors()}
-        listen.update(self.listen)
-        cfg["listen"] = listen
+        # every front door not asked for is off, so tests never bind default ports
+        cfg["listen"] = dict({name: "off" for name in _door_names()}, **self.listen)
         with open(cfg_path, "w") as f:
             yaml.safe_dump(cfg, f)
         env = dict(os.environ, PYTHONPATH=ROOT)

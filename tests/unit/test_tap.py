@@ -34,7 +34,10 @@ def test_defaults_and_service_tree(tmp_path):
     o2 = Options()
     o2.parseOptions(["--data", str(tmp_path), "--listen", "smss=tcp:0"])
     root = makeService(o2)
-    assert [s.name for s in root] == ["storage", "listen-smss", "listen-namesrv", "listen-broker"]
+    assert [s.name for s in root] == [
+        "storage", "listen-smss", "listen-namesrv", "listen-broker", "listen-nsqd_tcp",
+        "listen-nsqd_http", "listen-lookupd_tcp", "listen-lookupd_http",
+    ]
     assert cfg.listen["namesrv"] == "tcp:9876:interface=127.0.0.1"
     assert cfg.listen["broker"] == "tcp:10911:interface=127.0.0.1"
 
@@ -42,8 +45,8 @@ def test_defaults_and_service_tree(tmp_path):
 def test_listen_off(tmp_path):
     """A front door set to off gets no listener."""
     o = Options()
-    o.parseOptions(["--data", str(tmp_path), "--listen", "smss=off", "--listen", "namesrv=off",
-                    "--listen", "broker=off"])
+    off = [a for door in front_doors() for a in ("--listen", f"{door}=off")]
+    o.parseOptions(["--data", str(tmp_path), *off])
     assert [s.name for s in makeService(o)] == ["storage"]
 
 

@@ -28,3 +28,17 @@ mqnamesrv = ServiceMaker(
     "A standalone RocketMQ nameserver for mqserver brokers",
     "mqnamesrv",
 )
+
+mqlookupd = ServiceMaker(
+    "mqlookupd",
+    "protocols.nsq.lookupd_tap",
+    "A standalone nsqlookupd (TCP V1 and HTTP) for NSQ clients and mqserver nodes",
+    "mqlookupd",
+)
+
+nsqd_tcp = FrontDoor("nsqd_tcp", "protocols.nsq.factory", "tcp:4150:interface=127.0.0.1", order=30)
+nsqd_http = FrontDoor("nsqd_http", "protocols.nsq.http", "tcp:4151:interface=127.0.0.1", order=31)
+lookupd_tcp = FrontDoor("lookupd_tcp", "protocols.nsq.lookupd", "tcp:4160:interface=127.0.0.1",
+                        order=32)
+lookupd_http = FrontDoor("lookupd_http", "protocols.nsq.lookupd_http",
+                         "tcp:4161:interface=127.0.0.1", order=33)

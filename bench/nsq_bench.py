@@ -1,0 +1,208 @@
+"""NSQ benchmark mirroring NSQ's own bench_writer / bench_reader against mqserver.
+
+* writer: N connections, each sends MPUB batches of 200 messages (200-byte bodies) with
+  one batch outstanding, for --seconds;
+* reader: N connections on one channel at RDY 2500 drain that backlog, FINing in batches;
+* round trip: N connections each PUB one message and wait for its OK, for --seconds.
+
+Prints msgs/s per scenario and the broker's peak RSS. The broker runs as the real
+``twistd mqserver`` process on loopback (flush level 1, the default).
+
+    PYTHONPATH=. .venv/bin/python bench/nsq_bench.py [--seconds 10] [--conns 2] [--quick]
+"""
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import struct
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.support.server import ServerProcess  # noqa: E402
+
+_HDR = struct.Struct(">II")
+_U32 = struct.Struct(">I")
+
+
+def _connect(port):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(b"  V2")
+    return s
+
+
+def _read_frame(sock, buf):
+    while True:
+        if len(buf) >= 8:
+            size, ftype = _HDR.unpack_from(buf, 0)
+            if len(buf) >= size + 4:
+                data = bytes(buf[8:size + 4])
+                del buf[:size + 4]
+                if ftype == 0 and data == b"_heartbeat_":
+                    sock.sendall(b"NOP\n")
+                    continue
+                return ftype, data
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+
+
+def _writer(port, topic, seconds, batch, size, out):
+    sock = _connect(port)
+    body = b"x" * size
+    parts = [_U32.pack(batch)]
+    for _ in range(batch):
+        parts += [_U32.pack(size), body]
+    inner = b"".join(parts)
+    cmd = b"MPUB " + topic.encode() + b"\n" + _U32.pack(len(inner)) + inner
+    buf = bytearray()
+    n = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sock.sendall(cmd)
+        ftype, data = _read_frame(sock, buf)
+        if data != b"OK":
+            raise RuntimeError(data)
+        n += batch
+    out.put(n)
+    sock.close()
+
+
+def _pub_one(port, topic, seconds, size, out):
+    sock = _connect(port)
+    cmd = b"PUB " + topic.encode() + b"\n" + _U32.pack(size) + b"x" * size
+    buf = bytearray()
+    n = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for _ in range(100):
+            sock.sendall(cmd)
+            _read_frame(sock, buf)
+        n += 100
+    out.put(n)
+    sock.close()
+
+
+def _reader(port, topic, seconds, rdy, total, counter, out):
+    sock = _connect(port)
+    sock.sendall(b"SUB %s ch\nRDY %d\n" % (topic.encode(), rdy))
+    buf = bytearray()
+    _read_frame(sock, buf)  # OK
+    n = 0
+    unpack = _HDR.unpack_from
+    end = time.monotonic() + seconds
+    sock.settimeout(0.5)
+    while time.monotonic() < end:
+        try:
+            chunk = sock.recv(1 << 20)
+        except socket.timeout:
+            with counter.get_lock():
+                if counter.value >= total:
+                    break
+            continue
+        if not chunk:
+            break
+        buf += chunk
+        pos, blen = 0, len(buf)
+        fins = []
+        while blen - pos >= 8:
+            size, ftype = unpack(buf, pos)
+            if blen - pos - 4 < size:
+                break
+            if ftype == 2:
+                fins.append(b"FIN " + bytes(buf[pos + 18:pos + 34]) + b"\n")
+            elif ftype == 0 and buf[pos + 8:pos + 4 + size] == b"_heartbeat_":
+                fins.append(b"NOP\n")
+            pos += 4 + size
+        del buf[:pos]
+        if fins:
+            sock.sendall(b"".join(fins))
+            n += len(fins)
+            with counter.get_lock():
+                counter.value += len(fins)
+                if counter.value >= total:
+                    break
+    out.put(n)
+    sock.close()
+
+
+def _run(target, conns, args):
+    out = mp.Queue()
+    procs = [mp.Process(target=target, args=(*args, out)) for _ in range(conns)]
+    start = time.monotonic()
+    for p in procs:
+        p.start()
+    counts = [out.get(timeout=600) for _ in procs]
+    elapsed = time.monotonic() - start
+    for p in procs:
+        p.join(30)
+    return sum(counts), elapsed
+
+
+def cpu_seconds(pid):
+    """User + system CPU time the process has used, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _report(label, n, t, cpu):
+    # broker CPU per message: a figure that does not depend on what else the machine runs
+    per = cpu / n * 1e6 if n else 0.0
+    cap = n / cpu if cpu else 0.0
+    print(f"{label:<44}{n / t:>10,.0f} msgs/s  ({n} in {t:.1f}s; broker CPU "
+          f"{per:.1f} us/msg = {cap:,.0f} msgs/s per broker core)")
+
+
+def peak_rss_mb(pid):
+    """The process's peak resident set size (VmHWM) in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--conns", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=200)
+    ap.add_argument("--size", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="3 s per scenario")
+    args = ap.parse_args()
+    seconds = 3.0 if args.quick else args.seconds
+    data = tempfile.mkdtemp(prefix="nsqbench-")
+    server = ServerProcess(os.path.join(data, "broker"),
+                           listen={"nsqd_tcp": "tcp:0:interface=127.0.0.1"}).start()
+    try:
+        port = server.ports["NsqdFactory"]
+        pid = server.proc.pid
+        c0 = cpu_seconds(pid)
+        n, t = _run(_writer, args.conns, (port, "bench", seconds, args.batch, args.size))
+        c1 = cpu_seconds(pid)
+        _report(f"writer  MPUB x{args.batch} ({args.size} B), {args.conns} conns", n, t, c1 - c0)
+        counter = mp.Value("q", 0)
+        rn, rt = _run(_reader, args.conns, (port, "bench", max(seconds, 6.0) * 4, 2500, n, counter))
+        c2 = cpu_seconds(pid)
+        _report(f"reader  RDY 2500, batched FIN, {args.conns} conns", rn, rt, c2 - c1)
+        n, t = _run(_pub_one, args.conns, (port, "bench_rt", seconds, args.size))
+        c3 = cpu_seconds(pid)
+        _report(f"1 msg per round trip, {args.conns} conns", n, t, c3 - c2)
+        with open("/proc/loadavg") as f:
+            print(f"load average during the run: {f.read().split()[0]} ({os.cpu_count()} cores)")
+        print(f"broker peak RSS: {peak_rss_mb(server.proc.pid):.0f} MiB")
+    finally:
+        server.stop()
+        server.close()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

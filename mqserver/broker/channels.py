@@ -1,0 +1,322 @@
+"""Channels: the "channel" consumption model over the shared log (NSQ's, without its wire).
+
+A channel reads its topic through a L{TopicCursor} and hands each message to one of its
+consumers. It keeps an in-flight table with deadlines and attempts, a requeue list and a
+deferred heap; a FINed message is forgotten. Its durable position per queue is the lowest
+queue offset not yet finished (the floor) plus the set of finished offsets above it, so a
+restart never redelivers a finished message and never loses an unfinished one.
+
+A consumer is any object with these attributes, which the channel reads and updates:
+C{rdy} (window size), C{in_flight} (the channel keeps it), C{msg_timeout} (seconds),
+C{sample_rate} (0..99), C{can_receive} (bool), a method C{deliver(items)} taking a list of
+C{(ts_ns, attempts, event_id, buf, body_start, body_end)}, and C{channel_closed()}
+(the channel was deleted).
+"""
+
+import heapq
+import random
+from collections import deque
+
+from mqserver.broker.cursor import TopicCursor
+from mqserver.store import format as fmt
+
+_FIELDS = fmt.CHANNEL_FIELDS.unpack_from
+_BODY = fmt.HEADER_SIZE
+#: How often timeouts and deferred messages are looked at, in seconds.
+SCAN_INTERVAL = 0.05
+#: Messages handed to one consumer at a time when several are ready.
+SHARE_CHUNK = 16
+_MS_NS = 1_000_000
+
+# in-flight / requeue entry: a list, cheapest to build on the hot path
+EID, QID, QOFF, LOFF, SIZE, ATTEMPTS, DEADLINE, OWNER, STARTED = range(9)
+
+
+class ChannelExists(Exception):
+    """A channel of that name already exists."""
+
+
+def _ranges(offsets):
+    out = []
+    for o in sorted(offsets):
+        if out and out[-1][1] == o:
+            out[-1][1] = o + 1
+        else:
+            out.append([o, o + 1])
+    return out
+
+
+class Channel:
+    """One channel of a topic.
+
+    @ivar floor: queue id -> lowest queue offset not yet finished.
+    @ivar done: queue id -> finished offsets above the floor.
+    @ivar in_flight: eventId -> entry (see the module's entry layout).
+    """
+
+    def __init__(self, registry, topic, name, positions, done=None, paused=False,
+                 ephemeral=False):
+        self.registry = registry
+        self.store = registry.store
+        self.reactor = registry.reactor
+        self.topic = topic
+        self.name = name
+        self.ephemeral = ephemeral
+        self.paused = paused
+        self.cursor = TopicCursor(self.store, topic, positions)
+        self.floor = dict(positions)
+        self.done = {q: set(done.get(q, ())) if done else set() for q in positions}
+        # eventId -> entry, in deadline order while every consumer has the same timeout
+        self.in_flight = {}
+        self._timeouts = set()  # distinct msg_timeouts of the consumers seen
+        self.requeued = deque()
+        self.deferred = []  # heap of (due, eventId, entry)
+        self.consumers = []
+        self.message_count = 0
+        self.requeue_count = 0
+        self.timeout_count = 0
+        self.deleted = False
+        self._pump_call = None
+        self._rr = 0
+
+    # -- state ---------------------------------------------------------------------------
+
+    def depth(self):
+        """Messages waiting to be delivered (not counting in-flight or deferred ones)."""
+        n = len(self.requeued)
+        for qid, pos in self.cursor.positions.items():
+            q = self.store.queue(self.topic, qid)
+            n += max(0, q.max_offset - max(pos, q.min_offset))
+        return n
+
+    def snapshot(self):
+        """The durable part: name, paused flag and position."""
+        floor, done = {}, {}
+        for qid, f in self.floor.items():
+            q = self.store.queue(self.topic, qid)
+            if f < q.min_offset:  # retention took what was never finished
+                f = self.floor[qid] = q.min_offset
+                self.done[qid] = {o for o in self.done[qid] if o >= f}
+            floor[str(qid)] = f
+            if self.done[qid]:
+                done[str(qid)] = _ranges(self.done[qid])
+        return {"topic": self.topic, "name": self.name, "paused": self.paused,
+                "floor": floor, "done": done}
+
+    def _finished(self, qid, qoff):
+        f = self.floor[qid]
+        if qoff == f:
+            f += 1
+            d = self.done[qid]
+            if d:
+                while f in d:
+                    d.discard(f)
+                    f += 1
+            self.floor[qid] = f
+        elif qoff > f:
+            self.done[qid].add(qoff)
+
+    # -- consumers -----------------------------------------------------------------------
+
+    def add_consumer(self, consumer):
+        """Attach C{consumer}; it receives messages while it has free RDY slots."""
+        self.consumers.append(consumer)
+        self._timeouts.add(consumer.msg_timeout)
+        self.schedule_pump()
+
+    def remove_consumer(self, consumer):
+        """Detach C{consumer}. Its in-flight messages stay in flight until they time out
+        (as nsqd does). An ephemeral channel goes away with its last consumer."""
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if self.ephemeral and not self.consumers:
+            self.registry.delete_channel(self.topic, self.name)
+
+    def schedule_pump(self):
+        """Deliver soon (coalesces many triggers in one reactor turn into one pass)."""
+        if self._pump_call is None and not self.deleted:
+            self._pump_call = self.reactor.callLater(0, self.pump)
+
+    def pump(self):
+        """Give ready consumers as many messages as their free RDY slots allow, in
+        round-robin chunks of L{SHARE_CHUNK} when several are ready (so they share)."""
+        self._pump_call = None
+        if self.paused or self.deleted or self.topic in self.registry.paused_topics:
+            return
+        ready = [c for c in self.consumers if c.can_receive and c.rdy > c.in_flight]
+        if not ready:
+            return
+        self._rr = start = (self._rr + 1) % len(ready)
+        ready = ready[start:] + ready[:start]
+        chunk = SHARE_CHUNK if len(ready) > 1 else None
+        while ready:
+            still = []
+            for c in ready:
+                free = c.rdy - c.in_flight
+                if free <= 0 or not c.can_receive:
+                    continue
+                want = min(free, chunk) if chunk else free
+                items = self._take(c, want)
+                if not items:
+                    return
+                c.in_flight += len(items)
+                self.message_count += len(items)
+                c.deliver(items)
+                if len(items) == want and c.rdy > c.in_flight:
+                    still.append(c)
+            ready = still
+
+    def _take(self, owner, n):
+        out = []
+        append = out.append
+        now = self.reactor.seconds()
+        deadline = now + owner.msg_timeout
+        in_flight = self.in_flight
+        requeued = self.requeued
+        while requeued and len(out) < n:
+            e = requeued.popleft()
+            view = self.store.read_record(e[LOFF], e[SIZE])
+            e[ATTEMPTS] += 1
+            e[DEADLINE] = deadline
+            e[OWNER] = owner
+            e[STARTED] = now
+            in_flight[e[EID]] = e
+            body = view.body
+            append((view.store_ts * _MS_NS, e[ATTEMPTS], e[EID], body, 0, len(body)))
+        rate = owner.sample_rate
+        done = self.done
+        read_span = self.cursor.read_span
+        while len(out) < n:
+            buf, locs = read_span(n - len(out))
+            if not locs:
+                break
+            for pos, _ in locs:
+                size, qid, qoff, loff, ts, eid, blen = _FIELDS(buf, pos)
+                d = done[qid]
+                if d and qoff in d:
+                    continue  # finished before a restart
+                if rate and random.random() * 100 >= rate:
+                    self._finished(qid, qoff)  # sampled out: consumed, never delivered
+                    continue
+                e = [eid, qid, qoff, loff, size, 1, deadline, owner, now]
+                in_flight[eid] = e
+                b0 = pos + _BODY
+                append((ts * _MS_NS, 1, eid, buf, b0, b0 + blen))
+        if out:
+            self.registry.arm(self)
+        return out
+
+    # -- FIN / REQ / TOUCH ---------------------------------------------------------------
+
+    def _owned(self, eid, owner):
+        e = self.in_flight.get(eid)
+        if e is None:
+            return None, "ID not in flight"
+        if e[OWNER] is not owner:
+            return None, "client does not own message"
+        return e, None
+
+    def finish(self, eid, owner):
+        """FIN: forget the message. Returns None, or the reason it failed."""
+        in_flight = self.in_flight
+        e = in_flight.pop(eid, None)
+        if e is None:
+            return "ID not in flight"
+        if e[OWNER] is not owner:
+            in_flight[eid] = e
+            return "client does not own message"
+        owner.in_flight -= 1
+        qid = e[QID]
+        qoff = e[QOFF]
+        floor = self.floor
+        f = floor[qid]
+        if qoff == f:
+            f += 1
+            d = self.done[qid]
+            if d:
+                while f in d:
+                    d.discard(f)
+                    f += 1
+            floor[qid] = f
+        elif qoff > f:
+            self.done[qid].add(qoff)
+        self.store.mark_dirty()
+        if self._pump_call is None:
+            self.schedule_pump()
+        return None
+
+    def requeue(self, eid, owner, delay_ms):
+        """REQ: back to the channel now, or after C{delay_ms}. Returns None or a reason."""
+        e, why = self._owned(eid, owner)
+        if e is None:
+            return why
+        del self.in_flight[eid]
+        owner.in_flight -= 1
+        e[OWNER] = None
+        self.requeue_count += 1
+        if delay_ms > 0:
+            heapq.heappush(self.deferred, (self.reactor.seconds() + delay_ms / 1000.0, eid, e))
+            self.registry.arm(self)
+        else:
+            self.requeued.append(e)
+        self.schedule_pump()
+        return None
+
+    def touch(self, eid, owner, max_timeout):
+        """TOUCH: push the deadline to now + the consumer's timeout (capped at the attempt's
+        start + C{max_timeout} seconds). Returns None or a reason."""
+        e, why = self._owned(eid, owner)
+        if e is None:
+            return why
+        e[DEADLINE] = min(self.reactor.seconds() + owner.msg_timeout, e[STARTED] + max_timeout)
+        del self.in_flight[eid]
+        self.in_flight[eid] = e  # keep the table in deadline order
+        return None
+
+    def scan(self, now):
+        """Requeue expired in-flight messages and due deferred ones. Returns True while
+        the channel still has something to watch."""
+        in_flight = self.in_flight
+        if len(self._timeouts) <= 1:
+            expired = []
+            for eid, e in in_flight.items():
+                if e[DEADLINE] > now:
+                    break  # the table is in deadline order
+                expired.append(eid)
+        else:
+            expired = [eid for eid, e in in_flight.items() if e[DEADLINE] <= now]
+        for eid in expired:
+            e = in_flight.pop(eid)
+            e[OWNER].in_flight -= 1
+            e[OWNER] = None
+            self.requeued.append(e)
+            self.timeout_count += 1
+        deferred = self.deferred
+        moved = bool(expired)
+        while deferred and deferred[0][0] <= now:
+            self.requeued.append(heapq.heappop(deferred)[2])
+            moved = True
+        if moved:
+            self.schedule_pump()
+        return bool(in_flight or deferred)
+
+    def empty(self):
+        """Drop everything queued, in flight and deferred; only new messages will come."""
+        for c in {e[OWNER] for e in self.in_flight.values()} | set(self.consumers):
+            c.in_flight = 0
+        self.in_flight.clear()
+        self.requeued.clear()
+        self.deferred = []
+        ends = {qid: self.store.queue(self.topic, qid).max_offset for qid in self.cursor.positions}
+        self.cursor.positions = dict(ends)
+        self.floor = dict(ends)
+        self.done = {q: set() for q in ends}
+        self.store.mark_dirty()
+
+    def close(self):
+        """Stop for good (deleted): consumers are the caller's business."""
+        self.deleted = True
+        if self._pump_call is not None and self._pump_call.active():
+            self._pump_call.cancel()
+        self._pump_call = None
+        self.registry.broker.close_cursor(self.cursor)

@@ -1,0 +1,320 @@
+"""The nsqd HTTP API (``listen.nsqd_http``): /ping, /info, /pub, /mpub, /stats, topic and
+channel admin, /config. Parameters come from the query string; errors are
+``{"message": CODE}`` with nsqd's status codes; every reply but /ping carries
+``X-NSQ-Content-Type: nsq; version=1.0``.
+"""
+
+import json
+import struct
+
+from twisted.internet import defer
+from twisted.web import resource, server
+
+from mqserver.errors import BrokerError, InvalidTopicName
+from mqserver.store.store import Message
+
+from protocols.nsq.codec import is_valid_name
+from protocols.nsq.node import VERSION, find_listening_port, get_node
+from protocols.nsq.stats import stats_json, stats_text
+
+_U32 = struct.Struct(">I")
+
+
+class HttpError(Exception):
+    """An nsqd HTTP error: status and message code."""
+
+    def __init__(self, status, code):
+        super().__init__(code)
+        self.status = status
+        self.code = code
+
+
+def _arg(request, name):
+    v = request.args.get(name.encode())
+    return v[0].decode("utf-8", "surrogateescape") if v else None
+
+
+def _bool_arg(request, name, default):
+    v = _arg(request, name)
+    if v is None:
+        return default
+    return v not in ("false", "0")
+
+
+def _topic(request, code="INVALID_TOPIC"):
+    t = _arg(request, "topic")
+    if not t:
+        raise HttpError(400, "MISSING_ARG_TOPIC")
+    if not is_valid_name(t):
+        raise HttpError(400, code)
+    return t
+
+
+def _topic_channel(request):
+    t = _topic(request, "INVALID_ARG_TOPIC")
+    c = _arg(request, "channel")
+    if not c:
+        raise HttpError(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_name(c):
+        raise HttpError(400, "INVALID_ARG_CHANNEL")
+    return t, c
+
+
+class NsqdHttpResource(resource.Resource):
+    """Every nsqd HTTP endpoint."""
+
+    isLeaf = True
+
+    def __init__(self, node):
+        super().__init__()
+        self.node = node
+        self.broker = node.broker
+        self.routes = {
+            b"/ping": (b"GET", self.ping), b"/info": (b"GET", self.info),
+            b"/pub": (b"POST", self.pub), b"/mpub": (b"POST", self.mpub),
+            b"/stats": (b"GET", self.stats),
+            b"/topic/create": (b"POST", self.topic_create),
+            b"/topic/delete": (b"POST", self.topic_delete),
+            b"/topic/empty": (b"POST", self.topic_empty),
+            b"/topic/pause": (b"POST", lambda r: self.topic_pause(r, True)),
+            b"/topic/unpause": (b"POST", lambda r: self.topic_pause(r, False)),
+            b"/channel/create": (b"POST", self.channel_create),
+            b"/channel/delete": (b"POST", self.channel_delete),
+            b"/channel/empty": (b"POST", self.channel_empty),
+            b"/channel/pause": (b"POST", lambda r: self.channel_pause(r, True)),
+            b"/channel/unpause": (b"POST", lambda r: self.channel_pause(r, False)),
+        }
+
+    def render(self, request):
+        path = request.path.rstrip(b"/") or b"/"
+        if path.startswith(b"/config/"):
+            verb = request.method if request.method in (b"GET", b"PUT") else b"GET"
+            route = (verb, self.config)
+        else:
+            route = self.routes.get(path)
+        try:
+            if route is None:
+                raise HttpError(404, "NOT_FOUND")
+            method, fn = route
+            if request.method != method and not (method == b"GET" and request.method == b"HEAD"):
+                request.setHeader(b"Allow", b"OPTIONS, " + method)
+                raise HttpError(405, "METHOD_NOT_ALLOWED")
+            result = fn(request)
+        except HttpError as e:
+            return self._error(request, e)
+        if isinstance(result, defer.Deferred):
+            result.addCallbacks(lambda r: self._finish(request, r),
+                                lambda f: self._finish(request, self._failure(f)))
+            return server.NOT_DONE_YET
+        return self._body(request, result, path == b"/ping")
+
+    def _failure(self, f):
+        if f.check(HttpError):
+            return f.value
+        if f.check(InvalidTopicName):  # NSQ-valid but refused by the broker (leading ".")
+            return HttpError(400, "INVALID_TOPIC")
+        if not f.check(BrokerError):
+            self.node.log.failure("nsqd HTTP request failed", f)
+        return HttpError(500, "INTERNAL_ERROR")
+
+    def _finish(self, request, result):
+        if request._disconnected:
+            return
+        if isinstance(result, HttpError):
+            request.write(self._error(request, result))
+        else:
+            request.write(self._body(request, result, False))
+        request.finish()
+
+    def _error(self, request, e):
+        request.setResponseCode(e.status)
+        request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
+        request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
+        return json.dumps({"message": e.code}).encode()
+
+    def _body(self, request, result, plain):
+        if not plain:
+            request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
+        if result is None:
+            return b""
+        if isinstance(result, (bytes, str)):
+            request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
+            return result.encode() if isinstance(result, str) else result
+        request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
+        return json.dumps(result, separators=(",", ":")).encode()
+
+    # -- endpoints -----------------------------------------------------------------------
+
+    def ping(self, request):
+        return b"OK"
+
+    def info(self, request):
+        n = self.node
+        return {"version": VERSION, "broadcast_address": n.broadcast_address,
+                "hostname": n.hostname, "http_port": n.http_port, "tcp_port": n.tcp_port,
+                "start_time": n.start_time, "max_heartbeat_interval": 60_000_000_000,
+                "max_output_buffer_size": 65536, "max_output_buffer_timeout": 30_000_000_000,
+                "max_deflate_level": 6}
+
+    def _publish(self, topic, bodies, defer_ms=0):
+        now = self.broker.now_ms()
+        msgs = [Message(b, born_ts=now) for b in bodies]
+        d = self.node.ensure_topic(topic)
+        if not msgs:
+            return d.addCallback(lambda _: b"OK")
+        if defer_ms:
+            d.addCallback(lambda _: self.broker.delay(topic, defer_ms, msgs))
+        else:
+            d.addCallback(lambda _: self.broker.publish(topic, msgs))
+        return d.addCallback(lambda _: b"OK")
+
+    def pub(self, request):
+        body = request.content.read()
+        if len(body) > self.node.max_msg_size:
+            raise HttpError(413, "MSG_TOO_BIG")
+        if not body:
+            raise HttpError(400, "MSG_EMPTY")
+        topic = _topic(request)
+        defer_ms = 0
+        raw = _arg(request, "defer")
+        if raw is not None:
+            try:
+                defer_ms = int(raw)
+            except ValueError:
+                raise HttpError(400, "INVALID_DEFER") from None
+            if not 0 <= defer_ms <= self.node.max_req_timeout_ms:
+                raise HttpError(400, "INVALID_DEFER")
+        return self._publish(topic, [body], defer_ms)
+
+    def mpub(self, request):
+        body = request.content.read()
+        if len(body) > self.node.max_body_size:
+            raise HttpError(413, "BODY_TOO_BIG")
+        topic = _topic(request)
+        binary = _arg(request, "binary")
+        max_msg = self.node.max_msg_size
+        if binary is not None and binary not in ("false", "0"):
+            bodies = self._binary_bodies(body, max_msg)
+        else:
+            bodies = [line for line in body.split(b"\n") if line]
+            if any(len(b) > max_msg for b in bodies):
+                raise HttpError(413, "MSG_TOO_BIG")
+        return self._publish(topic, bodies)
+
+    @staticmethod
+    def _binary_bodies(body, max_msg):
+        if len(body) < 4:
+            raise HttpError(413, "BAD_BODY")
+        (count,) = _U32.unpack_from(body, 0)
+        if count <= 0 or count > (len(body) - 4) // 5 + 1:
+            raise HttpError(413, "BAD_BODY")
+        pos, out = 4, []
+        for _ in range(count):
+            if pos + 4 > len(body):
+                raise HttpError(413, "BAD_MESSAGE")
+            (n,) = _U32.unpack_from(body, pos)
+            pos += 4
+            if n <= 0 or n > max_msg or pos + n > len(body):
+                raise HttpError(413, "BAD_MESSAGE")
+            out.append(body[pos:pos + n])
+            pos += n
+        return out
+
+    def stats(self, request):
+        topic = _arg(request, "topic")
+        channel = _arg(request, "channel")
+        clients = _bool_arg(request, "include_clients", True)
+        mem = _bool_arg(request, "include_mem", True)
+        if _arg(request, "format") == "json":
+            return stats_json(self.node, topic, channel, clients, mem)
+        return stats_text(self.node, topic, channel, clients, mem)
+
+    def topic_create(self, request):
+        return self.node.ensure_topic(_topic(request)).addCallback(lambda _: None)
+
+    def _existing_topic(self, request):
+        t = _topic(request)
+        if self.broker.topic(t) is None:
+            raise HttpError(404, "TOPIC_NOT_FOUND")
+        return t
+
+    def topic_delete(self, request):
+        t = self._existing_topic(request)
+        return self.broker.delete_topic(t).addCallback(lambda _: None)
+
+    def topic_empty(self, request):
+        self.broker.channels.empty_topic(self._existing_topic(request))
+
+    def topic_pause(self, request, paused):
+        self.broker.channels.set_topic_paused(self._existing_topic(request), paused)
+
+    def _channel(self, request, create=False):
+        t, c = _topic_channel(request)
+        if self.broker.topic(t) is None:
+            raise HttpError(404, "TOPIC_NOT_FOUND")
+        ch = self.broker.channels.get(t, c)
+        if ch is None and not create:
+            raise HttpError(404, "CHANNEL_NOT_FOUND")
+        return t, c, ch
+
+    def channel_create(self, request):
+        t, c, _ = self._channel(request, create=True)
+        self.broker.channels.create_channel(t, c)
+
+    def channel_delete(self, request):
+        t, c, _ = self._channel(request)
+        self.broker.channels.delete_channel(t, c)
+
+    def channel_empty(self, request):
+        self._channel(request)[2].empty()
+
+    def channel_pause(self, request, paused):
+        self.broker.channels.set_channel_paused(self._channel(request)[2], paused)
+
+    def config(self, request):
+        opt = request.path[len(b"/config/"):].decode()
+        n = self.node
+        values = {
+            "nsqlookupd_tcp_addresses": list(n.config["nsq.lookupdTcpAddresses"]),
+            "msg_timeout": n.server.msg_timeout_ms * 1_000_000,
+            "max_msg_timeout": n.server.max_msg_timeout_ms * 1_000_000,
+            "max_rdy_count": n.server.max_rdy_count,
+            "max_msg_size": n.max_msg_size, "max_body_size": n.max_body_size,
+            "max_req_timeout": n.max_req_timeout_ms * 1_000_000,
+            "broadcast_address": n.broadcast_address, "log_level": "info",
+            "tcp_address": f"127.0.0.1:{n.tcp_port}", "http_address": f"127.0.0.1:{n.http_port}",
+        }
+        if opt not in values:
+            raise HttpError(400, "INVALID_OPTION")
+        if request.method == b"PUT":
+            # only reading is supported; a write of the current value is accepted
+            raise HttpError(400, "INVALID_OPTION")
+        return values[opt]
+
+
+class NsqdHttpSite(server.Site):
+    """The nsqd HTTP site; learns its port for /info and lookupd."""
+
+    noisy = False
+
+    def __init__(self, node):
+        super().__init__(NsqdHttpResource(node))
+        self.node = node
+
+    def log(self, request):
+        pass  # no access log
+
+    def startFactory(self):
+        super().startFactory()
+
+        def learn():
+            port = find_listening_port(self.node.reactor, self)
+            if port is not None:
+                self.node.http_port = port
+
+        self.node.reactor.callLater(0, learn)
+
+
+def make_factory(broker, config, reactor):
+    """Return the nsqd HTTP site of C{broker}'s shared node."""
+    return NsqdHttpSite(get_node(broker, config, reactor))

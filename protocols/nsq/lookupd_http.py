@@ -1,0 +1,153 @@
+"""nsqlookupd's HTTP API (``listen.lookupd_http``): /ping, /info, /lookup, /topics,
+/channels, /nodes, topic/channel create/delete, /topic/tombstone, /debug."""
+
+import json
+
+from twisted.web import resource, server
+
+from protocols.nsq.codec import is_valid_name
+from protocols.nsq.node import VERSION
+
+
+class _Error(Exception):
+    def __init__(self, status, code):
+        super().__init__(code)
+        self.status = status
+        self.code = code
+
+
+def _arg(request, name):
+    v = request.args.get(name.encode())
+    return v[0].decode("utf-8", "surrogateescape") if v else None
+
+
+def _topic(request):
+    t = _arg(request, "topic")
+    if not t:
+        raise _Error(400, "MISSING_ARG_TOPIC")
+    if not is_valid_name(t):
+        raise _Error(400, "INVALID_ARG_TOPIC")
+    return t
+
+
+def _channel(request):
+    c = _arg(request, "channel")
+    if not c:
+        raise _Error(400, "MISSING_ARG_CHANNEL")
+    if not is_valid_name(c):
+        raise _Error(400, "INVALID_ARG_CHANNEL")
+    return c
+
+
+class LookupdHttpResource(resource.Resource):
+    """Every nsqlookupd HTTP endpoint over a L{LookupRegistry}."""
+
+    isLeaf = True
+
+    def __init__(self, registry):
+        super().__init__()
+        self.registry = registry
+        self.routes = {
+            b"/ping": (b"GET", lambda r: b"OK"),
+            b"/info": (b"GET", lambda r: {"version": VERSION}),
+            b"/lookup": (b"GET", self.lookup), b"/topics": (b"GET", self.topics),
+            b"/channels": (b"GET", self.channels), b"/nodes": (b"GET", self.nodes),
+            b"/debug": (b"GET", self.debug),
+            b"/topic/create": (b"POST", self.topic_create),
+            b"/topic/delete": (b"POST", self.topic_delete),
+            b"/topic/tombstone": (b"POST", self.topic_tombstone),
+            b"/channel/create": (b"POST", self.channel_create),
+            b"/channel/delete": (b"POST", self.channel_delete),
+        }
+
+    def render(self, request):
+        path = request.path.rstrip(b"/") or b"/"
+        route = self.routes.get(path)
+        try:
+            if route is None:
+                raise _Error(404, "NOT_FOUND")
+            method, fn = route
+            if request.method != method and not (method == b"GET" and request.method == b"HEAD"):
+                request.setHeader(b"Allow", b"OPTIONS, " + method)
+                raise _Error(405, "METHOD_NOT_ALLOWED")
+            result = fn(request)
+        except _Error as e:
+            request.setResponseCode(e.status)
+            request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
+            request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
+            return json.dumps({"message": e.code}).encode()
+        if path != b"/ping":
+            request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
+        if result is None:
+            return b""
+        if isinstance(result, bytes):
+            request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
+            return result
+        request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
+        return json.dumps(result, separators=(",", ":")).encode()
+
+    def lookup(self, request):
+        t = _arg(request, "topic")
+        if not t:
+            raise _Error(400, "MISSING_ARG_TOPIC")
+        found = self.registry.lookup(t)
+        if found is None:
+            raise _Error(404, "TOPIC_NOT_FOUND")
+        channels, producers = found
+        return {"channels": channels, "producers": producers}
+
+    def topics(self, request):
+        return {"topics": self.registry.topics()}
+
+    def channels(self, request):
+        t = _arg(request, "topic")
+        if not t:
+            raise _Error(400, "MISSING_ARG_TOPIC")
+        return {"channels": self.registry.channels(t)}
+
+    def nodes(self, request):
+        return {"producers": self.registry.nodes()}
+
+    def debug(self, request):
+        return {f"{k[0]}:{k[1]}:{k[2]}": list(v.values()) for k, v in self.registry.regs.items()}
+
+    def topic_create(self, request):
+        self.registry.create_topic(_topic(request))
+
+    def topic_delete(self, request):
+        self.registry.delete_topic(_topic(request))
+
+    def topic_tombstone(self, request):
+        t = _topic(request)
+        node = _arg(request, "node")
+        if not node:
+            raise _Error(400, "MISSING_ARG_NODE")
+        if not self.registry.tombstone(t, node):
+            raise _Error(404, "PRODUCER_NOT_FOUND")
+
+    def channel_create(self, request):
+        self.registry.create_channel(_topic(request), _channel(request))
+
+    def channel_delete(self, request):
+        t, c = _topic(request), _channel(request)
+        if not self.registry.delete_channel(t, c):
+            raise _Error(404, "CHANNEL_NOT_FOUND")
+
+
+class LookupdHttpSite(server.Site):
+    """The nsqlookupd HTTP site."""
+
+    noisy = False
+
+    def __init__(self, registry):
+        super().__init__(LookupdHttpResource(registry))
+
+    def log(self, request):
+        pass
+
+
+def make_factory(broker, config, reactor):
+    """The embedded lookupd's HTTP door over the broker's NSQ node registry."""
+    from protocols.nsq.node import get_node
+
+    return LookupdHttpSite(get_node(broker, config, reactor).lookupd)

@@ -1,0 +1,33 @@
+"""``twistd -n mqlookupd``: a standalone nsqlookupd (TCP V1 + HTTP) with no broker."""
+
+import socket
+
+from twisted.application import service, strports
+from twisted.python import usage
+
+from mqserver.cluster.lookupd import LookupRegistry
+
+from protocols.nsq.lookupd import LookupdFactory
+from protocols.nsq.lookupd_http import LookupdHttpSite
+
+
+class Options(usage.Options):
+    """Command line of C{twistd mqlookupd}."""
+
+    optParameters = [
+        ["tcp", "t", "tcp:4160:interface=127.0.0.1", "Endpoint of the TCP (V1) listener."],
+        ["http", "h", "tcp:4161:interface=127.0.0.1", "Endpoint of the HTTP listener."],
+        ["broadcast-address", "b", "127.0.0.1", "Address this lookupd reports in IDENTIFY."],
+    ]
+
+
+def makeService(options, reactor=None):
+    """Both lookupd listeners over one in-memory registry."""
+    if reactor is None:
+        from twisted.internet import reactor
+    registry = LookupRegistry(clock=reactor.seconds)
+    root = service.MultiService()
+    tcp = LookupdFactory(registry, reactor, options["broadcast-address"], socket.gethostname())
+    strports.service(options["tcp"], tcp).setServiceParent(root)
+    strports.service(options["http"], LookupdHttpSite(registry)).setServiceParent(root)
+    return root

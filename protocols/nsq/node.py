@@ -1,0 +1,140 @@
+"""The NSQ node: what nsqd's TCP, HTTP and lookupd doors of one broker share.
+
+One L{NsqNode} per broker, kept in C{broker.extensions["nsq"]} and made by the first
+door that asks (L{get_node}). It holds the negotiated server settings, the connected
+clients (for /stats), the ports the doors ended up on, topic auto-creation, and the
+embedded lookupd registry that describes this node.
+"""
+
+import socket
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from mqserver.cluster.lookupd import LookupRegistry
+from mqserver.errors import TopicExists
+
+from protocols.nsq.identify import ServerSettings
+
+VERSION = "1.3.0"
+
+
+class NsqNode:
+    """Shared NSQ state of one broker.
+
+    @ivar server: the L{ServerSettings} IDENTIFY negotiates against.
+    @ivar clients: connected V2 protocol instances.
+    @ivar tcp_port: the nsqd TCP port once known (-1 before).
+    @ivar http_port: the nsqd HTTP port once known (-1 before).
+    @ivar lookupd: the embedded L{LookupRegistry} (this node is always its producer).
+    """
+
+    log = Logger()
+
+    def __init__(self, broker, config, reactor):
+        self.broker = broker
+        self.reactor = reactor
+        self.config = config
+        self.server = ServerSettings(
+            version=VERSION,
+            max_rdy_count=config["nsq.maxRdyCount"],
+            msg_timeout_ms=config["nsq.msgTimeout"],
+        )
+        self.max_msg_size = config["nsq.maxMsgSize"]
+        self.max_body_size = config["nsq.maxBodySize"]
+        self.max_req_timeout_ms = 3600000
+        self.broadcast_address = config["nsq.broadcastAddress"]
+        self.hostname = socket.gethostname()
+        self.start_time = int(reactor.seconds())
+        self.clients = set()
+        self.tcp_port = -1
+        self.http_port = -1
+        self._creating = {}
+        self.lookupd = LookupRegistry(clock=reactor.seconds)
+        self.lookupd.local_source = self._local_registrations
+        self.lookupd_clients = []
+
+    # -- topics --------------------------------------------------------------------------
+
+    def ensure_topic(self, name):
+        """Return a Deferred firing once topic C{name} exists (created with 1 queue)."""
+        if self.broker.topic(name) is not None:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        waiters = self._creating.get(name)
+        if waiters is not None:
+            waiters.append(d)
+            return d
+        self._creating[name] = [d]
+
+        def done(result):
+            ok = not isinstance(result, Failure) or result.check(TopicExists)
+            if not isinstance(result, Failure):
+                self.broker.channels.note_ephemeral_topic(name)
+            for w in self._creating.pop(name, []):
+                if ok:
+                    w.callback(None)
+                else:
+                    w.errback(result)
+
+        self.broker.create_topic(name).addBoth(done)
+        return d
+
+    def topic_names(self):
+        """Every valid topic of the broker, sorted by name."""
+        now = self.broker.now_ms()
+        return [t.name for t in self.broker.topics() if t.valid(now)]
+
+    # -- lookupd -------------------------------------------------------------------------
+
+    def peer_info(self):
+        """This node as lookupd describes a producer."""
+        return {
+            "remote_address": f"{self.broadcast_address}:{self.tcp_port}",
+            "hostname": self.hostname,
+            "broadcast_address": self.broadcast_address,
+            "tcp_port": self.tcp_port,
+            "http_port": self.http_port,
+            "version": VERSION,
+        }
+
+    def registrations(self):
+        """topic -> sorted channel names, as this node registers them with lookupds."""
+        chans = self.broker.channels
+        return {t: sorted(chans.of(t)) for t in self.topic_names()}
+
+    def tcp_started(self):
+        """The TCP door is listening: register with the configured lookupds."""
+        addresses = self.config["nsq.lookupdTcpAddresses"]
+        if addresses and not self.lookupd_clients:
+            from protocols.nsq.lookupd_client import LookupdClients
+
+            clients = LookupdClients(self, addresses)
+            self.lookupd_clients.append(clients)
+            self.broker.channels.observers.append(clients)
+            clients.start()
+
+    def _local_registrations(self):
+        if self.tcp_port < 0:
+            return None
+        return self.peer_info(), self.registrations()
+
+
+def get_node(broker, config, reactor):
+    """Return the broker's L{NsqNode}, creating it on first use."""
+    node = broker.extensions.get("nsq")
+    if node is None:
+        node = broker.extensions["nsq"] = NsqNode(broker, config, reactor)
+    return node
+
+
+def find_listening_port(reactor, factory):
+    """Return the TCP port C{factory} listens on, or None (looks through the reactor's
+    readers, since a strports service does not hand its port to the factory)."""
+    from twisted.internet import tcp
+
+    for reader in reactor.getReaders():
+        if isinstance(reader, tcp.Port) and reader.factory is factory:
+            return reader.getHost().port
+    return None

@@ -1,0 +1,527 @@
+"""The nsqd TCP protocol (V2): commands in, OK/error/message frames out.
+
+Replies go out in command order (a PUB answers when the store has the message, so
+pipelined PUBs share a group commit). A subscribed connection is a consumer of a broker
+L{Channel}: the channel hands it messages while RDY allows, and its frames are buffered
+as nsqd does (flushed when the buffer fills, when the connection stops being ready,
+or after output_buffer_timeout). Fatal errors are sent, then the socket closes.
+"""
+
+from collections import deque
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from mqserver.errors import BrokerError
+from mqserver.store.store import Message
+
+from protocols.nsq import errors as E
+from protocols.nsq.codec import CLOSE_WAIT, HEARTBEAT, OK, CommandDecoder, error, response
+from protocols.nsq.compress import (CompressionError, DeflateCompressor, DeflateDecompressor,
+                                    SnappyCompressor, SnappyDecompressor)
+from protocols.nsq.errors import NsqError
+from protocols.nsq.identify import ClientSettings, negotiate
+from protocols.nsq.messages import (Auth, Cls, Dpub, Fin, Identify, Invalid, Mpub, Nop, Pub,
+                                    Rdy, Req, Sub, Touch)
+from protocols.nsq.wire import MESSAGE_FRAME_HEADER
+
+INIT, SUBSCRIBED, CLOSING = 0, 3, 4
+#: Verbs allowed per state (anything else is the fatal "cannot <VERB> in current state").
+_ALLOWED = {
+    INIT: {"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "NOP"},
+    SUBSCRIBED: {"RDY", "FIN", "REQ", "TOUCH", "CLS", "PUB", "MPUB", "DPUB", "NOP"},
+    CLOSING: {"RDY", "FIN", "REQ", "TOUCH", "PUB", "MPUB", "DPUB", "NOP"},
+}
+#: Replies waiting before the connection stops reading (bounds a pipelining producer).
+MAX_PIPELINE = 512
+_pack_header = MESSAGE_FRAME_HEADER.pack
+
+
+def message_id(event_id):
+    """The 16-byte NSQ message id of a stored record: its eventId in 16 hex digits."""
+    return b"%016x" % event_id
+
+
+def parse_message_id(msg_id):
+    """The eventId of a 16-byte id, or None when it is not one of ours."""
+    try:
+        eid = int(msg_id, 16)
+    except ValueError:
+        return None
+    # int() also takes "0x", "_" and spaces: only our exact spelling is an id
+    return eid if b"%016x" % eid == msg_id else None
+
+
+@implementer(IPushProducer)
+class NsqdProtocol(Protocol):
+    """One V2 client connection (producer, consumer or both).
+
+    Consumer attributes read by the channel: C{rdy}, C{in_flight}, C{msg_timeout},
+    C{sample_rate}, C{can_receive}.
+    """
+
+    log = Logger()
+
+    def __init__(self, factory):
+        node = factory.node
+        self.node = node
+        self.broker = node.broker
+        self.reactor = node.reactor
+        self.decoder = CommandDecoder(node.max_msg_size, node.max_body_size,
+                                      max_rdy_count=node.server.max_rdy_count,
+                                      max_req_timeout_ms=node.max_req_timeout_ms)
+        self.state = INIT
+        self.settings = ClientSettings.defaults(node.server)
+        self.identified = False
+        self.rdy = 0
+        self.in_flight = 0
+        self.msg_timeout = self.settings.msg_timeout_ms / 1000.0
+        self.sample_rate = 0
+        self.can_receive = False
+        self.channel = None
+        self.topic = None
+        self.channel_name = None
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+        self.pub_counts = {}
+        self.connect_ts = int(self.reactor.seconds())
+        self.snappy = self.deflate = False
+        self._answers = deque()
+        self._out = []
+        self._out_size = 0
+        self._flush_call = None
+        self._hb_call = None
+        self._last_recv = self.reactor.seconds()
+        self._compressor = None
+        self._decompressor = None
+        self._write_paused = False
+        self._read_paused = False
+        self._dead = False
+        self._dead_input = False
+
+    # -- connection ----------------------------------------------------------------------
+
+    def connectionMade(self):
+        self.node.clients.add(self)
+        peer = self.transport.getPeer()
+        self.remote_address = f"{getattr(peer, 'host', '')}:{getattr(peer, 'port', '')}"
+        try:
+            self.transport.setTcpNoDelay(True)
+        except Exception:
+            pass
+        self.transport.registerProducer(self, True)
+        self._arm_heartbeat()
+
+    def connectionLost(self, reason):
+        self._dead = True
+        self.node.clients.discard(self)
+        for call in (self._hb_call, self._flush_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._hb_call = self._flush_call = None
+        self.can_receive = False
+        if self.channel is not None:
+            self.channel.remove_consumer(self)
+        for a in self._answers:
+            if isinstance(a, defer.Deferred):
+                a.addErrback(lambda f: None)
+        self._answers.clear()
+
+    # IPushProducer: the transport tells us when its write buffer is full
+
+    def pauseProducing(self):
+        self._write_paused = True
+        self._update_ready()
+
+    def resumeProducing(self):
+        self._write_paused = False
+        self._update_ready()
+
+    def stopProducing(self):
+        self._write_paused = True
+        self.can_receive = False
+
+    def _update_ready(self):
+        ready = self.state == SUBSCRIBED and not self._write_paused and not self._dead
+        was = self.can_receive
+        self.can_receive = ready
+        if ready and not was and self.channel is not None:
+            self.channel.schedule_pump()
+
+    # -- heartbeats ----------------------------------------------------------------------
+
+    def _arm_heartbeat(self):
+        if self._hb_call is not None and self._hb_call.active():
+            self._hb_call.cancel()
+        self._hb_call = None
+        interval = self.settings.heartbeat_interval_ms
+        if interval > 0 and not self._dead:
+            self._hb_call = self.reactor.callLater(interval / 1000.0, self._heartbeat)
+
+    def _heartbeat(self):
+        self._hb_call = None
+        interval = self.settings.heartbeat_interval_ms / 1000.0
+        if self.reactor.seconds() - self._last_recv >= 2 * interval - 0.001:
+            # nsqd's read deadline: nothing at all from the client for 2 intervals
+            self.transport.loseConnection()
+            return
+        self._flush()
+        self._write(HEARTBEAT)
+        self._arm_heartbeat()
+
+    # -- output --------------------------------------------------------------------------
+
+    def _write(self, data):
+        if self._compressor is not None:
+            data = self._compressor.compress(data)
+        self.transport.write(data)
+
+    def _flush(self):
+        if self._flush_call is not None:
+            if self._flush_call.active():
+                self._flush_call.cancel()
+            self._flush_call = None
+        if self._out:
+            data = b"".join(self._out)
+            self._out = []
+            self._out_size = 0
+            if not self._dead:
+                self._write(data)
+
+    def deliver(self, items):
+        """Channel callback: frame C{items} into the output buffer."""
+        out = self._out
+        size = self._out_size
+        for ts, attempts, eid, buf, b0, b1 in items:
+            n = b1 - b0
+            out.append(_pack_header(n + 30, 2, ts, attempts, b"%016x" % eid))
+            out.append(buf[b0:b1])
+            size += n + 34
+        self._out_size = size
+        self.message_count += len(items)
+        s = self.settings
+        if self.in_flight >= self.rdy or size >= s.output_buffer_size:
+            self._flush()
+        elif self._flush_call is None and s.output_buffer_timeout_ms > 0:
+            self._flush_call = self.reactor.callLater(s.output_buffer_timeout_ms / 1000.0,
+                                                      self._flush)
+
+    def channel_closed(self):
+        """Channel callback: the channel was deleted; nsqd closes its consumers."""
+        self.channel = None
+        self.can_receive = False
+        self._flush()
+        self.transport.loseConnection()
+
+    # -- replies in order ----------------------------------------------------------------
+
+    def _answer(self, item):
+        """Queue a reply: bytes, a Deferred firing with bytes, or a callable run in turn."""
+        if not self._answers:
+            if not isinstance(item, defer.Deferred):
+                self._emit(item)
+                return
+            if item.called and type(item.result) is bytes:
+                # already answered (flush level 0/1 publishes): no queueing needed
+                self._emit(item.result)
+                return
+        self._answers.append(item)
+        if isinstance(item, defer.Deferred):
+            item.addBoth(self._drain)
+        if len(self._answers) > MAX_PIPELINE and not self._read_paused:
+            self._read_paused = True
+            self.transport.pauseProducing()
+
+    def _emit(self, item):
+        if callable(item):
+            item()
+        elif item:
+            self._flush()
+            self._write(item)
+
+    def _drain(self, result=None):
+        answers = self._answers
+        while answers:
+            head = answers[0]
+            if isinstance(head, defer.Deferred):
+                if not head.called:
+                    return result
+                value = head.result
+                if isinstance(value, defer.Deferred):
+                    return result
+                answers.popleft()
+                if isinstance(value, Failure):
+                    head.addErrback(lambda f: None)
+                    value = self._fatal_later(self._publish_error(head, value))
+                if self._dead:
+                    continue
+                self._emit(value)
+            else:
+                answers.popleft()
+                if not self._dead:
+                    self._emit(head)
+        if self._read_paused and not self._dead:
+            self._read_paused = False
+            self.transport.resumeProducing()
+        return result
+
+    def _publish_error(self, d, failure):
+        verb = getattr(d, "nsq_verb", "PUB")
+        reason = failure.getErrorMessage() if failure.check(BrokerError) else "internal error"
+        if not failure.check(BrokerError):
+            self.log.failure("NSQ {verb} failed", failure, verb=verb)
+        make = {"PUB": E.pub_failed, "MPUB": E.mpub_failed, "DPUB": E.dpub_failed,
+                "SUB": E.sub_failed}[verb]
+        return make(reason)
+
+    def _fatal_later(self, err):
+        def send():
+            self._send_error(err)
+        return send
+
+    def _send_error(self, err):
+        if err.send_frame:
+            self._flush()
+            self._write(error(err))
+        if err.fatal:
+            self._dead = True
+            self.can_receive = False
+            self.transport.loseConnection()
+
+    def _fail(self, err):
+        """Answer an NsqError in order; a fatal one stops reading and closes."""
+        if err.fatal:
+            self._dead_input = True
+        self._answer(self._fatal_later(err))
+
+    # -- input ---------------------------------------------------------------------------
+
+    def dataReceived(self, data):
+        self._last_recv = self.reactor.seconds()
+        if self._dead_input or self._dead:
+            return
+        if self._decompressor is not None:
+            try:
+                data = self._decompressor.decompress(data)
+            except CompressionError as e:
+                self.log.info("bad compressed stream from {peer}: {e}", peer=self.remote_address, e=e)
+                self.transport.loseConnection()
+                return
+        if self.channel is not None and data.startswith(b"FIN ") and self.decoder.at_line_start:
+            pos = self._fast_fins(data)
+            if pos == len(data):
+                return
+            data = data[pos:]
+        handlers = self._handlers
+        for cmd in self.decoder.feed(data):
+            kind = type(cmd)
+            if kind is Fin and self.channel is not None:
+                # hot path: a FIN that succeeds needs no state check and no reply
+                eid = parse_message_id(cmd.msg_id)
+                if eid is not None and self.channel.finish(eid, self) is None:
+                    self.finish_count += 1
+                    continue
+            if self._dead_input:
+                return
+            try:
+                if kind is not Invalid and cmd.verb not in _ALLOWED[self.state]:
+                    raise E.cannot_in_state(cmd.verb)
+                handlers[kind](self, cmd)
+            except NsqError as err:
+                self._fail(err)
+
+    def _fast_fins(self, data):
+        """Consume leading ``FIN <id>\\n`` lines that succeed; return where they stop
+        (the decoder handles the rest, including any FIN that fails)."""
+        finish = self.channel.finish
+        pos, end, n = 0, len(data), 0
+        while pos + 21 <= end and data[pos + 20] == 10 and data.startswith(b"FIN ", pos):
+            msg_id = data[pos + 4:pos + 20]
+            try:
+                eid = int(msg_id, 16)
+            except ValueError:
+                break
+            if b"%016x" % eid != msg_id or finish(eid, self) is not None:
+                break
+            n += 1
+            pos += 21
+        self.finish_count += n
+        return pos
+
+    def do_invalid(self, cmd):
+        verb = cmd.verb
+        known = any(verb in v for v in _ALLOWED.values()) or verb in ("IDENTIFY", "AUTH", "SUB")
+        if known and verb not in _ALLOWED[self.state]:
+            raise E.cannot_in_state(verb)
+        if verb == "RDY" and self.state == CLOSING:
+            return  # nsqd ignores RDY after CLS, even a malformed one
+        raise cmd.error
+
+    def do_nop(self, cmd):
+        pass
+
+    def do_identify(self, cmd):
+        result = negotiate(cmd.body, self.node.server, self.settings)
+        self.settings = s = result.client
+        self.identified = True
+        self.msg_timeout = s.msg_timeout_ms / 1000.0
+        self.sample_rate = s.sample_rate
+        self._arm_heartbeat()
+        reply = response(result.reply())
+        if not (result.snappy or result.deflate):
+            self._answer(reply)
+            return
+
+        def upgrade():
+            self._flush()
+            self._write(reply)
+            if result.snappy:
+                self.snappy = True
+                self._compressor, self._decompressor = SnappyCompressor(), SnappyDecompressor()
+            else:
+                self.deflate = True
+                self._compressor = DeflateCompressor(result.deflate_level)
+                self._decompressor = DeflateDecompressor()
+            self._write(OK)
+            leftover = bytes(self.decoder._buf) if self.decoder._buf else b""
+            if leftover:  # bytes sent after IDENTIFY were already compressed
+                self.decoder._buf.clear()
+                self.reactor.callLater(0, self.dataReceived, leftover)
+
+        self._answer(upgrade)
+
+    def do_auth(self, cmd):
+        raise E.auth_disabled()
+
+    def do_sub(self, cmd):
+        if self.settings.heartbeat_interval_ms <= 0:
+            raise E.sub_heartbeats_disabled()
+        self.state = SUBSCRIBED
+        self.topic, self.channel_name = cmd.topic, cmd.channel
+        d = self.node.ensure_topic(cmd.topic)
+        d.nsq_verb = "SUB"
+
+        def attach(_):
+            if self._dead:
+                return OK
+            ch = self.broker.channels.create_channel(cmd.topic, cmd.channel)
+            self.channel = ch
+            self._update_ready()
+            ch.add_consumer(self)
+            return OK
+
+        d.addCallback(attach)
+        d.nsq_verb = "SUB"
+        self._answer(d)
+
+    def do_rdy(self, cmd):
+        if self.state == CLOSING:
+            return
+        self.rdy = cmd.count
+        if self.channel is not None and self.rdy > self.in_flight:
+            self.channel.schedule_pump()
+        elif self.in_flight >= self.rdy:
+            self._flush()
+
+    def _consumer_call(self, verb, cmd, fn, *args):
+        ch = self.channel
+        eid = parse_message_id(cmd.msg_id)
+        why = "ID not in flight" if ch is None or eid is None else fn(ch, eid, self, *args)
+        if why is not None:
+            make = {"FIN": E.fin_failed, "REQ": E.req_failed, "TOUCH": E.touch_failed}[verb]
+            self._fail(make(cmd.msg_id, why))
+            return False
+        return True
+
+    def do_fin(self, cmd):
+        if self._consumer_call("FIN", cmd, _finish):
+            self.finish_count += 1
+
+    def do_req(self, cmd):
+        if self._consumer_call("REQ", cmd, _requeue, cmd.timeout_ms):
+            self.requeue_count += 1
+
+    def do_touch(self, cmd):
+        self._consumer_call("TOUCH", cmd, _touch, self.node.server.max_msg_timeout_ms / 1000.0)
+
+    def do_cls(self, cmd):
+        self.state = CLOSING
+        self.rdy = 0
+        self._update_ready()
+        self._answer(CLOSE_WAIT)
+
+    def _publish(self, verb, topic, messages, defer_ms=0):
+        node = self.node
+        broker = self.broker
+        if broker.topic(topic) is not None:
+            d = (broker.publish(topic, messages) if not defer_ms
+                 else broker.delay(topic, defer_ms, messages))
+        else:
+            d = node.ensure_topic(topic)
+            d.addCallback(lambda _: broker.publish(topic, messages) if not defer_ms
+                          else broker.delay(topic, defer_ms, messages))
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(messages)
+        d.addCallback(_ok)
+        d.nsq_verb = verb
+        self._answer(d)
+
+    def do_pub(self, cmd):
+        self._publish("PUB", cmd.topic, [Message(cmd.body, born_ts=self.broker.now_ms())])
+
+    def do_mpub(self, cmd):
+        now = self.broker.now_ms()
+        self._publish("MPUB", cmd.topic, [Message(b, born_ts=now) for b in cmd.bodies])
+
+    def do_dpub(self, cmd):
+        self._publish("DPUB", cmd.topic, [Message(cmd.body, born_ts=self.broker.now_ms())],
+                      cmd.defer_ms)
+
+    _handlers = {
+        Invalid: do_invalid, Nop: do_nop, Identify: do_identify, Auth: do_auth, Sub: do_sub,
+        Rdy: do_rdy, Fin: do_fin, Req: do_req, Touch: do_touch, Cls: do_cls, Pub: do_pub,
+        Mpub: do_mpub, Dpub: do_dpub,
+    }
+
+
+def _ok(_):
+    return OK
+
+
+def _finish(ch, eid, owner):
+    return ch.finish(eid, owner)
+
+
+def _requeue(ch, eid, owner, delay_ms):
+    return ch.requeue(eid, owner, delay_ms)
+
+
+def _touch(ch, eid, owner, max_timeout):
+    return ch.touch(eid, owner, max_timeout)
+
+
+class NsqdFactory(Factory):
+    """Builds L{NsqdProtocol}s for one broker's L{NsqNode}."""
+
+    noisy = False
+
+    def __init__(self, node):
+        self.node = node
+
+    def buildProtocol(self, addr):
+        return NsqdProtocol(self)
+
+    def startFactory(self):
+        from protocols.nsq.node import find_listening_port
+
+        def learn():
+            port = find_listening_port(self.node.reactor, self)
+            if port is not None:
+                self.node.tcp_port = port
+                self.node.tcp_started()
+
+        self.node.reactor.callLater(0, learn)
