@@ -2,6 +2,8 @@
 
 import time
 
+from mqserver.replication.status import replication_status
+
 from protocols.nsq.node import VERSION
 
 _E2E = {"count": 0, "percentiles": None}
@@ -83,7 +85,9 @@ def stats_json(node, topic=None, channel=None, include_clients=True, include_mem
     else:
         topics = [topic_stats(node, n, channel, include_clients) for n in names]
     producers = [client_stats(c) for c in node.clients if c.pub_counts] if include_clients else []
-    out = {"version": VERSION, "health": "OK", "start_time": node.start_time, "topics": topics}
+    out = {"version": VERSION, "health": "OK", "start_time": node.start_time, "topics": topics,
+           # mqserver's own addition: role, applied eventId and, on a slave, the lag.
+           "replication": replication_status(node.broker)}
     if include_mem:
         out["memory"] = dict(_MEMORY)
     out["producers"] = producers or None

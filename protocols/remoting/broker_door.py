@@ -53,7 +53,12 @@ class BrokerDoor(Factory):
         self.config = config
         self.broker_name = config["rocketmq.brokerName"]
         self.cluster_name = config["rocketmq.brokerClusterName"]
+        # A replication slave registers under its master's broker name as brokerId 1
+        # unless the config names another id, so consumers read from it when the master
+        # is down.
         self.broker_id = config["rocketmq.brokerId"]
+        if config["role"] == "slave" and self.broker_id == 0:
+            self.broker_id = 1
         self.broker_ip = config["rocketmq.brokerIP"]
         self.auto_create_enabled = config["rocketmq.autoCreateTopicEnable"]
         self.auto_create_group = config["rocketmq.autoCreateSubscriptionGroup"]

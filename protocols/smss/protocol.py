@@ -27,6 +27,7 @@ from mqserver.broker.topics import validate_topic_name
 from protocols.smss import codec, messages as m
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
 from mqserver.replication.logreader import LogReader
+from mqserver.replication.status import replication_status
 
 from protocols.smss.payload import count_messages
 from protocols.smss.replica import ReplicaFeed
@@ -266,11 +267,7 @@ class SmssServerProtocol(Protocol):
         return codec.ok_json(topic_json(t, self.factory.folder_count))
 
     def _replication_status(self):
-        applier = self.broker.state_of("replica")
-        if applier is not None:
-            return applier.status()
-        return {"role": "master", "appliedEventId": self.broker.store.next_event_id - 1,
-                "slaves": self.factory.replica_feeds}
+        return replication_status(self.broker, slaves=self.factory.replica_feeds)
 
     def do_List(self, ev):
         return codec.ok_json(topics_json(self.broker.topics(), self.factory.folder_count))

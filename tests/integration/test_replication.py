@@ -175,3 +175,30 @@ def test_slave_from_event_n_gets_exactly_the_records_after_n(server_factory):
 
     m = log_records(master.data)
     assert [strip(r) for r in log_records(slave.data)] == [strip(r) for r in m if r[0] > n]
+
+
+def test_lag_is_visible_on_nsqd_http_stats(server_factory):
+    """The slave's applied eventId and lag appear in nsqd's /stats JSON, the master's role
+    too."""
+    import json
+    import urllib.request
+
+    master = server_factory("master", config=SMALL, listen={
+        "smss": "tcp:0:interface=127.0.0.1", "nsqd_http": "tcp:0:interface=127.0.0.1"})
+    slave = server_factory("slave", config=SMALL, listen={
+        "smss": "tcp:0:interface=127.0.0.1", "nsqd_http": "tcp:0:interface=127.0.0.1"},
+        extra_args=["--role", "slave", "--master", f"127.0.0.1:{master.smss_port}"])
+    with SmssClient("127.0.0.1", master.smss_port) as c:
+        c.create("t")
+        c.publish("t", [b"a", b"b"])
+    head = wait_caught_up(master.smss_port, slave.smss_port)
+
+    def stats(server):
+        port = [p for name, p in server.ports.items() if "Http" in name or "Site" in name][0]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats?format=json", timeout=10) as r:
+            return json.loads(r.read())["replication"]
+
+    s = stats(slave)
+    assert s["role"] == "slave" and s["appliedEventId"] == head and s["connected"] is True
+    assert s["lagMs"] >= 0
+    assert stats(master) == {"role": "master", "appliedEventId": head}
