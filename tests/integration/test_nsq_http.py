@@ -74,7 +74,10 @@ def test_stats_shapes(nsq):
     http(nsq.http, "POST", "/topic/create?topic=h_stats")
     http(nsq.http, "POST", "/channel/create?topic=h_stats&channel=c1")
     status, body = http_json(nsq.http, "GET", "/stats?format=json")
-    assert set(body) == {"version", "health", "start_time", "topics", "memory", "producers"}
+    # nsqd's keys, plus mqserver's "replication" (role, applied eventId, lag).
+    assert set(body) == {"version", "health", "start_time", "topics", "memory", "producers",
+                         "replication"}
+    assert body["replication"]["role"] == "master"
     t = [t for t in body["topics"] if t["topic_name"] == "h_stats"][0]
     assert set(t) >= {"topic_name", "channels", "depth", "backend_depth", "message_count",
                       "message_bytes", "paused", "e2e_processing_latency"}
