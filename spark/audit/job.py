@@ -71,6 +71,9 @@ def build_session(args):
     conf = SparkConf()
     b = SparkSession.builder.appName("mqserver-audit")
     if not conf.contains("spark.master"):
+        # Local workers run this interpreter (the one with our dependencies), not
+        # whatever python3 is first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         b = b.master(args.master or "local[*]").config("spark.driver.memory", args.driver_memory)
     b = b.config("spark.sql.session.timeZone", "UTC")
     b = b.config("spark.ui.showConsoleProgress", "false" if args.quiet else "true")
