@@ -14,7 +14,8 @@ import io
 import matplotlib
 
 matplotlib.use("Agg")
-from matplotlib import pyplot as plt  # noqa: E402  (after choosing the backend)
+from matplotlib import dates as mdates  # noqa: E402  (after choosing the backend)
+from matplotlib import pyplot as plt  # noqa: E402
 
 from spark.audit.summary import INTEGRITY_KEYS  # noqa: E402
 
@@ -70,6 +71,16 @@ def throughput_chart(rows):
         pts = [r for r in rows if r["topic"] == topic]
         xs = [datetime.datetime.fromtimestamp(r["minute"] / 1000, datetime.timezone.utc) for r in pts]
         ax.plot(xs, [r["messages"] for r in pts], marker="o", markersize=3, label=topic)
+    lo = min(r["minute"] for r in rows)
+    hi = max(r["minute"] for r in rows)
+    pad = datetime.timedelta(minutes=1)
+    utc = datetime.timezone.utc
+    ax.set_xlim(datetime.datetime.fromtimestamp(lo / 1000, utc) - pad, datetime.datetime.fromtimestamp(hi / 1000, utc) + pad)
+    if hi - lo < 86_400_000:
+        step = max(1, (hi - lo) // 60000 // 8)
+        ax.xaxis.set_major_locator(mdates.MinuteLocator(interval=int(step), tz=utc))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=utc))
+    ax.set_ylim(bottom=0)
     ax.set_title("messages per minute (store time, UTC)")
     ax.set_ylabel("messages")
     ax.legend(fontsize=8, loc="best")
