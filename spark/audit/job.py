@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from spark.audit import records as rec
 from spark.audit import transforms as T
@@ -311,8 +312,12 @@ def run(spark, args, progress=None):
         tables["other_problems"] = other_tables["problems"]
     out = _abs(args.out).rstrip("/")
     progress.step("write", out)
-    for name, df in tables.items():
-        df.write.mode("overwrite").parquet(f"{out}/tables/{name}")
+    # The tables are small next to the decoding; writing them from a few threads
+    # overlaps the per-job latency of Spark's scheduler and output committer.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        jobs = [pool.submit(df.write.mode("overwrite").parquet, f"{out}/tables/{name}") for name, df in tables.items()]
+        for j in jobs:
+            j.result()
     summary = S.summarize(tables, facts, args)
     if args.compare:
         summary["compare"] = S.compare_summary(tables["compare"], other_tables, other_facts, floor, args)
