@@ -87,7 +87,7 @@ class Broker:
             if replaying and DELAY_PROPERTY in view.properties:
                 for k, v in fmt.decode_properties(view.properties):
                     if k == DELAY_PROPERTY:
-                        self.delays.note_applied(int(v.partition(b":")[0]))
+                        self.delays.note_applied(fmt.parse_delay_marker(v)[0])
             return
         name = view.topic
         if view.flag == fmt.OP_CREATE:
@@ -269,8 +269,7 @@ class Broker:
                 continue
             view = self.store.read_record(d.log_offset, d.size)
             items = fmt.decode_message_list(view.body, fmt.DELAY_PREFIX.size)[d.applied :]
-            # "eventId:trigger": replication needs the trigger time of the delay too.
-            marker = fmt.encode_properties([(DELAY_PROPERTY, f"{d.event_id}:{d.trigger_ms}")])
+            marker = fmt.encode_properties([(DELAY_PROPERTY, fmt.delay_marker(d.event_id, d.trigger_ms))])
             msgs = [
                 Message(body=body, properties=props + marker, flag=flag, sys_flag=sysf,
                         reconsume_times=rc)

@@ -11,7 +11,7 @@ the missing tail, so a delayed message is neither lost nor duplicated by a crash
 import heapq
 from dataclasses import dataclass
 
-DELAY_PROPERTY = b"MQ_DELAY_ID"
+from mqserver.store.format import DELAY_PROPERTY  # noqa: F401 (defined with the format)
 
 
 @dataclass(slots=True)

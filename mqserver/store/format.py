@@ -425,6 +425,21 @@ def decode_message_list(buf, pos=0):
 
 DELAY_PREFIX = struct.Struct(">q")  # trigger time, ms; the message list follows
 
+#: Property of a message a delay published when it fired: ``"<delay eventId>:<trigger ms>"``.
+#: Recovery uses it to tell a fired delay from a pending one; replication needs the trigger.
+DELAY_PROPERTY = b"MQ_DELAY_ID"
+
+
+def delay_marker(delay_event_id, trigger_ms):
+    """Return the value of the DELAY_PROPERTY of a message published by a delay."""
+    return b"%d:%d" % (delay_event_id, trigger_ms)
+
+
+def parse_delay_marker(value):
+    """Return (delay eventId, trigger ms) from a DELAY_PROPERTY value (trigger 0 if absent)."""
+    eid, _, trigger = bytes(value).partition(b":")
+    return int(eid), int(trigger or 0)
+
 
 def segment_name(start_offset):
     """Return the file name of the segment (or consume-queue file) starting at C{start_offset}."""

@@ -461,7 +461,9 @@ class MessageStore:
 
     def flush_queues(self):
         """Write every consume queue's buffered entries to its files."""
-        tails, self._tails = self._tails, set()
+        # Cleared in place: every queue holds this set's bound add() as its callback.
+        tails = list(self._tails)
+        self._tails.clear()
         for q in tails:
             q.flush()
 

@@ -19,7 +19,6 @@ import json
 import struct
 from dataclasses import dataclass
 
-from mqserver.broker.delays import DELAY_PROPERTY
 from mqserver.broker.topics import create_body
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
@@ -35,21 +34,10 @@ _I64 = struct.Struct("<q")
 _DELAY_PREFIX = struct.Struct("<qq")  # trigger time, delay eventId
 
 
-def delay_marker(delay_event_id, trigger_ms):
-    """Return the value of the MQ_DELAY_ID property of a delivered delayed message."""
-    return b"%d:%d" % (delay_event_id, trigger_ms)
-
-
-def parse_delay_marker(value):
-    """Return (delay eventId, trigger ms) from an MQ_DELAY_ID value."""
-    eid, _, trigger = bytes(value).partition(b":")
-    return int(eid), int(trigger or 0)
-
-
 def _smss_record(body, properties, sys_flag, extra):
     if sys_flag & fmt.SYSFLAG_SMSS_FRAMED:
         return bytes(body)
-    headers = [(k, v) for k, v in fmt.decode_properties(properties) if k != DELAY_PROPERTY]
+    headers = [(k, v) for k, v in fmt.decode_properties(properties) if k != fmt.DELAY_PROPERTY]
     if extra is not None:
         headers.append((REC_HEADER, extra))
     return message_record(headers, body)
@@ -76,10 +64,10 @@ def record_to_block(view):
     if view.magic == fmt.MESSAGE_MAGIC:
         extra = _extra(view.queue_id, view.flag, view.sys_flag, view.reconsume_times)
         rec = _smss_record(view.body, view.properties, view.sys_flag, extra)
-        if DELAY_PROPERTY in view.properties:
+        if fmt.DELAY_PROPERTY in view.properties:
             for k, v in fmt.decode_properties(view.properties):
-                if k == DELAY_PROPERTY:
-                    eid, trigger = parse_delay_marker(v)
+                if k == fmt.DELAY_PROPERTY:
+                    eid, trigger = fmt.parse_delay_marker(v)
                     raw = _DELAY_PREFIX.pack(trigger, eid) + rec
                     return _block(view.store_ts, CMD_DELAY_APPLY, view.event_id, view.born_ts, topic, raw)
         return _block(view.store_ts, CMD_PUB, view.event_id, view.born_ts, topic, rec)

@@ -14,7 +14,6 @@ from twisted.internet.endpoints import clientFromString
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
-from mqserver.broker.delays import DELAY_PROPERTY
 from mqserver.broker.topics import Topic
 from mqserver.replication.applier import Applier
 from mqserver.store import format as fmt
@@ -48,7 +47,7 @@ def apply_block(applier, raw):
         return applier.messages(rec.event_id, rec.topic, items, rec.write_time)
     if rec.cmd == binlog.CMD_DELAY_APPLY:
         trigger, delay_eid = _DELAY_PREFIX.unpack_from(rec.payload, 0)
-        marker = fmt.encode_properties([(DELAY_PROPERTY, binlog.delay_marker(delay_eid, trigger))])
+        marker = fmt.encode_properties([(fmt.DELAY_PROPERTY, fmt.delay_marker(delay_eid, trigger))])
         items = binlog.messages_of(rec.payload[16:], rec.timestamp, marker)
         return applier.messages(rec.event_id, rec.topic, items, rec.write_time, delay_eid)
     if rec.cmd == binlog.CMD_CREATE:

@@ -10,7 +10,6 @@ body, flagged with SYSFLAG_SMSS_FRAMED, so smss subscribers still get them byte 
 import json
 import struct
 
-from mqserver.broker.delays import DELAY_PROPERTY
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
 
@@ -25,7 +24,7 @@ _PUSHED_PREFIX = wire.PUSHED_PREFIX_STRUCT
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
 #: Properties the broker adds for itself; smss subscribers do not see them as headers.
-_HIDDEN = {DELAY_PROPERTY}
+_HIDDEN = {fmt.DELAY_PROPERTY}
 
 
 def fnv1a64(data):

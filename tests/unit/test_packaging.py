@@ -22,3 +22,4 @@ def test_wheel_contains_plugin(tmp_path):
     assert "twisted/plugins/__init__.py" not in names
     assert "mqserver/store/format.py" in names
     assert "protocols/smss/codec.py" in names
+    assert "spark/audit/job.py" in names

@@ -255,3 +255,17 @@ def test_retention_deletes_old_segments_not_read_ones(tmp_path):
     assert remaining and all(v.offset >= segs[2] for v in remaining)
     assert s.clean(7 * 86400) == len(segs) - 3, "without readers all but the current go"
     assert s.commitlog.segments == segs[-1:]
+
+
+def test_clean_close_leaves_complete_queue_files_after_checkpoints(tmp_path):
+    """Entries buffered after a checkpoint reach the queue files at close, so a clean
+    restart needs no rebuild and the files alone hold every entry."""
+    s = open_store(tmp_path, segment_size=1 << 20, cq_entries_per_file=1000)
+    for i in range(5):
+        result_of(s.put_messages("t", 0, [Message(body=b"a")]))
+    result_of(s.checkpoint())
+    for i in range(3):
+        result_of(s.put_messages("t", 0, [Message(body=b"b")]))
+    s.close()
+    path = os.path.join(tmp_path, "consumequeue", "t", "0", fmt.segment_name(0))
+    assert os.path.getsize(path) == 8 * fmt.CQ_ENTRY_SIZE

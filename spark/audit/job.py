@@ -1,0 +1,363 @@
+"""The audit job's I/O: arguments, the SparkSession, reading a data directory, running
+the transforms, writing the outputs, stopping Spark.
+
+``python -m spark.audit DATA_DIR [--compare OTHER_DIR] [--out OUT_DIR]`` runs it on
+``local[*]``; under ``spark-submit --master ...`` the master comes from spark-submit.
+Exit codes: 0 no integrity finding, 1 integrity findings, 2 bad input or no Spark.
+
+test-case-name: tests.spark.test_audit_job
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from spark.audit import records as rec
+from spark.audit import transforms as T
+
+#: The steps the progress display counts.
+STEPS = ["read", "decode", "integrity", "consume queues", "consumption", "compare", "write", "report"]
+
+
+class Progress:
+    """Prints one line per step, with the elapsed time, to C{stream} (stderr).
+
+    Spark's own console progress bar shows the stages inside a step."""
+
+    def __init__(self, stream=None, enabled=True):
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.start = time.monotonic()
+
+    def step(self, name, detail=""):
+        """Announce step C{name}."""
+        if self.enabled:
+            n = STEPS.index(name) + 1 if name in STEPS else "-"
+            t = time.monotonic() - self.start
+            print(f"[audit {n}/{len(STEPS)} {t:7.1f}s] {name} {detail}".rstrip(), file=self.stream, flush=True)
+
+
+def parse_args(argv):
+    """Parse the command line; returns an C{argparse.Namespace}."""
+    p = argparse.ArgumentParser(
+        prog="python -m spark.audit",
+        description="Audit an mqserver data directory (commit log, consume queues, metadata).",
+    )
+    p.add_argument("data_dir", help="the broker's store.path (local path or a Hadoop URI)")
+    p.add_argument("--compare", metavar="OTHER_DIR", help="a second directory (slave) to compare by eventId")
+    p.add_argument("--out", default="audit-report", help="output directory (default: ./audit-report)")
+    p.add_argument("--master", default=None, help="Spark master when not run by spark-submit (default local[*])")
+    p.add_argument("--driver-memory", default="4g", help="driver memory for local runs (default 4g)")
+    p.add_argument("--segment-size", type=int, default=None,
+                   help="segment size in bytes, when the files cannot tell (no BLANK-sealed segment)")
+    p.add_argument("--as-of-ms", type=int, default=None,
+                   help="the time overdue delays and expired topics are judged at (default: the checkpoint's mtime)")
+    p.add_argument("--grace-ms", type=int, default=5000,
+                   help="slack before a delay counts as overdue or an expired topic as unreclaimed")
+    p.add_argument("--max-examples", type=int, default=20, help="examples per finding in the summary")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    return p.parse_args(argv)
+
+
+def build_session(args):
+    """Return a SparkSession. Under spark-submit the master is already set; otherwise
+    C{--master} or C{local[*]}."""
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    conf = SparkConf()
+    b = SparkSession.builder.appName("mqserver-audit")
+    if not conf.contains("spark.master"):
+        # Local workers run this interpreter (the one with our dependencies), not
+        # whatever python3 is first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        b = b.master(args.master or "local[*]").config("spark.driver.memory", args.driver_memory)
+    b = b.config("spark.sql.session.timeZone", "UTC")
+    b = b.config("spark.ui.showConsoleProgress", "false" if args.quiet else "true")
+    spark = b.getOrCreate()
+    tune(spark)
+    return spark
+
+
+def tune(spark):
+    """Size shuffles to the cluster unless the user chose: the audit's shuffles are
+    aggregates, and Spark's default of 200 partitions costs more than the work on
+    small directories. Quiets Spark's INFO/WARN chatter (the progress bar stays)."""
+    conf = spark.sparkContext.getConf()
+    if not conf.contains("spark.sql.shuffle.partitions"):
+        n = max(2, 2 * spark.sparkContext.defaultParallelism)
+        spark.conf.set("spark.sql.shuffle.partitions", str(n))
+    spark.sparkContext.setLogLevel("ERROR")
+
+
+def ship_code(spark):
+    """Add the zip of L{spark.audit.package} to the job, unless spark-submit was given
+    C{--py-files} already: executors on a cluster then import the format module."""
+    conf = spark.sparkContext.getConf()
+    if conf.get("spark.submit.pyFiles", ""):
+        return None
+    from spark.audit.package import build_pyfiles
+
+    path = build_pyfiles(os.path.join(tempfile.mkdtemp(prefix="mqaudit-"), "mqserver_audit.zip"))
+    spark.sparkContext.addPyFile(path)
+    return path
+
+
+# -- file system (Hadoop's, so HDFS/S3 paths work too) ----------------------------------
+
+
+def _hpath(spark, path):
+    jvm = spark.sparkContext._jvm
+    p = jvm.org.apache.hadoop.fs.Path(path)
+    return p, p.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+
+def list_dir(spark, path):
+    """Return C{[(name, is_dir, uri)]} of C{path}'s children, [] when it is missing."""
+    p, fs = _hpath(spark, path)
+    if not fs.exists(p):
+        return []
+    return [(s.getPath().getName(), s.isDirectory(), s.getPath().toString()) for s in fs.listStatus(p)]
+
+
+def exists(spark, path):
+    """Return True when C{path} exists."""
+    p, fs = _hpath(spark, path)
+    return bool(fs.exists(p))
+
+
+def write_text(spark, path, text):
+    """Write C{text} to C{path} (UTF-8), replacing it."""
+    p, fs = _hpath(spark, path)
+    out = fs.create(p, True)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()
+
+
+def _abs(path):
+    return path if "://" in path or path.startswith("file:") else os.path.abspath(path)
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def read_json_file(spark, path):
+    """Read a small JSON file with the binaryFile reader; returns C{(data, mtime_ms)}
+    or C{(None, None)} when it is missing or unreadable."""
+    from pyspark.sql import functions as F
+
+    if not exists(spark, path):
+        return None, None
+    row = (
+        spark.read.format("binaryFile").load(path)
+        .select("content", F.expr("unix_millis(modificationTime)").alias("mtime"))
+        .first()
+    )  # fmt: skip
+    try:
+        return json.loads(bytes(row.content)), row.mtime
+    except ValueError:
+        return None, row.mtime
+
+
+def read_items(spark, data_dir):
+    """Decode every commit-log segment of C{data_dir} into the items DataFrame (cached)."""
+    from pyspark import StorageLevel
+
+    log_dir = data_dir.rstrip("/") + "/commitlog"
+    if not [n for n, is_dir, _ in list_dir(spark, log_dir) if not is_dir and n.isdigit()]:
+        return spark.createDataFrame([], rec.ITEM_DDL)
+    files = spark.read.format("binaryFile").option("pathGlobFilter", "[0-9]*").load(log_dir)
+    rdd = files.select("path", "content").rdd.mapPartitions(
+        lambda rows: rec.decode_segments((r[0], r[1]) for r in rows)
+    )
+    items = spark.createDataFrame(rdd, rec.ITEM_DDL, verifySchema=False)
+    return items.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def read_cq(spark, data_dir):
+    """Decode every consume-queue file of C{data_dir} (topic directories are listed
+    here, so names Spark would hide, such as ones starting with C{_}, are still read;
+    C{.trash} is not)."""
+    from pyspark import StorageLevel
+
+    root = data_dir.rstrip("/") + "/consumequeue"
+    paths = []
+    for name, is_dir, uri in list_dir(spark, root):
+        if is_dir and not name.startswith("."):
+            paths += [u for _, d, u in list_dir(spark, uri) if d]
+    if not paths:
+        return spark.createDataFrame([], rec.CQ_DDL)
+    files = spark.read.format("binaryFile").option("pathGlobFilter", "[0-9]*").load(paths)
+    rdd = files.select("path", "content").rdd.mapPartitions(
+        lambda rows: rec.decode_cq_files((r[0], r[1]) for r in rows)
+    )
+    return spark.createDataFrame(rdd, rec.CQ_DDL, verifySchema=False).persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def topics_frame(spark, meta, recs):
+    """The live topics: from the checkpoint's state, or derived from the log when the
+    directory has no checkpoint."""
+    if meta is None:
+        return T.topics_from_log(recs)
+    rows = [
+        (t["name"], int(t.get("queues", 1)), int(t.get("create_event_id", 0)),
+         int(t.get("expire_at", 0)), int(t.get("create_ts", 0)))
+        for t in (meta.get("state") or {}).get("topics", [])
+    ]  # fmt: skip
+    return spark.createDataFrame(rows, T.TOPICS_DDL)
+
+
+def pending_frame(spark, meta):
+    """Pending delays from the checkpoint: C{[eventId, triggerMs, topic, logOffset, size,
+    count, applied]} each."""
+    rows = [
+        (int(d[0]), int(d[1]), d[2], int(d[5]), int(d[6]) if len(d) > 6 else 0)
+        for d in ((meta or {}).get("state") or {}).get("delays", [])
+    ]
+    return spark.createDataFrame(rows, T.PENDING_DDL)
+
+
+def offset_rows(table, source):
+    """Flatten an C{offsetTable} (C{{"topic@group": {"qid": offset}}}) into rows."""
+    rows = []
+    for key, queues in (table or {}).items():
+        topic, _, group = key.rpartition("@")
+        if not topic:
+            continue
+        for qid, off in (queues or {}).items():
+            try:
+                rows.append((source, topic, group, int(qid), int(off)))
+            except (TypeError, ValueError):
+                continue
+    return rows
+
+
+def offsets_frame(spark, data_dir, meta):
+    """Committed offsets: RocketMQ's C{consumerOffset.json}, and C{state.consumerOffsets}
+    of the checkpoint (the same C{topic@group} layout, for the NSQ channels)."""
+    data, _ = read_json_file(spark, data_dir.rstrip("/") + "/consumerOffset.json")
+    rows = offset_rows((data or {}).get("offsetTable"), "consumerOffset.json")
+    rows += offset_rows(((meta or {}).get("state") or {}).get("consumerOffsets"), "metadata.json")
+    return spark.createDataFrame(rows, T.OFFSETS_DDL)
+
+
+# -- the job ------------------------------------------------------------------------------
+
+
+def audit_directory(spark, data_dir, args, progress, with_cq=True):
+    """Read and check one directory. Returns C{(tables, facts)}: DataFrames by name and
+    the small facts (metadata, floors) the summary needs."""
+    from spark.audit import summary as S
+
+    progress.step("read", data_dir)
+    meta, meta_mtime = read_json_file(spark, data_dir.rstrip("/") + "/metadata.json")
+    items = read_items(spark, data_dir)
+    progress.step("decode", "commit-log segments")
+    recs = T.records(items)
+    segs = S.collect_rows(T.segments(items).orderBy("segment"))
+    facts = S.log_facts(recs, segs, meta, meta_mtime, args)
+    tables = {
+        "segments": T.segments(items),
+        "problems": T.problems(items),
+        "queue_stats": T.queue_stats(recs),
+        "throughput": T.throughput(recs),
+    }
+    progress.step("integrity", "eventIds")
+    tables["event_gaps"] = T.event_id_gaps(recs, facts["event_floor"])
+    tables["event_duplicates"] = T.event_id_duplicates(recs)
+    topics = topics_frame(spark, meta, recs)
+    tables["topics"] = topics
+    if with_cq:
+        progress.step("consume queues")
+        cq = read_cq(spark, data_dir)
+        tables["cq_mismatches"] = T.cq_mismatches(recs, cq, topics, facts["log_min_offset"])
+        tables["cq_problems"] = T.cq_problems(cq)
+        progress.step("consumption")
+        tables["consumer_lag"] = T.consumer_lag(offsets_frame(spark, data_dir, meta), T.queue_ends(cq))
+        tables["retry_dlq"] = T.retry_dlq(tables["queue_stats"])
+        as_of, grace = facts["as_of_ms"], args.grace_ms
+        tables["delays"] = T.delays(recs, pending_frame(spark, meta), topics, as_of, grace)
+        tables["expired_topics"] = T.expired_topics(topics, as_of, grace)
+    # Each table feeds both its Parquet file and the summary: compute it once.
+    tables = {name: df.persist() for name, df in tables.items()}
+    return items, recs, tables, facts
+
+
+def run(spark, args, progress=None):
+    """Run the audit with an existing session. Returns C{(summary, exit_code)}."""
+    from spark.audit import report as R
+    from spark.audit import summary as S
+
+    progress = progress or Progress(enabled=not args.quiet)
+    data_dir = _abs(args.data_dir)
+    if not exists(spark, data_dir.rstrip("/") + "/commitlog"):
+        raise SystemExit(f"error: {args.data_dir} has no commitlog/ directory: not an mqserver data directory")
+    items, recs, tables, facts = audit_directory(spark, data_dir, args, progress)
+    if args.compare:
+        progress.step("compare", args.compare)
+        other_dir = _abs(args.compare)
+        if not exists(spark, other_dir.rstrip("/") + "/commitlog"):
+            raise SystemExit(f"error: {args.compare} has no commitlog/ directory")
+        _, other_recs, other_tables, other_facts = audit_directory(
+            spark, other_dir, args, Progress(enabled=False), with_cq=False
+        )
+        floor = max(facts["event_floor"], other_facts["event_floor"])
+        tables["compare"] = T.compare_records(recs, other_recs, floor).persist()
+        tables["other_problems"] = other_tables["problems"]
+    out = _abs(args.out).rstrip("/")
+    progress.step("write", out)
+    # The tables are small next to the decoding; writing them from a few threads
+    # overlaps the per-job latency of Spark's scheduler and output committer.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        jobs = [pool.submit(df.write.mode("overwrite").parquet, f"{out}/tables/{name}") for name, df in tables.items()]
+        for j in jobs:
+            j.result()
+    summary = S.summarize(tables, facts, args)
+    if args.compare:
+        summary["compare"] = S.compare_summary(tables["compare"], other_tables, other_facts, floor, args)
+    summary["exit_code"] = S.exit_code(summary)
+    write_text(spark, f"{out}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    progress.step("report")
+    charts = S.chart_data(tables)
+    write_text(spark, f"{out}/report.html", R.render(summary, charts))
+    spark.catalog.clearCache()
+    progress.step("report", f"done: {summary['verdict']} (exit {summary['exit_code']})")
+    return summary, summary["exit_code"]
+
+
+def main(argv=None):
+    """Command-line entry point; returns the exit code."""
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print("error: pyspark is not installed: pip install 'mqserver[spark]'", file=sys.stderr)
+        return 2
+    try:
+        spark = build_session(args)
+    except Exception as e:  # the JVM did not start: almost always a missing Java
+        print(f"error: Spark did not start ({e}).\nInstall a Java runtime (Debian: "
+              "apt-get install default-jre-headless) or set JAVA_HOME.", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        ship_code(spark)
+        try:
+            summary, code = run(spark, args)
+        except SystemExit as e:
+            print(e, file=sys.stderr)
+            return 2
+        print(json.dumps({k: summary[k] for k in ("verdict", "exit_code", "integrity")}, indent=2))
+        print(f"report: {_abs(args.out).rstrip('/')}/report.html")
+        return code
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

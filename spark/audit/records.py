@@ -1,0 +1,225 @@
+"""Decode commit-log segments and consume-queue files into plain tuples, on executors.
+
+Everything here is plain Python over bytes: it imports L{mqserver.store.format} (which
+needs only construct, struct and zlib) and the standard library, never Twisted and never
+pyspark, so it runs in a Spark Python worker and in a unit test alike. The job turns the
+tuples into DataFrames with the DDL schemas below.
+
+A segment becomes a stream of I{items}, one tuple each, told apart by their first field:
+
+- C{"record"}: one message or admin record. CRC failures stay here (with C{crc_ok}
+  false) so their eventIds still count; the transforms list them as problems too.
+- C{"problem"}: a record that cannot be read (C{"corrupt"}: bad magic, bad sizes, wrong
+  physical offset; C{"torn"}: the file ends inside it). C{size} is the number of bytes
+  that could not be read: the rest of the segment, which the broker skips as well.
+- C{"segment"}: one per file: its start, length, record count, where the records end,
+  and whether a BLANK record sealed it (and the segment size that BLANK implies).
+
+test-case-name: tests.unit.test_audit_records
+"""
+
+import hashlib
+import json
+from urllib.parse import unquote
+
+from mqserver.store import format as fmt
+
+#: The columns of an item (see the module docstring), as a Spark DDL schema.
+ITEM_DDL = ", ".join(
+    [
+        "kind string",
+        "segment bigint",
+        "offset bigint",
+        "size int",
+        "magic string",
+        "event_id bigint",
+        "topic string",
+        "queue_id int",
+        "queue_offset bigint",
+        "flag int",
+        "sys_flag int",
+        "born_ts bigint",
+        "store_ts bigint",
+        "body_len int",
+        "crc_ok boolean",
+        "tag_hash bigint",
+        "reconsume_times int",
+        "delay_id bigint",
+        "delay_level int",
+        "trigger_ms bigint",
+        "delay_count int",
+        "expire_at bigint",
+        "digest bigint",
+        "problem string",
+        "detail string",
+        "seg_records int",
+        "seg_end bigint",
+        "seg_sealed boolean",
+        "seg_declared_size bigint",
+    ]
+)
+
+#: One consume-queue entry, or a problem with a consume-queue file (C{problem} set).
+CQ_DDL = (
+    "topic string, queue_id int, queue_offset bigint, log_offset bigint, size int,"
+    " tag_hash bigint, problem string"
+)
+
+_N_ITEM = ITEM_DDL.count(",") + 1
+_DELAY_KEY = fmt.DELAY_PROPERTY
+_LEVEL_KEY = b"DELAY"
+MAGIC_NAMES = {fmt.MESSAGE_MAGIC: "message", fmt.ADMIN_MAGIC: "admin"}
+
+
+def file_name(path):
+    """Return the last component of a Spark C{path} column (a URI), percent-decoded."""
+    return unquote(path.rstrip("/").rsplit("/", 1)[-1])
+
+
+def digest(buf, pos, size):
+    """Return a signed 64-bit digest of the record at C{buf[pos:pos+size]}, leaving out
+    the two fields that may differ between a master and a slave holding the same record:
+    its physical offset (bytes 28..36) and the store host (bytes 64..72)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(buf[pos : pos + 28])
+    h.update(buf[pos + 36 : pos + 64])
+    h.update(buf[pos + 72 : pos + size])
+    return int.from_bytes(h.digest(), "big", signed=True)
+
+
+def _item(kind, segment, offset, size, **fields):
+    row = [None] * _N_ITEM
+    row[0], row[1], row[2], row[3] = kind, segment, offset, size
+    for name, value in fields.items():
+        row[_INDEX[name]] = value
+    return tuple(row)
+
+
+_INDEX = {c.split()[0]: i for i, c in enumerate(ITEM_DDL.split(", "))}
+
+
+def _property_fields(props):
+    """Return (delay_id, delay_level) from a properties string (None when absent)."""
+    delay_id = level = None
+    if _DELAY_KEY in props or _LEVEL_KEY in props:
+        for k, v in fmt.decode_properties(props):
+            try:
+                if k == _DELAY_KEY:
+                    delay_id = fmt.parse_delay_marker(v)[0]
+                elif k == _LEVEL_KEY:
+                    level = int(v)
+            except ValueError:
+                pass
+    return delay_id, level
+
+
+def record_item(buf, pos, view, segment):
+    """Return the C{"record"} item of C{view}, which starts at C{buf[pos]}."""
+    props = view.properties
+    body_len = len(view.body)
+    delay_id = level = trigger = count = expire = None
+    tag_hash = 0
+    if view.magic == fmt.MESSAGE_MAGIC:
+        delay_id, level = _property_fields(props)
+        tag_hash = fmt.tag_hash_of(props)
+    elif view.flag == fmt.OP_DELAY and body_len >= fmt.DELAY_PREFIX.size + 4:
+        (trigger,) = fmt.DELAY_PREFIX.unpack_from(view.body, 0)
+        (count,) = fmt.I32.unpack_from(view.body, fmt.DELAY_PREFIX.size)
+    elif view.flag in (fmt.OP_CREATE, fmt.OP_UPDATE):
+        try:
+            expire = int(json.loads(bytes(view.body)).get("expireAt", 0))
+        except (ValueError, AttributeError, TypeError):
+            expire = None
+    return (
+        "record", segment, view.offset, view.size,
+        MAGIC_NAMES[view.magic], view.event_id, view.topic, view.queue_id,
+        view.queue_offset, view.flag, view.sys_flag, view.born_ts, view.store_ts,
+        body_len, view.crc_ok(), tag_hash, view.reconsume_times,
+        delay_id, level, trigger, count, expire,
+        digest(buf, pos, view.size),
+        None, None, None, None, None, None,
+    )  # fmt: skip
+
+
+def decode_segment(path, content):
+    """Yield the items of one commit-log segment file (see the module docstring).
+
+    @param path: the file's path or URI; its name is the segment's start offset.
+    @param content: the file's bytes.
+    """
+    name = file_name(path)
+    if len(name) != 20 or not name.isdigit():
+        yield _item("problem", None, None, len(content), problem="corrupt",
+                    detail=f"not a segment name: {name}")  # fmt: skip
+        return
+    start = int(name)
+    buf = memoryview(content)
+    end = len(buf)
+    pos = 0
+    count = 0
+    sealed = False
+    declared = None
+    scan = fmt.scan_buffer(buf, start, check_crc=False)
+    try:
+        for offset, view in scan:
+            pos = offset - start
+            yield record_item(buf, pos, view, start)
+            count += 1
+            pos += view.size
+    except fmt.ScanError as e:
+        pos = e.offset - start
+        yield _item("problem", start, e.offset, end - pos, problem=e.kind, detail=e.detail)
+    else:
+        if end - pos >= fmt.BLANK_SIZE:
+            size, magic = fmt.BLANK.unpack_from(buf, pos)
+            if magic == fmt.BLANK_MAGIC:
+                sealed = True
+                declared = pos + size
+    yield _item(
+        "segment", start, start, end, seg_records=count, seg_end=start + pos,
+        seg_sealed=sealed, seg_declared_size=declared,
+    )  # fmt: skip
+
+
+def decode_segments(rows):
+    """Decode an iterator of C{(path, content)} pairs (a Spark partition of the
+    C{binaryFile} reader) into items."""
+    for path, content in rows:
+        yield from decode_segment(path, content)
+
+
+def cq_location(path):
+    """Return C{(topic, queue_id, first_entry)} of a consume-queue file from its path
+    (``.../<topic>/<queueId>/<20-digit byte offset>``), or None when it is not one."""
+    parts = [unquote(p) for p in path.rstrip("/").split("/")]
+    if len(parts) < 3:
+        return None
+    topic, qid, name = parts[-3], parts[-2], parts[-1]
+    if not (qid.lstrip("-").isdigit() and len(name) == 20 and name.isdigit()):
+        return None
+    return topic, int(qid), int(name) // fmt.CQ_ENTRY_SIZE
+
+
+def decode_cq_file(path, content):
+    """Yield the entries of one consume-queue file as C{CQ_DDL} tuples.
+
+    All-zero entries are holes (never written) and are skipped; a trailing partial
+    entry is yielded as a C{"cq_torn"} problem."""
+    loc = cq_location(path)
+    if loc is None:
+        yield (None, None, None, None, len(content), None, f"not a consume-queue file: {path}")
+        return
+    topic, qid, first = loc
+    n = len(content) // fmt.CQ_ENTRY_SIZE
+    for i, (off, size, tag) in enumerate(fmt.CQ_ENTRY.iter_unpack(content[: n * 20])):
+        if off == 0 and size == 0 and tag == 0:
+            continue
+        yield (topic, qid, first + i, off, size, tag, None)
+    if len(content) % fmt.CQ_ENTRY_SIZE:
+        yield (topic, qid, first + n, None, len(content) % 20, None, "cq_torn")
+
+
+def decode_cq_files(rows):
+    """Decode an iterator of C{(path, content)} pairs into consume-queue tuples."""
+    for path, content in rows:
+        yield from decode_cq_file(path, content)

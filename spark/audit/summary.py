@@ -1,0 +1,235 @@
+"""Turn the audit's DataFrames into the JSON summary and the exit code.
+
+Only aggregates and a bounded number of examples reach the driver: counts, one row per
+segment, per queue and per consumer group, and the first C{--max-examples} rows of each
+finding. Never one row per record.
+
+test-case-name: tests.spark.test_audit_job
+"""
+
+import math
+import time
+from functools import reduce
+
+from pyspark.sql import functions as F
+
+#: Integrity counters: any non-zero value makes the exit code 1.
+INTEGRITY_KEYS = [
+    "crc_failures", "corrupt_records", "torn_records", "unreadable_bytes", "missing_segments",
+    "event_id_gaps", "missing_event_ids", "duplicate_event_ids", "tail_event_ids_missing",
+    "checkpoint_beyond_log_bytes", "cq_missing", "cq_extra", "cq_wrong", "cq_torn_files",
+]  # fmt: skip
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, bytearray):
+        return bytes(v).hex()
+    return v
+
+
+def collect_rows(df, limit=None):
+    """Collect C{df} (small: aggregates or examples) as a list of dicts."""
+    if limit is not None:
+        df = df.limit(limit)
+    return [{k: _plain(v) for k, v in r.asDict().items()} for r in df.collect()]
+
+
+def _segment_size(segs, given):
+    if given:
+        return given, "--segment-size"
+    declared = sorted({s["declared_segment_size"] for s in segs if s["declared_segment_size"]})
+    if declared:
+        return declared[-1], "BLANK record"
+    starts = [s["segment"] for s in segs]
+    if len(starts) > 1:
+        return reduce(math.gcd, [b - a for a, b in zip(starts, starts[1:])]), "file-name spacing"
+    return None, "unknown (one unsealed segment)"
+
+
+def log_facts(recs, segs, meta, meta_mtime, args):
+    """Return the directory-wide facts: totals, segment size, log bounds, eventId floor,
+    the reference time, and what the checkpoint says against what the log holds."""
+    t = recs.agg(
+        F.count("*").alias("records"),
+        F.sum(F.when(F.col("magic") == "message", 1).otherwise(0)).alias("messages"),
+        F.sum(F.when(F.col("magic") == "admin", 1).otherwise(0)).alias("admin_records"),
+        F.sum("size").alias("bytes"),
+        F.min("event_id").alias("first_event_id"),
+        F.max("event_id").alias("last_event_id"),
+        F.min("store_ts").alias("first_store_ts"),
+        F.max("store_ts").alias("last_store_ts"),
+    ).first().asDict()  # fmt: skip
+    for k in ("messages", "admin_records", "bytes"):
+        t[k] = t[k] or 0
+    size, size_source = _segment_size(segs, args.segment_size)
+    log_min = segs[0]["segment"] if segs else 0
+    log_end = 0
+    if segs:
+        last = segs[-1]
+        log_end = last["segment"] + last["file_length"]
+        if last["sealed"] and last["declared_segment_size"]:
+            log_end = last["segment"] + last["declared_segment_size"]
+    missing_segments = []
+    if size and segs:
+        have = {s["segment"] for s in segs}
+        missing_segments = [o for o in range(log_min, segs[-1]["segment"], size) if o not in have]
+    floor = 1 if log_min == 0 else (t["first_event_id"] or 1)
+    as_of = args.as_of_ms or meta_mtime or t["last_store_ts"] or int(time.time() * 1000)
+    checkpoint = None
+    beyond = tail_missing = 0
+    if meta is not None:
+        checkpoint = {"logOffset": meta.get("logOffset"), "nextEventId": meta.get("nextEventId"),
+                      "mtime_ms": meta_mtime}  # fmt: skip
+        beyond = max(0, int(meta.get("logOffset") or 0) - log_end)
+        if meta.get("nextEventId") is not None:
+            tail_missing = max(0, int(meta["nextEventId"]) - 1 - (t["last_event_id"] or 0))
+    return {
+        "totals": t,
+        "segments": segs,
+        "segment_size": size,
+        "segment_size_source": size_source,
+        "log_min_offset": log_min,
+        "log_end_offset": log_end,
+        "missing_segments": missing_segments,
+        "event_floor": floor,
+        "as_of_ms": as_of,
+        "checkpoint": checkpoint,
+        "checkpoint_beyond_log_bytes": beyond,
+        "tail_event_ids_missing": tail_missing,
+    }
+
+
+def _counts(df, col):
+    return {r[col]: r["n"] for r in df.groupBy(col).agg(F.count("*").alias("n")).collect()}
+
+
+def integrity(tables, facts, n):
+    """Return C{(counters, examples)} of the integrity findings."""
+    probs = _counts(tables["problems"], "problem")
+    unread = tables["problems"].where(F.col("problem") != "crc").agg(F.sum("bytes")).first()[0]
+    gaps = tables["event_gaps"].agg(F.count("*"), F.sum("missing")).first()
+    dups = tables["event_duplicates"].count()
+    c = {
+        "crc_failures": probs.get("crc", 0),
+        "corrupt_records": probs.get("corrupt", 0),
+        "torn_records": probs.get("torn", 0),
+        "unreadable_bytes": int(unread or 0),
+        "missing_segments": len(facts["missing_segments"]),
+        "event_id_gaps": gaps[0],
+        "missing_event_ids": int(gaps[1] or 0),
+        "duplicate_event_ids": dups,
+        "tail_event_ids_missing": facts["tail_event_ids_missing"],
+        "checkpoint_beyond_log_bytes": facts["checkpoint_beyond_log_bytes"],
+        "cq_missing": 0, "cq_extra": 0, "cq_wrong": 0, "cq_torn_files": 0,
+    }  # fmt: skip
+    ex = {
+        "problems": collect_rows(tables["problems"].orderBy("offset"), n),
+        "event_gaps": collect_rows(tables["event_gaps"], n),
+        "event_duplicates": collect_rows(tables["event_duplicates"].orderBy("event_id"), n),
+        "missing_segments": facts["missing_segments"][:n],
+    }
+    if "cq_mismatches" in tables:
+        cq = _counts(tables["cq_mismatches"], "status")
+        c["cq_missing"] = cq.get("missing", 0)
+        c["cq_extra"] = cq.get("extra", 0)
+        c["cq_wrong"] = cq.get("wrong", 0)
+        c["cq_torn_files"] = tables["cq_problems"].count()
+        order = ["topic", "queue_id", "queue_offset"]
+        ex["cq_mismatches"] = collect_rows(tables["cq_mismatches"].orderBy(*order), n)
+    return c, ex
+
+
+def consumption(tables, n):
+    """Return the consumption findings: lag, retry/DLQ volumes, delays, expired topics."""
+    d = tables["delays"]
+    agg = d.agg(
+        F.count("*").alias("delays"),
+        F.sum(F.col("pending").cast("int")).alias("pending"),
+        F.sum(F.col("overdue").cast("int")).alias("overdue"),
+        F.sum(F.when(F.col("overdue"), F.col("delay_count") - F.col("fired"))).alias("overdue_messages"),
+    ).first()
+    return {
+        "lag": collect_rows(tables["consumer_lag"].orderBy("topic", "consumer_group", "queue_id")),
+        "retry_dlq": collect_rows(tables["retry_dlq"].orderBy("kind", "topic")),
+        "delays": {
+            "total": agg["delays"],
+            "pending": int(agg["pending"] or 0),
+            "overdue": int(agg["overdue"] or 0),
+            "overdue_messages": int(agg["overdue_messages"] or 0),
+            "overdue_examples": collect_rows(d.where("overdue").orderBy("trigger_ms"), n),
+        },
+        "expired_topics_not_reclaimed": collect_rows(tables["expired_topics"].orderBy("topic")),
+    }
+
+
+def summarize(tables, facts, args):
+    """Build the summary dict of one directory (no C{compare} part, no exit code)."""
+    n = args.max_examples
+    counters, examples = integrity(tables, facts, n)
+    stats = collect_rows(tables["queue_stats"].orderBy("topic", "queue_id"))
+    t = facts["totals"]
+    return {
+        "data_dir": args.data_dir,
+        "as_of_ms": facts["as_of_ms"],
+        "log": {
+            "segments": len(facts["segments"]),
+            "segment_size": facts["segment_size"],
+            "segment_size_source": facts["segment_size_source"],
+            "min_offset": facts["log_min_offset"],
+            "end_offset": facts["log_end_offset"],
+            "checkpoint": facts["checkpoint"],
+            **t,
+        },
+        "queues": stats,
+        "integrity": counters,
+        "integrity_examples": examples,
+        "consumption": consumption(tables, n),
+    }
+
+
+def compare_summary(diff, other_tables, other_facts, floor, args):
+    """Summarize a comparison with the other directory."""
+    counts = _counts(diff, "status")
+    first = diff.agg(F.min("event_id")).first()[0]
+    other_integrity, _ = integrity(other_tables, other_facts, args.max_examples)
+    return {
+        "other_dir": args.compare,
+        "from_event_id": floor,
+        "first_divergent_event_id": first,
+        "missing": counts.get("missing", 0),
+        "extra": counts.get("extra", 0),
+        "different": counts.get("different", 0),
+        "examples": collect_rows(diff.orderBy("event_id"), args.max_examples),
+        "other_log": {k: other_facts["totals"][k] for k in ("records", "first_event_id", "last_event_id")},
+        "other_integrity": other_integrity,
+    }
+
+
+def integrity_total(summary):
+    """Return the number of integrity findings in C{summary} (compare included)."""
+    total = sum(summary["integrity"][k] for k in INTEGRITY_KEYS)
+    cmp = summary.get("compare")
+    if cmp:
+        total += cmp["missing"] + cmp["extra"] + cmp["different"]
+        total += sum(v for v in cmp["other_integrity"].values())
+    return total
+
+
+def exit_code(summary):
+    """Return 1 when C{summary} holds any integrity finding, else 0; sets the verdict."""
+    bad = integrity_total(summary)
+    summary["verdict"] = "INTEGRITY FINDINGS" if bad else "OK"
+    return 1 if bad else 0
+
+
+def chart_data(tables, top=8, points=2000):
+    """Collect what the report's charts draw: messages per minute of the busiest
+    C{top} topics (at most C{points} rows)."""
+    busiest = (
+        tables["queue_stats"].groupBy("topic").agg(F.sum("messages").alias("m"))
+        .orderBy(F.desc("m")).limit(top)
+    )  # fmt: skip
+    tp = tables["throughput"].join(busiest.select("topic"), "topic").orderBy("minute", "topic")
+    return {"throughput": collect_rows(tp, points)}

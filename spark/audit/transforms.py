@@ -1,0 +1,308 @@
+"""The audit's pure DataFrame -> DataFrame functions (no I/O; the tests cover each).
+
+Inputs are the DataFrames the job reads: I{items} (commit-log records, problems and
+segments, see L{spark.audit.records}), I{cq} (consume-queue entries), and small frames
+built from the checkpoint and the offset files (I{topics}, I{pending}, I{offsets}).
+
+test-case-name: tests.spark.test_transforms
+"""
+
+from pyspark.sql import functions as F
+from pyspark.sql import Window
+
+RECORD_COLUMNS = [
+    "segment", "offset", "size", "magic", "event_id", "topic", "queue_id", "queue_offset",
+    "flag", "sys_flag", "born_ts", "store_ts", "body_len", "crc_ok", "tag_hash",
+    "reconsume_times", "delay_id", "delay_level", "trigger_ms", "delay_count", "expire_at",
+    "digest",
+]  # fmt: skip
+
+#: Admin operations (see L{mqserver.store.format}); repeated here as plain ints so this
+#: module does not need the format module on the driver's import path twice.
+OP_CREATE, OP_DELETE, OP_DELAY, OP_UPDATE = 1, 2, 3, 4
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+
+#: Schemas of the small frames the job builds from JSON files.
+TOPICS_DDL = "topic string, queues int, create_event_id bigint, expire_at bigint, create_ts bigint"
+PENDING_DDL = "event_id bigint, trigger_ms bigint, topic string, delay_count int, applied int"
+OFFSETS_DDL = "source string, topic string, consumer_group string, queue_id int, committed bigint"
+
+
+def records(items):
+    """Return the message and admin records of C{items}."""
+    return items.where(F.col("kind") == "record").select(*RECORD_COLUMNS)
+
+
+def messages(recs):
+    """Return only the message records."""
+    return recs.where(F.col("magic") == "message")
+
+
+def segments(items):
+    """Return one row per segment file: start, length, records, end, sealing."""
+    return items.where(F.col("kind") == "segment").select(
+        F.col("segment"),
+        F.col("size").alias("file_length"),
+        F.col("seg_records").alias("records"),
+        F.col("seg_end").alias("records_end"),
+        F.col("seg_sealed").alias("sealed"),
+        F.col("seg_declared_size").alias("declared_segment_size"),
+    )
+
+
+def problems(items):
+    """Return every unreadable or damaged record: decoding problems (C{corrupt},
+    C{torn}) and records whose body CRC does not match (C{crc})."""
+    decoded = items.where(F.col("kind") == "problem").select(
+        "segment", "offset", F.col("size").alias("bytes"), "problem", "detail",
+        F.lit(None).cast("bigint").alias("event_id"), F.lit(None).cast("string").alias("topic"),
+    )  # fmt: skip
+    crc = items.where((F.col("kind") == "record") & ~F.col("crc_ok")).select(
+        "segment", "offset", F.col("size").alias("bytes"), F.lit("crc").alias("problem"),
+        F.lit("body CRC mismatch").alias("detail"), "event_id", "topic",
+    )  # fmt: skip
+    return decoded.unionByName(crc)
+
+
+def queue_stats(recs):
+    """Per (topic, queue id): messages, bytes, body bytes, first/last store time and
+    eventId, the queue offsets seen, RocketMQ delay-level messages, and the average
+    messages per minute between the first and the last store time."""
+    msgs = messages(recs)
+    out = msgs.groupBy("topic", "queue_id").agg(
+        F.count("*").alias("messages"),
+        F.sum("size").alias("bytes"),
+        F.sum("body_len").alias("body_bytes"),
+        F.min("store_ts").alias("first_store_ts"),
+        F.max("store_ts").alias("last_store_ts"),
+        F.min("event_id").alias("first_event_id"),
+        F.max("event_id").alias("last_event_id"),
+        F.min("queue_offset").alias("min_queue_offset"),
+        F.max("queue_offset").alias("max_queue_offset"),
+        F.count("delay_level").alias("delay_level_messages"),
+        F.count("delay_id").alias("delayed_fired"),
+    )
+    minutes = F.greatest(F.lit(1.0), (F.col("last_store_ts") - F.col("first_store_ts")) / 60000.0)
+    return out.withColumn("per_minute", F.round(F.col("messages") / minutes, 3))
+
+
+def throughput(recs):
+    """Messages and bytes per (topic, minute of store time); C{minute} is epoch ms."""
+    return (
+        messages(recs)
+        .withColumn("minute", F.col("store_ts") - F.col("store_ts") % 60000)
+        .groupBy("topic", "minute")
+        .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
+    )
+
+
+def event_id_gaps(recs, floor):
+    """Return the ranges of missing eventIds between C{floor} and the largest one seen:
+    C{gap_start, gap_end, missing}. C{floor} is 1 when the log still starts at offset 0
+    (every eventId from 1 on must be there); pass the smallest eventId seen when
+    retention removed the oldest segments."""
+    spark = recs.sparkSession
+    ids = recs.select("event_id").distinct()
+    ids = ids.unionByName(spark.range(floor - 1, floor).withColumnRenamed("id", "event_id"))
+    ids = ids.distinct()
+    top = ids.agg(F.max("event_id").alias("top"))
+    after = ids.select((F.col("event_id") + 1).alias("gap_start"))
+    starts = after.join(ids, after.gap_start == ids.event_id, "left_anti").crossJoin(top)
+    starts = starts.where(F.col("gap_start") <= F.col("top")).select("gap_start")
+    before = ids.select((F.col("event_id") - 1).alias("gap_end"))
+    ends = before.join(ids, before.gap_end == ids.event_id, "left_anti")
+    ends = ends.where(F.col("gap_end") >= F.lit(floor))
+    w1 = Window.orderBy("gap_start")
+    w2 = Window.orderBy("gap_end")
+    s = starts.withColumn("n", F.row_number().over(w1))
+    e = ends.withColumn("n", F.row_number().over(w2))
+    return (
+        s.join(e, "n")
+        .select("gap_start", "gap_end", (F.col("gap_end") - F.col("gap_start") + 1).alias("missing"))
+        .orderBy("gap_start")
+    )
+
+
+def event_id_duplicates(recs):
+    """Return eventIds held by more than one record: C{event_id, copies, offsets}."""
+    return (
+        recs.groupBy("event_id")
+        .agg(F.count("*").alias("copies"), F.sort_array(F.collect_list("offset")).alias("offsets"))
+        .where(F.col("copies") > 1)
+    )
+
+
+def topics_from_log(recs):
+    """Derive the live topics from admin records, for a directory without a checkpoint:
+    a topic is live when its last create/update comes after its last delete; topics with
+    messages but no admin record left (retention) are live since eventId 0."""
+    admin = recs.where(F.col("magic") == "admin")
+    last_delete = (
+        admin.where(F.col("flag") == OP_DELETE).groupBy("topic").agg(F.max("event_id").alias("deleted"))
+    )
+    creates = admin.where(F.col("flag").isin(OP_CREATE, OP_UPDATE)).join(last_delete, "topic", "left")
+    creates = creates.where(F.col("deleted").isNull() | (F.col("event_id") > F.col("deleted")))
+    live = creates.groupBy("topic").agg(
+        F.min("event_id").alias("create_event_id"),
+        F.max_by("expire_at", "event_id").alias("expire_at"),
+        F.min("store_ts").alias("create_ts"),
+    )
+    orphans = (
+        messages(recs).select("topic").distinct()
+        .join(admin.select("topic").distinct(), "topic", "left_anti")
+        .select("topic", F.lit(0).cast("bigint").alias("create_event_id"),
+                F.lit(0).cast("bigint").alias("expire_at"), F.lit(0).cast("bigint").alias("create_ts"))
+    )  # fmt: skip
+    return live.unionByName(orphans).withColumn("queues", F.lit(None).cast("int"))
+
+
+def expected_entries(recs, topics):
+    """Return the consume-queue entry each message record of a live topic implies:
+    C{topic, queue_id, queue_offset, e_offset, e_size, e_tag, event_id}. Records written
+    before the topic's current incarnation (deleted and created again) are left out."""
+    live = topics.select("topic", "create_event_id")
+    return (
+        messages(recs)
+        .join(live, "topic")
+        .where(F.col("event_id") >= F.col("create_event_id"))
+        .select(
+            "topic", "queue_id", "queue_offset", F.col("offset").alias("e_offset"),
+            F.col("size").alias("e_size"), F.col("tag_hash").alias("e_tag"), "event_id",
+        )
+    )  # fmt: skip
+
+
+def cq_mismatches(recs, cq, topics, log_min_offset):
+    """Compare consume queues with the commit log.
+
+    Returns rows C{topic, queue_id, queue_offset, status, e_offset, e_size, e_tag,
+    log_offset, size, tag_hash, event_id} where C{status} is C{missing} (a record with
+    no entry), C{extra} (an entry with no record, pointing into the retained log) or
+    C{wrong} (the entry points at another offset or size, or holds another tag hash).
+    Entries pointing below C{log_min_offset} point at segments retention removed."""
+    exp = expected_entries(recs, topics)
+    act = cq.where(F.col("problem").isNull()).drop("problem")
+    keys = ["topic", "queue_id", "queue_offset"]
+    joined = exp.join(act, keys, "full_outer")
+    status = (
+        F.when(F.col("log_offset").isNull(), F.lit("missing"))
+        .when(F.col("e_offset").isNull(), F.lit("extra"))
+        .when(
+            (F.col("e_offset") != F.col("log_offset"))
+            | (F.col("e_size") != F.col("size"))
+            | (F.col("e_tag") != F.col("tag_hash")),
+            F.lit("wrong"),
+        )
+    )
+    out = joined.withColumn("status", status).where(F.col("status").isNotNull())
+    out = out.where(~((F.col("status") == "extra") & (F.col("log_offset") < F.lit(log_min_offset))))
+    return out.select(*keys, "status", "e_offset", "e_size", "e_tag", "log_offset", "size", "tag_hash", "event_id")
+
+
+def cq_problems(cq):
+    """Return consume-queue files with a partial entry at their end."""
+    return cq.where(F.col("problem").isNotNull())
+
+
+def queue_ends(cq):
+    """Return each queue's length (its max offset): C{topic, queue_id, max_offset}."""
+    return (
+        cq.where(F.col("problem").isNull())
+        .groupBy("topic", "queue_id")
+        .agg((F.max("queue_offset") + 1).alias("max_offset"))
+    )
+
+
+def consumer_lag(offsets, ends):
+    """Lag per consumer group and queue: the queue's max offset minus the committed
+    offset (a queue with no entries has max offset 0)."""
+    return (
+        offsets.join(ends, ["topic", "queue_id"], "left")
+        .withColumn("max_offset", F.coalesce(F.col("max_offset"), F.lit(0).cast("bigint")))
+        .withColumn("lag", F.greatest(F.lit(0).cast("bigint"), F.col("max_offset") - F.col("committed")))
+        .select("source", "topic", "consumer_group", "queue_id", "committed", "max_offset", "lag")
+    )
+
+
+def retry_dlq(stats):
+    """Messages and bytes of RocketMQ retry (C{%RETRY%group}) and dead-letter
+    (C{%DLQ%group}) topics, per topic: C{kind, consumer_group, topic, messages, bytes}."""
+    per_topic = stats.groupBy("topic").agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"))
+    kind = (
+        F.when(F.col("topic").startswith(RETRY_PREFIX), F.lit("retry"))
+        .when(F.col("topic").startswith(DLQ_PREFIX), F.lit("dlq"))
+    )
+    out = per_topic.withColumn("kind", kind).where(F.col("kind").isNotNull())
+    group = F.when(
+        F.col("kind") == "retry", F.expr(f"substring(topic, {len(RETRY_PREFIX) + 1})")
+    ).otherwise(F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})"))
+    return out.select("kind", group.alias("consumer_group"), "topic", "messages", "bytes")
+
+
+def delays(recs, pending, topics, as_of_ms, grace_ms):
+    """Delays and whether they fired: C{event_id, topic, trigger_ms, delay_count, fired,
+    pending, overdue}.
+
+    A delay is a DELAY admin record; its messages, once published, carry
+    C{MQ_DELAY_ID=<its eventId>}. Delays named only by the checkpoint (their record was
+    removed by retention) come from C{pending}. A delay whose topic is gone is not
+    pending (the broker drops it). It is overdue when messages are still missing
+    C{grace_ms} after its trigger time, as of C{as_of_ms}."""
+    logged = recs.where((F.col("magic") == "admin") & (F.col("flag") == OP_DELAY)).select(
+        "event_id", "topic", "trigger_ms", "delay_count"
+    )
+    fired = (
+        messages(recs).where(F.col("delay_id").isNotNull())
+        .groupBy(F.col("delay_id").alias("event_id")).agg(F.count("*").alias("fired"))
+    )  # fmt: skip
+    from_meta = pending.join(logged.select("event_id"), "event_id", "left_anti").select(
+        "event_id", "topic", "trigger_ms", "delay_count", F.col("applied").alias("meta_applied")
+    )
+    logged = logged.withColumn("meta_applied", F.lit(0))
+    alive = topics.select("topic", "create_event_id")
+    out = (
+        logged.unionByName(from_meta)
+        .join(fired, "event_id", "left")
+        .withColumn("fired", F.greatest(F.coalesce(F.col("fired"), F.lit(0)), F.col("meta_applied")))
+        .join(alive, "topic", "left")
+    )
+    topic_alive = F.col("create_event_id").isNotNull() & (F.col("create_event_id") <= F.col("event_id"))
+    waiting = (F.col("fired") < F.col("delay_count")) & topic_alive
+    return (
+        out.withColumn("pending", waiting)
+        .withColumn("overdue", waiting & (F.col("trigger_ms") + F.lit(grace_ms) < F.lit(as_of_ms)))
+        .select("event_id", "topic", "trigger_ms", "delay_count", "fired", "pending", "overdue")
+    )
+
+
+def expired_topics(topics, as_of_ms, grace_ms):
+    """Topics whose lifetime ended (C{expire_at} + C{grace_ms} before C{as_of_ms}) but
+    which are still in the registry: the broker has not reclaimed them."""
+    return topics.where(
+        (F.col("expire_at") > 0) & (F.col("expire_at") + F.lit(grace_ms) < F.lit(as_of_ms))
+    ).select("topic", "expire_at", "create_event_id")
+
+
+def compare_records(mine, other, floor):
+    """Compare two directories' records by eventId, from C{floor} on.
+
+    Returns C{event_id, status, offset, other_offset} with C{status} C{missing} (only
+    here), C{extra} (only in the other directory) or C{different} (both hold it, with
+    other content; physical offset and store host are not compared)."""
+    a = mine.where(F.col("event_id") >= floor).select("event_id", "offset", "digest").dropDuplicates(["event_id"])
+    b = other.where(F.col("event_id") >= floor).select(
+        "event_id", F.col("offset").alias("other_offset"), F.col("digest").alias("other_digest")
+    ).dropDuplicates(["event_id"])
+    status = (
+        F.when(F.col("other_digest").isNull(), F.lit("missing"))
+        .when(F.col("digest").isNull(), F.lit("extra"))
+        .when(F.col("digest") != F.col("other_digest"), F.lit("different"))
+    )
+    return (
+        a.join(b, "event_id", "full_outer")
+        .withColumn("status", status)
+        .where(F.col("status").isNotNull())
+        .select("event_id", "status", "offset", "other_offset")
+    )

@@ -1,0 +1,169 @@
+"""Data directories for the audit tests: one written by the real broker, and the
+crafted damage applied to copies of it (each function says exactly what it breaks).
+
+The scenario (eventIds are dense from 1, one per record)::
+
+    1-5      create orders, %RETRY%g1, %DLQ%g1, gone, ttl (ttl expires in an hour)
+    6-605    600 messages to orders, 60 publishes of 10 bodies of 200 bytes
+    606-608  3 messages to %RETRY%g1;   609-610  2 messages to %DLQ%g1
+    611      1 message to gone;         612      delete gone
+    613      1 message to ttl
+    614      delay orders by 1 s ("soon");   615  delay orders by 1 h ("later")
+    616      "soon" fires (MQ_DELAY_ID=614)
+    617      one last message to orders
+
+Segments are 64 KiB, so the log has three; consumerOffset.json is written beside it in
+RocketMQ's layout (g1 committed 500 on orders, 3 on its retry topic).
+"""
+
+import glob
+import json
+import os
+import shutil
+import time
+
+from mqserver.store import format as fmt
+from protocols.smss.client import SmssClient
+from tests.support.server import ServerProcess
+
+SEGMENT = 65536
+RECORDS = 617
+MESSAGES = 609
+ORDERS_MESSAGES = 602
+LAST_EVENT = 617
+TTL_MS = 3600_000
+
+
+def write_broker_dir(base):
+    """Run the broker through the scenario above; returns C{(data_dir, facts)}."""
+    data = os.path.join(base, "master")
+    server = ServerProcess(data, config={"store": {"maxLogSize": SEGMENT}})
+    server.start()
+    try:
+        c = SmssClient("127.0.0.1", server.smss_port)
+        ttl_expire = int(time.time() * 1000) + TTL_MS
+        for name in ("orders", "%RETRY%g1", "%DLQ%g1", "gone"):
+            c.create(name)
+        c.create("ttl", expire_at=ttl_expire)
+        for i in range(60):
+            c.publish("orders", [bytes([65 + i % 26]) * 200 for _ in range(10)])
+        c.publish("%RETRY%g1", [b"r" * 50] * 3)
+        c.publish("%DLQ%g1", [b"d" * 40] * 2)
+        c.publish("gone", [b"g"])
+        c.delete("gone")
+        c.publish("ttl", [b"t"])
+        c.delay("orders", 1000, [b"soon"])
+        c.delay("orders", TTL_MS, [b"later"])
+        c.close()
+        # Wait (bounded) for "soon" to fire: eventId 616, after the last of the 600.
+        sub_client = SmssClient("127.0.0.1", server.smss_port, timeout=15)
+        sub = sub_client.subscribe("orders", 605, batch=10, who="audit")
+        deadline = time.monotonic() + 15
+        seen = []
+        while 616 not in seen and time.monotonic() < deadline:
+            batch = sub.next_batch(15)
+            seen += [m.event_id for m in getattr(batch, "messages", [])]
+            if hasattr(batch, "messages"):
+                sub.ack()
+        assert 616 in seen, seen
+        sub_client.close()
+        c = SmssClient("127.0.0.1", server.smss_port)
+        c.publish("orders", [b"last message"])
+        c.close()
+    finally:
+        code = server.stop()
+        server.close()
+    assert code in (0, -15), server.read_log()
+    with open(os.path.join(data, "consumerOffset.json"), "w") as f:
+        json.dump({"offsetTable": {"orders@g1": {"0": 500}, "%RETRY%g1@g1": {"0": 3}}}, f)
+    return data, {"ttl_expire": ttl_expire}
+
+
+def copy_dir(src, dest):
+    """Copy a data directory; returns C{dest}."""
+    shutil.copytree(src, dest)
+    return dest
+
+
+def segments(data):
+    """Return the segment paths of C{data}, oldest first."""
+    return sorted(glob.glob(os.path.join(data, "commitlog", "[0-9]" * 20)))
+
+
+def find_record(data, event_id):
+    """Return C{(path, pos, view)} of the record with C{event_id}."""
+    for path in segments(data):
+        start = int(os.path.basename(path))
+        with open(path, "rb") as f:
+            buf = f.read()
+        for offset, view in fmt.scan_buffer(buf, start, check_crc=False):
+            if view.event_id == event_id:
+                return path, offset - start, view
+    raise KeyError(event_id)
+
+
+def _patch(path, pos, data):
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(data)
+
+
+def flip_body_byte(data, event_id):
+    """Flip the first body byte of record C{event_id}: one CRC failure."""
+    path, pos, view = find_record(data, event_id)
+    at = pos + fmt.HEADER_SIZE
+    _patch(path, at, bytes([view.body[0] ^ 0xFF]))
+
+
+def truncate_tail(data, nbytes):
+    """Cut C{nbytes} off the end of the last segment (inside its last record)."""
+    path = segments(data)[-1]
+    os.truncate(path, os.path.getsize(path) - nbytes)
+
+
+def cut_log_at(data, event_id):
+    """Remove record C{event_id} and everything after it (a slave that is behind)."""
+    path, pos, _ = find_record(data, event_id)
+    os.truncate(path, pos)
+    for later in [p for p in segments(data) if p > path]:
+        os.unlink(later)
+
+
+def rewrite_body(data, event_id):
+    """Replace record C{event_id}'s body with other bytes of the same length and a
+    valid CRC: a record that differs without being corrupt."""
+    path, pos, view = find_record(data, event_id)
+    body = bytes(b ^ 0x5A for b in view.body)
+    _patch(path, pos + fmt.HEADER_SIZE, body)
+    _patch(path, pos + 8, fmt.I32.pack(fmt.body_crc(body)))
+
+
+def set_event_id(data, event_id, new_id):
+    """Give record C{event_id} the eventId C{new_id} (a gap plus a duplicate)."""
+    path, pos, _ = find_record(data, event_id)
+    _patch(path, pos + fmt.OFF_EVENT_ID, fmt.I64.pack(new_id))
+
+
+def cq_file(data, topic, qid=0):
+    """Return the first consume-queue file of (topic, qid)."""
+    return sorted(glob.glob(os.path.join(glob.escape(os.path.join(data, "consumequeue", topic, str(qid))), "*")))[0]
+
+
+def drop_last_cq_entry(data, topic):
+    """Remove the last consume-queue entry of C{topic}/0: one entry missing."""
+    path = cq_file(data, topic)
+    os.truncate(path, os.path.getsize(path) - fmt.CQ_ENTRY_SIZE)
+
+
+def swap_cq_entries(data, topic, a, b):
+    """Swap entries C{a} and C{b} of C{topic}/0: two entries pointing at the wrong record."""
+    path = cq_file(data, topic)
+    with open(path, "r+b") as f:
+        f.seek(a * 20)
+        ea = f.read(20)
+        f.seek(b * 20)
+        eb = f.read(20)
+        f.seek(a * 20)
+        f.write(eb)
+        f.seek(b * 20)
+        f.write(ea)
