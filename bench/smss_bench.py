@@ -458,6 +458,21 @@ class Bench:
     def say(self, text):
         print(text, flush=True)
 
+    def wait_quiet(self, what):
+        """With --wait-quiet, wait until other programs leave the CPUs (nearly) idle."""
+        limit = self.args.wait_quiet
+        if not limit:
+            return
+        deadline = time.monotonic() + limit
+        ncpu = os.cpu_count() or 1
+        while True:
+            busy = psutil.cpu_percent(interval=1.0) * ncpu
+            if busy <= self.args.quiet_below:
+                return
+            if time.monotonic() >= deadline:
+                self.say(f"({what}: machine still {busy:.0f}% busy after {limit:g}s; going on)")
+                return
+
     # phases
 
     def run_publish(self):
@@ -475,6 +490,7 @@ class Bench:
 
     def _publish_once(self, conns, run):
         a = self.args
+        self.wait_quiet(f"publish {conns}")
         s = self.server(f"publish-{conns}-{run}")
         try:
             topic = "bench-pub"
@@ -517,6 +533,7 @@ class Bench:
 
     def run_catchup(self):
         a = self.args
+        self.wait_quiet("backlog")
         s = self.server("catchup")
         topic = "bench-catchup"
         create_topic(s.smss_port, topic)
@@ -530,6 +547,7 @@ class Bench:
         self.say(f"backlog: {a.messages} messages in {secs:.1f}s ({a.messages / secs:.0f} msgs/s,"
                  f" PUB batches of 500), peak RSS {m.peak / MB:.1f} MB")
         for batch in a.batches:
+            self.wait_quiet(f"catch-up {batch}")
             results = MP.Queue()
             barrier = MP.Barrier(2)
             p = self.spawn(sub_worker, s.smss_port, topic, batch, f"catchup-{batch}",
@@ -564,6 +582,7 @@ class Bench:
 
     def run_idle(self):
         a = self.args
+        self.wait_quiet("idle")
         s = self.server("idle")
         topic = "bench-idle"
         create_topic(s.smss_port, topic)
@@ -606,6 +625,7 @@ class Bench:
 
     def run_steady(self):
         a = self.args
+        self.wait_quiet("steady")
         s = self.server("steady")
         topic = "bench-steady"
         create_topic(s.smss_port, topic)
@@ -698,6 +718,11 @@ def parse_args(argv=None):
     p.add_argument("--steady-rate", type=int, default=3000, help="msgs/s in steady mode (3000)")
     p.add_argument("--steady-seconds", type=float, help="steady run (default 10; quick 3)")
     p.add_argument("--steady-batch", type=int, default=20, help="steady subscriber batch (20)")
+    p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                   help="before each part, wait up to S seconds for other programs to leave "
+                        "the machine idle (for shared machines; default 0: don't wait)")
+    p.add_argument("--quiet-below", type=float, default=15, metavar="PCT",
+                   help="what --wait-quiet calls idle: %% of one core busy (default 15)")
     p.add_argument("--tmpdir", help="where to put the server's data (default: system temp)")
     p.add_argument("--keep", action="store_true", help="keep the data directory")
     p.add_argument("--profile", metavar="DIR",
