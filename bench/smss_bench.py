@@ -751,10 +751,19 @@ def parse_args(argv=None):
     return a
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv=None):
     args = parse_args(argv)
     if psutil is None:
         sys.exit("smss_bench needs psutil: pip install psutil (or the 'bench' extra)")
+    # Clean up (servers, workers, data) on SIGTERM and SIGINT too, even when started in
+    # the background by a shell that ignores SIGINT. Workers forked later inherit this;
+    # they are stopped with SIGKILL.
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, _interrupted)
     busy = psutil.cpu_percent(interval=1.0) * (os.cpu_count() or 1)
     bench = Bench(args)
     t0 = time.monotonic()
@@ -765,10 +774,14 @@ def main(argv=None):
     if busy > 20:
         bench.notes.append(f"other programs kept {busy:.0f}% of one core busy before the run;"
                            " figures are lower and noisier than on an idle machine")
+    status = 0
     try:
         for part in ("publish", "catchup", "idle", "steady"):
             if part in args.only:
                 getattr(bench, "run_" + part)()
+    except KeyboardInterrupt as e:
+        bench.notes.append(f"interrupted ({e or 'SIGINT'}); the table holds the parts done")
+        status = 130
     finally:
         bench.close()
     print()
@@ -776,7 +789,8 @@ def main(argv=None):
     for note in bench.notes:
         print("note:", note)
     print(f"total {time.monotonic() - t0:.0f}s")
+    return status
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
