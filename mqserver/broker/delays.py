@@ -11,7 +11,9 @@ the missing tail, so a delayed message is neither lost nor duplicated by a crash
 import heapq
 from dataclasses import dataclass
 
-from mqserver.store.format import DELAY_PROPERTY  # noqa: F401 (defined with the format)
+from mqserver.store.format import DELAY_PROPERTY
+
+__all__ = ["DELAY_PROPERTY", "DelayIndex", "PendingDelay"]
 
 
 @dataclass(slots=True)
