@@ -14,24 +14,11 @@ from mqserver.errors import BrokerError, InvalidTopicName
 from mqserver.store.store import Message
 
 from protocols.nsq.codec import is_valid_name
+from protocols.nsq.httputil import HttpError, arg as _arg
 from protocols.nsq.node import VERSION, find_listening_port, get_node
 from protocols.nsq.stats import stats_json, stats_text
 
 _U32 = struct.Struct(">I")
-
-
-class HttpError(Exception):
-    """An nsqd HTTP error: status and message code."""
-
-    def __init__(self, status, code):
-        super().__init__(code)
-        self.status = status
-        self.code = code
-
-
-def _arg(request, name):
-    v = request.args.get(name.encode())
-    return v[0].decode("utf-8", "surrogateescape") if v else None
 
 
 def _bool_arg(request, name, default):

@@ -6,36 +6,25 @@ import json
 from twisted.web import resource, server
 
 from protocols.nsq.codec import is_valid_name
+from protocols.nsq.httputil import HttpError, arg as _arg
 from protocols.nsq.node import VERSION
-
-
-class _Error(Exception):
-    def __init__(self, status, code):
-        super().__init__(code)
-        self.status = status
-        self.code = code
-
-
-def _arg(request, name):
-    v = request.args.get(name.encode())
-    return v[0].decode("utf-8", "surrogateescape") if v else None
 
 
 def _topic(request):
     t = _arg(request, "topic")
     if not t:
-        raise _Error(400, "MISSING_ARG_TOPIC")
+        raise HttpError(400, "MISSING_ARG_TOPIC")
     if not is_valid_name(t):
-        raise _Error(400, "INVALID_ARG_TOPIC")
+        raise HttpError(400, "INVALID_ARG_TOPIC")
     return t
 
 
 def _channel(request):
     c = _arg(request, "channel")
     if not c:
-        raise _Error(400, "MISSING_ARG_CHANNEL")
+        raise HttpError(400, "MISSING_ARG_CHANNEL")
     if not is_valid_name(c):
-        raise _Error(400, "INVALID_ARG_CHANNEL")
+        raise HttpError(400, "INVALID_ARG_CHANNEL")
     return c
 
 
@@ -65,13 +54,13 @@ class LookupdHttpResource(resource.Resource):
         route = self.routes.get(path)
         try:
             if route is None:
-                raise _Error(404, "NOT_FOUND")
+                raise HttpError(404, "NOT_FOUND")
             method, fn = route
             if request.method != method and not (method == b"GET" and request.method == b"HEAD"):
                 request.setHeader(b"Allow", b"OPTIONS, " + method)
-                raise _Error(405, "METHOD_NOT_ALLOWED")
+                raise HttpError(405, "METHOD_NOT_ALLOWED")
             result = fn(request)
-        except _Error as e:
+        except HttpError as e:
             request.setResponseCode(e.status)
             request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
             request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
@@ -89,10 +78,10 @@ class LookupdHttpResource(resource.Resource):
     def lookup(self, request):
         t = _arg(request, "topic")
         if not t:
-            raise _Error(400, "MISSING_ARG_TOPIC")
+            raise HttpError(400, "MISSING_ARG_TOPIC")
         found = self.registry.lookup(t)
         if found is None:
-            raise _Error(404, "TOPIC_NOT_FOUND")
+            raise HttpError(404, "TOPIC_NOT_FOUND")
         channels, producers = found
         return {"channels": channels, "producers": producers}
 
@@ -102,7 +91,7 @@ class LookupdHttpResource(resource.Resource):
     def channels(self, request):
         t = _arg(request, "topic")
         if not t:
-            raise _Error(400, "MISSING_ARG_TOPIC")
+            raise HttpError(400, "MISSING_ARG_TOPIC")
         return {"channels": self.registry.channels(t)}
 
     def nodes(self, request):
@@ -121,9 +110,9 @@ class LookupdHttpResource(resource.Resource):
         t = _topic(request)
         node = _arg(request, "node")
         if not node:
-            raise _Error(400, "MISSING_ARG_NODE")
+            raise HttpError(400, "MISSING_ARG_NODE")
         if not self.registry.tombstone(t, node):
-            raise _Error(404, "PRODUCER_NOT_FOUND")
+            raise HttpError(404, "PRODUCER_NOT_FOUND")
 
     def channel_create(self, request):
         self.registry.create_channel(_topic(request), _channel(request))
@@ -131,7 +120,7 @@ class LookupdHttpResource(resource.Resource):
     def channel_delete(self, request):
         t, c = _topic(request), _channel(request)
         if not self.registry.delete_channel(t, c):
-            raise _Error(404, "CHANNEL_NOT_FOUND")
+            raise HttpError(404, "CHANNEL_NOT_FOUND")
 
 
 class LookupdHttpSite(server.Site):

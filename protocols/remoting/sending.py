@@ -9,7 +9,7 @@ from mqserver.store.store import Message
 
 from protocols.remoting import codes
 from protocols.remoting.props import decode_batch_body
-from protocols.remoting.server import BadRequest
+from protocols.remoting.server import BadRequest, to_int
 from protocols.remoting.topicview import DLQ_PREFIX, RETRY_PREFIX
 
 #: SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE short field names (spec 4.1).
@@ -31,15 +31,8 @@ def send_header(cmd):
 
 
 def header_int(ext, name, default=None):
-    v = ext.get(name)
-    if v is None or v == "":
-        if default is None:
-            raise BadRequest(codes.SYSTEM_ERROR, f"the custom field <{name}> is null")
-        return default
-    try:
-        return int(v)
-    except ValueError:
-        raise BadRequest(codes.SYSTEM_ERROR, f"the custom field <{name}> is not a number: {v!r}") from None
+    """Return ext field C{name} of a send header dict as an int (see L{to_int})."""
+    return to_int(ext.get(name), name, default)
 
 
 def header_bool(ext, name):

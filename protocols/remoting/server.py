@@ -51,17 +51,22 @@ def field(request, name, default=None, short=None):
     return default if v is None else v
 
 
-def int_field(request, name, default=None, short=None):
-    """Return ext field C{name} as an int; raise L{BadRequest} when missing or bad."""
-    v = field(request, name, None, short)
-    if v is None or v == "":
+def to_int(value, name, default=None):
+    """Return ext field value C{value} (named C{name}) as an int, or C{default} when it is
+    missing; raise L{BadRequest} when it is missing without a default, or not a number."""
+    if value is None or value == "":
         if default is None:
             raise BadRequest(codes.SYSTEM_ERROR, f"the custom field <{name}> is null")
         return default
     try:
-        return int(v)
+        return int(value)
     except ValueError:
-        raise BadRequest(codes.SYSTEM_ERROR, f"the custom field <{name}> is not a number: {v!r}") from None
+        raise BadRequest(codes.SYSTEM_ERROR, f"the custom field <{name}> is not a number: {value!r}") from None
+
+
+def int_field(request, name, default=None, short=None):
+    """Return ext field C{name} as an int; raise L{BadRequest} when missing or bad."""
+    return to_int(field(request, name, None, short), name, default)
 
 
 def bool_field(request, name, short=None):
