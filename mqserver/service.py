@@ -93,6 +93,9 @@ class StorageService(service.Service):
         for t in self._timers:
             t.stopService()
         self.broker.stop()
+        # Writes already queued on the disk thread (checkpoints, offset files) land
+        # before the final synchronous ones below, never after them.
+        self.store.runner.stop()
         try:
             self.broker.offsets.save()
         except OSError as e:

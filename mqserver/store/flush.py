@@ -7,6 +7,7 @@ ran is covered by the next one (group commit).
 
 import json
 import os
+import threading
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -136,8 +137,11 @@ class Flusher:
 
 
 def write_json_atomic(path, obj):
-    """Write C{obj} as JSON to C{path}: temp file, fsync, rename, fsync of the directory."""
-    tmp = path + ".tmp"
+    """Write C{obj} as JSON to C{path}: temp file, fsync, rename, fsync of the directory.
+
+    The temp file's name is unique to the calling thread, so two writers never share
+    (and interleave bytes in) one temp file; the last rename wins."""
+    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
     data = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:

@@ -148,9 +148,11 @@ class MessageStore:
         if not self.opened:
             return
         self.opened = False
+        # Let a checkpoint or flush already queued on the disk thread finish first: run
+        # after the final checkpoint, an older snapshot would replace it.
+        self.runner.stop()
         fsync_fds(self.commitlog.take_unsynced())
         self._write_checkpoint(self._capture_checkpoint(), set(self._fds.dirty))
-        self.runner.stop()
         self._fds.close()
         self.commitlog.close()
 

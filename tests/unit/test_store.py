@@ -269,3 +269,36 @@ def test_clean_close_leaves_complete_queue_files_after_checkpoints(tmp_path):
     s.close()
     path = os.path.join(tmp_path, "consumequeue", "t", "0", fmt.segment_name(0))
     assert os.path.getsize(path) == 8 * fmt.CQ_ENTRY_SIZE
+
+
+class _NoReactor:
+    """What deferToThreadPool needs from a reactor when nobody waits for the results."""
+
+    def callFromThread(self, f, *args, **kw):
+        pass
+
+
+def test_close_waits_for_a_checkpoint_queued_on_the_disk_thread(tmp_path):
+    """A checkpoint still queued on the disk thread at close() must not land after the
+    final checkpoint (it would put an older state back) nor share its temp file."""
+    import threading
+
+    from mqserver.store.flush import ThreadRunner, read_json
+
+    runner = ThreadRunner(_NoReactor())
+    s = open_store(tmp_path, runner=runner)
+    gate = threading.Event()
+    try:
+        result_of(s.put_messages("t", 0, [Message(body=b"a")]))
+        runner.run(gate.wait)  # keep the disk thread busy...
+        s.checkpoint()  # ...so this checkpoint waits behind it
+        result_of(s.put_messages("t", 0, [Message(body=b"b" * 100)]))
+        final_offset = s.commitlog.end
+        threading.Timer(0.2, gate.set).start()
+        s.close()
+    finally:
+        gate.set()
+        runner.stop()
+    snap = read_json(os.path.join(str(tmp_path), "metadata.json"))
+    assert snap["logOffset"] == final_offset
+    assert not [n for n in os.listdir(tmp_path) if ".tmp" in n]
