@@ -36,6 +36,7 @@ SCHEMA = {
     "store.maxMessageSize": (int, 4 << 20, lambda v: 1 <= v <= 64 << 20, "1..67108864"),
     "store.maxPubPayload": (int, 64 << 20, lambda v: 9 <= v <= 1 << 30, "9..1073741824"),
     "store.cqEntriesPerFile": (int, 300_000, lambda v: v >= 1, ">= 1"),
+    "server.spinMicros": (int, 200, lambda v: 0 <= v <= 10_000, "0..10000 (0: never busy-poll)"),
     "log.path": (str, "stdout", None, None),
     "log.sample": (int, 10000, lambda v: v >= 1, ">= 1"),
     "log.withGid": (bool, True, None, None),

@@ -4,6 +4,7 @@ from twisted.python import usage
 
 from mqserver.config import ConfigError, load_config
 from mqserver.frontdoor import front_doors
+from mqserver.reactor import service_reactor
 from mqserver.service import BrokerService
 
 
@@ -62,9 +63,9 @@ class Options(usage.Options):
 
 def makeService(options, reactor=None):
     """Build the service tree (no I/O happens until it starts)."""
-    if reactor is None:
-        from twisted.internet import reactor
     config = options["settings"]
+    if reactor is None:
+        reactor = service_reactor(spin=config["server.spinMicros"] / 1e6)
     root = BrokerService(config, reactor)
     broker = root.storage.broker
     if config["role"] == "slave":

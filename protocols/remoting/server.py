@@ -13,6 +13,8 @@ from twisted.internet import defer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 
+from mqserver.sendnow import send_now
+
 from protocols.remoting import codes
 from protocols.remoting.codec import FrameDecoder, RemotingProtocolError, encode
 from protocols.remoting.messages import RemotingCommand, make_response
@@ -89,6 +91,7 @@ class RemotingProtocol(Protocol):
         self.decoder = FrameDecoder()
         self.pending = {}  # opaque -> Deferred, for requests this side sent
         self.closed = False
+        self._corked = None  # replies gathered while one read is handled, else None
 
     def peer_str(self):
         p = self.transport.getPeer()
@@ -97,6 +100,22 @@ class RemotingProtocol(Protocol):
     # -- input -----------------------------------------------------------------------
 
     def dataReceived(self, data):
+        self._corked = corked = []
+        try:
+            self._received(data)
+        finally:
+            self._corked = None
+            if corked:
+                send_now(self.transport, corked[0] if len(corked) == 1 else b"".join(corked))
+
+    def _send(self, data):
+        # One send for every reply a read produces; otherwise at once.
+        if self._corked is not None:
+            self._corked.append(data)
+        else:
+            send_now(self.transport, data)
+
+    def _received(self, data):
         try:
             commands = self.decoder.feed(data)
         except RemotingProtocolError as e:
@@ -141,7 +160,7 @@ class RemotingProtocol(Protocol):
     def _reply(self, response, cmd):
         if response is None or cmd.is_oneway() or self.closed:
             return
-        self.transport.write(encode(response))
+        self._send(encode(response))
 
     def unsupported(self, cmd):
         """Answer an unknown request code (spec 2.1)."""
@@ -157,7 +176,7 @@ class RemotingProtocol(Protocol):
             code=code, opaque=next(self._opaques) & 0x7FFFFFFF, flag=codes.FLAG_ONEWAY,
             ext_fields={k: str(v) for k, v in (ext_fields or {}).items()}, body=body,
         )
-        self.transport.write(encode(cmd))
+        self._send(encode(cmd))
 
     def request(self, code, ext_fields=None, body=b"", timeout=None, reactor=None):
         """Send a request; return a Deferred firing with the response command."""
@@ -170,7 +189,7 @@ class RemotingProtocol(Protocol):
         self.pending[opaque] = d
         if timeout is not None and reactor is not None:
             d.addTimeout(timeout, reactor)
-        self.transport.write(encode(cmd))
+        self._send(encode(cmd))
         return d
 
     def connectionLost(self, reason):

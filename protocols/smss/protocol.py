@@ -23,6 +23,7 @@ from mqserver.errors import (
     TopicNotFound,
 )
 from mqserver.broker.topics import validate_topic_name
+from mqserver.sendnow import send_now
 
 from protocols.smss import codec, messages as m
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
@@ -75,10 +76,34 @@ class SmssServerProtocol(Protocol):
         self._paused = False
         self._held_sub = None  # a SUB waiting for the answers before it
         self.replica_feed = None
+        self._corked = None  # answers gathered while one read is handled, else None
+
+    def connectionMade(self):
+        if hasattr(self.transport, "setTcpNoDelay"):
+            self.transport.setTcpNoDelay(True)
+
+    # -- output --------------------------------------------------------------------------
+
+    def write(self, data):
+        """Send C{data}: gathered while a read is being handled (one send for all the
+        answers to a pipelined read), else at once."""
+        if self._corked is not None:
+            self._corked.append(data)
+        elif self.transport is not None:
+            send_now(self.transport, data)
 
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
+        self._corked = corked = []
+        try:
+            self._received(data)
+        finally:
+            self._corked = None
+            if corked and self.transport is not None:
+                send_now(self.transport, corked[0] if len(corked) == 1 else b"".join(corked))
+
+    def _received(self, data):
         try:
             events = self.decoder.feed(data)
         except SmssProtocolError as e:
@@ -119,7 +144,7 @@ class SmssServerProtocol(Protocol):
     def _answer(self, result):
         if not self._answers and type(result) is bytes:
             # Nothing ahead of it: write at once (the common case).
-            self.transport.write(result)
+            self.write(result)
             return
         self._answers.append(result)
         if isinstance(result, defer.Deferred):
@@ -150,8 +175,8 @@ class SmssServerProtocol(Protocol):
                 if isinstance(head, defer.Deferred):
                     return _
             self._answers.popleft()
-            if self.transport is not None and head:
-                self.transport.write(head)
+            if head:
+                self.write(head)
         if self._paused:
             self._paused = False
             self.transport.resumeProducing()

@@ -47,7 +47,7 @@ class Subscription:
         self._send()
 
     def _write(self, data):
-        self._proto.transport.write(data)
+        self._proto.write(data)
 
     def _send(self):
         self._send_call = None

@@ -73,6 +73,8 @@ def test_bad_options_are_usage_errors(tmp_path):
         ({"listen": {"kafka": "tcp:9092"}}, "listen.kafka"),
         ({"bogus": 1}, "bogus"),
         ({"store": {"noCache": "yes"}}, "store.noCache"),
+        ({"server": {"spinMicros": -1}}, "server.spinMicros"),
+        ({"server": {"spinMicros": 20_000}}, "server.spinMicros"),
     ],
 )
 def test_config_errors_name_the_key(data, message):
@@ -90,3 +92,5 @@ def test_config_smss_keys_and_aliases():
     assert cfg["store.flushLevel"] == 2
     assert cfg.listen["smss"] == "tcp:12399:interface=127.0.0.1"
     assert build_config({"listen": {"smss": "off"}}).listen["smss"] is None
+    assert build_config({})["server.spinMicros"] == 200
+    assert build_config({"server": {"spinMicros": 0}})["server.spinMicros"] == 0
