@@ -45,6 +45,7 @@ def measure(spinning, rounds):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
+    address = listener.getsockname()
     pid = os.fork()
     if pid == 0:  # the server
         try:
@@ -53,7 +54,7 @@ def measure(spinning, rounds):
             os._exit(0)
     listener.close()
     try:
-        sock = socket.create_connection(listener.getsockname())
+        sock = socket.create_connection(address)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         t0 = time.perf_counter()
         for _ in range(rounds):

@@ -245,6 +245,43 @@ class Channel:
             self.schedule_pump()
         return None
 
+    def finish_many(self, eids, owner):
+        """FIN a run of messages in order, stopping at the first that fails.
+
+        Returns how many were finished; the caller handles the one at that index (if
+        any) on its own, to report why it failed. Same effect as L{finish} per id."""
+        in_flight = self.in_flight
+        floor = self.floor
+        done_sets = self.done
+        n = 0
+        for eid in eids:
+            e = in_flight.pop(eid, None)
+            if e is None:
+                break
+            if e[OWNER] is not owner:
+                in_flight[eid] = e
+                break
+            qid = e[QID]
+            qoff = e[QOFF]
+            f = floor[qid]
+            if qoff == f:
+                f += 1
+                d = done_sets[qid]
+                if d:
+                    while f in d:
+                        d.discard(f)
+                        f += 1
+                floor[qid] = f
+            elif qoff > f:
+                done_sets[qid].add(qoff)
+            n += 1
+        if n:
+            owner.in_flight -= n
+            self.store.mark_dirty()
+            if self._pump_call is None:
+                self.schedule_pump()
+        return n
+
     def requeue(self, eid, owner, delay_ms):
         """REQ: back to the channel now, or after C{delay_ms}. Returns None or a reason."""
         e, why = self._owned(eid, owner)

@@ -7,6 +7,9 @@ as nsqd does (flushed when the buffer fills, when the connection stops being rea
 or after output_buffer_timeout). Fatal errors are sent, then the socket closes.
 """
 
+import re
+import struct
+from binascii import unhexlify
 from collections import deque
 
 from twisted.internet import defer
@@ -45,6 +48,11 @@ _pack_header = MESSAGE_FRAME_HEADER.pack
 def message_id(event_id):
     """The 16-byte NSQ message id of a stored record: its eventId in 16 hex digits."""
     return b"%016x" % event_id
+
+
+#: A run of FIN lines with ids in our own spelling (16 lowercase hex digits).
+_FIN_RUN = re.compile(rb"(?:FIN [0-9a-f]{16}\n)+")
+_FIN_LINE = 21
 
 
 def parse_message_id(msg_id):
@@ -352,21 +360,19 @@ class NsqdProtocol(Protocol):
 
     def _fast_fins(self, data):
         """Consume leading ``FIN <id>\\n`` lines that succeed; return where they stop
-        (the decoder handles the rest, including any FIN that fails)."""
-        finish = self.channel.finish
-        pos, end, n = 0, len(data), 0
-        while pos + 21 <= end and data[pos + 20] == 10 and data.startswith(b"FIN ", pos):
-            msg_id = data[pos + 4:pos + 20]
-            try:
-                eid = int(msg_id, 16)
-            except ValueError:
-                break
-            if b"%016x" % eid != msg_id or finish(eid, self) is not None:
-                break
-            n += 1
-            pos += 21
+        (the decoder handles the rest, including any FIN that fails).
+
+        A reader acknowledges in runs of FINs: the run is found by one regular-expression
+        match, its ids decoded in one C call and finished in one channel call."""
+        m = _FIN_RUN.match(data)
+        if m is None:
+            return 0
+        count = m.end() // _FIN_LINE
+        ids = data[:m.end()].replace(b"FIN ", b"").replace(b"\n", b"")
+        eids = struct.unpack(">%dQ" % count, unhexlify(ids))
+        n = self.channel.finish_many(eids, self)
         self.finish_count += n
-        return pos
+        return n * _FIN_LINE
 
     def do_invalid(self, cmd):
         verb = cmd.verb

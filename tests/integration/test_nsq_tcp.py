@@ -68,6 +68,32 @@ def test_message_frame_header_and_fin(conns):
     assert c.closed() is False
 
 
+def test_a_run_of_fins_in_one_write_stops_only_for_the_failing_ones(conns):
+    """Readers FIN in runs: good ids around a repeated one, an unknown one and one in
+    another spelling (uppercase hex) are each handled in order, in one write."""
+    p = conns()
+    p.send(encode_mpub("t_finrun", [b"m%d" % i for i in range(6)]))
+    assert p.frame() == (0, b"OK")
+    c = conns()
+    c.send(b"SUB t_finrun ch\nRDY 6\n")
+    assert c.frame() == (0, b"OK")
+    ms = c.messages(6)
+    ids = [m.msg_id for m in ms]
+    unknown = b"%016x" % (int(ids[-1], 16) + 1000)
+    lines = [ids[0], ids[1], ids[1], ids[2], unknown, ids[3], ids[4].upper(), ids[4], ids[5]]
+    c.send(b"".join(b"FIN " + i + b"\n" for i in lines) + b"NOP\n")
+    assert c.frames(3) == [
+        (1, b"E_FIN_FAILED FIN " + ids[1] + b" failed ID not in flight"),
+        (1, b"E_FIN_FAILED FIN " + unknown + b" failed ID not in flight"),
+        (1, b"E_FIN_FAILED FIN " + ids[4].upper() + b" failed ID not in flight"),
+    ]
+    # every message was finished exactly once: nothing comes back, the channel is empty
+    p.send(encode_command("PUB", "t_finrun", body=b"after"))
+    assert p.frame() == (0, b"OK")
+    (after,) = c.messages(1)
+    assert after.body == b"after"
+
+
 def test_identify_feature_negotiation(conns):
     c = conns()
     t, data = identify(c, feature_negotiation=True, client_id="x", heartbeat_interval=5000,
