@@ -36,6 +36,7 @@ class Subscription:
         self.who = who
         self.awaiting_ack = False
         self._ack_call = None
+        self._ack_deadline = 0.0
         self._alive_call = None
         self._send_call = None
         self._active = False
@@ -61,7 +62,12 @@ class Subscription:
         self._write(codec.batch_header(len(records), len(body)) + body)
         self.awaiting_ack = True
         self._cancel_alive()
-        self._ack_call = self._reactor.callLater(self.ack_timeout, self._ack_timed_out)
+        # One timer serves every batch: a new deadline is a float store, not a
+        # callLater and a cancel per batch (the timer re-arms itself when it finds the
+        # deadline moved on).
+        self._ack_deadline = self._reactor.seconds() + self.ack_timeout
+        if self._ack_call is None:
+            self._ack_call = self._reactor.callLater(self.ack_timeout, self._ack_check)
 
     def _arm_alive(self):
         if self._alive_call is None or not self._alive_call.active():
@@ -85,9 +91,6 @@ class Subscription:
         if not self.awaiting_ack:
             # An extra ack is a client bug; ignore it rather than stall (spec §7.4 bug).
             return
-        if self._ack_call is not None and self._ack_call.active():
-            self._ack_call.cancel()
-        self._ack_call = None
         self.awaiting_ack = False
         if value == 0:
             self._send()
@@ -98,8 +101,14 @@ class Subscription:
             self._end(back_to_requests=False)
             self._proto.transport.loseConnection()
 
-    def _ack_timed_out(self):
+    def _ack_check(self):
         self._ack_call = None
+        if not self._active or not self.awaiting_ack:
+            return  # acked in time; the next batch arms the timer again
+        left = self._ack_deadline - self._reactor.seconds()
+        if left > 0:
+            self._ack_call = self._reactor.callLater(left, self._ack_check)
+            return
         self.log.info("ack timeout for {who} on {topic}", who=self.who, topic=self.topic)
         self._end(back_to_requests=False)
         self._proto.transport.loseConnection()

@@ -532,6 +532,29 @@ def test_sub_ack_timeout_closes_connection(client, shared):
     assert [(m.event_id, m.body) for m in got] == [(eid, b"unacked")]
 
 
+def test_sub_ack_timeout_counts_from_each_batch(client, shared):
+    """The ack timeout runs from the batch being acked, not from the first batch: slow
+    acks inside the timeout keep the stream open past it, and a later unacked batch
+    still closes the connection."""
+    client.create("slowack")
+    client.publish("slowack", [b"m%d" % i for i in range(5)])
+    with connect(shared) as sc:
+        sub = sc.subscribe("slowack", 0, batch=1, ack_timeout_ms=600, who=b"slowacker")
+        bodies = []
+        for _ in range(4):  # 4 x 0.3 s: twice the timeout in all, each ack inside it
+            ev = next_data(sub, 5.0)
+            bodies += [m.body for m in ev.messages]
+            time.sleep(0.3)
+            sub.ack()
+        assert bodies == [b"m0", b"m1", b"m2", b"m3"]
+        ev = next_data(sub, 5.0)
+        assert [m.body for m in ev.messages] == [b"m4"]
+        start = time.monotonic()
+        with pytest.raises(ConnectionError):
+            sc.read_response("sub", timeout=5.0)
+        assert time.monotonic() - start < 5.0
+
+
 def test_sub_ack_and_end_returns_connection_to_requests(client, shared):
     """After ACK-and-end the same connection takes requests at once, including a new SUB
     resuming after the last eventId read."""
