@@ -8,8 +8,12 @@ when nobody sleeps). Go's scheduler avoids this by letting an idle thread spin b
 before it parks; L{SpinningEPollReactor} does the same: after events it keeps calling
 C{epoll_wait} with a zero timeout for up to C{spin} seconds, and only then blocks.
 
-The spin only happens while traffic is flowing: an idle broker blocks as usual, so the
-cost is at most C{spin} seconds of CPU per burst of requests.
+The spin adapts, like an adaptive mutex: each spin that ends without an event halves
+the next one (down to none), and a request arriving within C{spin} of the previous one
+restores it. So a client answering at once keeps the broker spinning, while an idle
+broker, or a steady trickle slower than the spin, blocks in epoll as usual and costs no
+CPU. While it spins it yields the CPU (C{sched_yield}) between polls, so a client
+scheduled on the same CPU is never kept waiting by the spinning.
 
 It also dispatches events without Twisted's legacy log context (C{callWithLogger}): that
 context only names the "system" of old-style C{log.msg} calls, which mqserver does not
@@ -17,6 +21,7 @@ use, and costs about as much as the rest of a small request's dispatch.
 """
 
 import errno
+from os import sched_yield
 from time import monotonic
 
 from twisted.internet.epollreactor import EPollReactor
@@ -34,17 +39,25 @@ class SpinningEPollReactor(EPollReactor):
     @ivar spin: seconds to keep polling after the last event; 0 turns spinning off.
     """
 
-    spin = DEFAULT_SPIN
-
-    def __init__(self):
+    def __init__(self, spin=DEFAULT_SPIN):
         super().__init__()
         self._last_event = 0.0
+        self.spin = spin
+
+    @property
+    def spin(self):
+        return self._spin
+
+    @spin.setter
+    def spin(self, seconds):
+        self._spin = seconds
+        self._spin_now = seconds  # the current spin: shrinks while spinning goes unrewarded
 
     def doPoll(self, timeout):
         poll = self._poller.poll
         most = len(self._selectables)
         start = monotonic()
-        until = self._last_event + self.spin
+        until = spin_end = self._last_event + self._spin_now
         if timeout is not None and until > start + timeout:
             until = start + timeout
         try:
@@ -52,15 +65,25 @@ class SpinningEPollReactor(EPollReactor):
                 while True:
                     events = poll(0, most)
                     if events:
+                        self._spin_now = self._spin  # spinning paid off: keep it
                         break
+                    # Give the CPU to anything else runnable on it (often the very
+                    # client we wait for): spinning must never delay the peer.
+                    sched_yield()
                     now = monotonic()
                     if now >= until:
-                        # Quiet for the whole spin: sleep for what is left of timeout.
+                        if now >= spin_end:
+                            # Traffic slower than the spin: spin less next time, down
+                            # to not at all, so a steady trickle costs no CPU.
+                            spin_now = self._spin_now
+                            self._spin_now = spin_now / 2 if spin_now >= 1e-4 else 0.0
                         wait = -1 if timeout is None else max(0.0, timeout - (now - start))
                         events = poll(wait, most)
                         break
             else:
                 events = poll(-1 if timeout is None else timeout, most)
+                if events and self._spin and monotonic() - self._last_event < self._spin:
+                    self._spin_now = self._spin  # events close together again
         except OSError as err:
             if err.errno == errno.EINTR:
                 return
@@ -80,8 +103,7 @@ class SpinningEPollReactor(EPollReactor):
 
 def install(spin=DEFAULT_SPIN):
     """Install a L{SpinningEPollReactor} as the global reactor and return it."""
-    reactor = SpinningEPollReactor()
-    reactor.spin = spin
+    reactor = SpinningEPollReactor(spin)
     installReactor(reactor)
     return reactor
 

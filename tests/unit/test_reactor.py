@@ -119,6 +119,42 @@ def test_spinning_reactor_sleeps_when_idle():
     assert cpu["idle"] < 0.3, f"idle reactor used {cpu['idle']:.2f}s of CPU in 1s"
 
 
+def test_spin_adapts_to_a_trickle_and_back():
+    """Requests slower than the spin make it shrink to nothing (a trickle costs little
+    CPU); requests close together bring it back."""
+    reactor = SpinningEPollReactor(spin=0.005)
+    port = reactor.listenTCP(0, protocol.Factory.forProtocol(_Echo), interface="127.0.0.1")
+    state = {}
+
+    def trickle_then_fast(s):
+        fn = _echo_rounds(1)
+        for _ in range(60):  # one request every 15 ms, 3x the spin
+            fn(s)
+            time.sleep(0.015)
+        state["after_trickle"] = reactor._spin_now
+        return _echo_rounds(300)(s)
+
+    cpu = {"start": time.thread_time()}
+    t, result = _client_thread(port.getHost().port, trickle_then_fast)
+
+    def check_done():
+        if "after_trickle" in state and "trickle" not in cpu:
+            cpu["trickle"] = time.thread_time() - cpu["start"]
+        if t.is_alive():
+            reactor.callLater(0.001, check_done)
+        else:
+            reactor.stop()
+
+    reactor.callLater(0.001, check_done)
+    _run(reactor)
+    port.stopListening()
+    assert result.get("value") == 300, result
+    assert state["after_trickle"] == 0.0
+    # spinning 5 ms of every 15 would cost about 0.3 s over the 0.9 s trickle
+    assert cpu["trickle"] < 0.2, f"the trickle cost {cpu['trickle']:.2f}s of CPU"
+    assert reactor._spin_now == 0.005  # the fast rounds restored the spin
+
+
 def test_spin_zero_blocks_like_epoll():
     """spin = 0 is plain epoll behaviour: requests still served."""
     reactor = SpinningEPollReactor()
