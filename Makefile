@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: install java run test bench bench-rocketmq bench-nsq bench-audit audit audit-zip clean
+.PHONY: install java run test bench bench-floor bench-rocketmq bench-nsq bench-audit audit audit-zip clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ bench: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/smss_bench.py --quick
 
 # RocketMQ figures with the real C++ client (send throughput, catch-up, latency, RSS).
+# what any server can do here, one request at a time (bench/README.md)
+bench-floor: $(STAMP)
+	$(PY) bench/loopback_floor.py $(ARGS)
+
 bench-rocketmq: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/rocketmq_bench.py $(ARGS)
 

@@ -210,13 +210,13 @@ class NsqdProtocol(Protocol):
     def deliver(self, items):
         """Channel callback: frame C{items} into the output buffer."""
         out = self._out
-        size = self._out_size
+        mark = len(out)
+        append = out.append
+        pack = _pack_header
         for ts, attempts, eid, buf, b0, b1 in items:
-            n = b1 - b0
-            out.append(_pack_header(n + 30, 2, ts, attempts, b"%016x" % eid))
-            out.append(buf[b0:b1])
-            size += n + 34
-        self._out_size = size
+            append(pack(b1 - b0 + 30, 2, ts, attempts, b"%016x" % eid))
+            append(buf[b0:b1])
+        self._out_size = size = self._out_size + sum(map(len, out[mark:]))
         self.message_count += len(items)
         s = self.settings
         if self.in_flight >= self.rdy or size >= s.output_buffer_size:
