@@ -49,3 +49,35 @@ def send_now(transport, data):
             return
         data = data[sent:]
     transport.write(data)
+
+
+class Cork:
+    """Gathers what a protocol writes while it handles one read and sends it in one call
+    (pipelined requests get one send for all their replies); outside a read, writes go
+    out at once through L{send_now}.
+
+    A protocol routes C{dataReceived} through L{received} and its writes through
+    L{write}.
+    """
+
+    __slots__ = ("_parts",)
+
+    def __init__(self):
+        self._parts = None
+
+    def received(self, transport, handle, data):
+        """Call C{handle(data)}, then send everything it wrote."""
+        self._parts = parts = []
+        try:
+            handle(data)
+        finally:
+            self._parts = None
+            if parts and transport is not None:
+                send_now(transport, parts[0] if len(parts) == 1 else b"".join(parts))
+
+    def write(self, transport, data):
+        """Write C{data}: gathered during L{received}, else sent at once."""
+        if self._parts is not None:
+            self._parts.append(data)
+        elif transport is not None:
+            send_now(transport, data)

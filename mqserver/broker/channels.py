@@ -226,38 +226,15 @@ class Channel:
 
     def finish(self, eid, owner):
         """FIN: forget the message. Returns None, or the reason it failed."""
-        in_flight = self.in_flight
-        e = in_flight.pop(eid, None)
-        if e is None:
-            return "ID not in flight"
-        if e[OWNER] is not owner:
-            in_flight[eid] = e
-            return "client does not own message"
-        owner.in_flight -= 1
-        qid = e[QID]
-        qoff = e[QOFF]
-        floor = self.floor
-        f = floor[qid]
-        if qoff == f:
-            f += 1
-            d = self.done[qid]
-            if d:
-                while f in d:
-                    d.discard(f)
-                    f += 1
-            floor[qid] = f
-        elif qoff > f:
-            self.done[qid].add(qoff)
-        self.store.mark_dirty()
-        if self._pump_call is None:
-            self.schedule_pump()
-        return None
+        if self.finish_many((eid,), owner):
+            return None
+        return "ID not in flight" if eid not in self.in_flight else "client does not own message"
 
     def finish_many(self, eids, owner):
         """FIN a run of messages in order, stopping at the first that fails.
 
         Returns how many were finished; the caller handles the one at that index (if
-        any) on its own, to report why it failed. Same effect as L{finish} per id."""
+        any) on its own (L{finish} tells why it fails)."""
         in_flight = self.in_flight
         floor = self.floor
         done_sets = self.done

@@ -20,7 +20,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from mqserver.errors import BrokerError
-from mqserver.sendnow import send_now
+from mqserver.sendnow import Cork
 from mqserver.store.store import Message
 
 from protocols.nsq import errors as E
@@ -112,7 +112,7 @@ class NsqdProtocol(Protocol):
         self._read_paused = False
         self._dead = False
         self._dead_input = False
-        self._corked = None  # bytes gathered while one read is handled, else None
+        self._cork = Cork()  # one send for everything a read produces
 
     # -- connection ----------------------------------------------------------------------
 
@@ -189,11 +189,7 @@ class NsqdProtocol(Protocol):
     def _write(self, data):
         if self._compressor is not None:
             data = self._compressor.compress(data)
-        if self._corked is not None:
-            # One send for everything a read produces (pipelined commands).
-            self._corked.append(data)
-        else:
-            send_now(self.transport, data)
+        self._cork.write(self.transport, data)
 
     def _flush(self):
         if self._flush_call is not None:
@@ -316,13 +312,7 @@ class NsqdProtocol(Protocol):
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
-        self._corked = corked = []
-        try:
-            self._received(data)
-        finally:
-            self._corked = None
-            if corked:
-                send_now(self.transport, corked[0] if len(corked) == 1 else b"".join(corked))
+        self._cork.received(self.transport, self._received, data)
 
     def _received(self, data):
         self._last_recv = self.reactor.seconds()

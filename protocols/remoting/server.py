@@ -13,7 +13,7 @@ from twisted.internet import defer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 
-from mqserver.sendnow import send_now
+from mqserver.sendnow import Cork
 
 from protocols.remoting import codes
 from protocols.remoting.codec import FrameDecoder, RemotingProtocolError, encode
@@ -91,7 +91,7 @@ class RemotingProtocol(Protocol):
         self.decoder = FrameDecoder()
         self.pending = {}  # opaque -> Deferred, for requests this side sent
         self.closed = False
-        self._corked = None  # replies gathered while one read is handled, else None
+        self._cork = Cork()  # one send for every reply a read produces
 
     def peer_str(self):
         p = self.transport.getPeer()
@@ -100,20 +100,10 @@ class RemotingProtocol(Protocol):
     # -- input -----------------------------------------------------------------------
 
     def dataReceived(self, data):
-        self._corked = corked = []
-        try:
-            self._received(data)
-        finally:
-            self._corked = None
-            if corked:
-                send_now(self.transport, corked[0] if len(corked) == 1 else b"".join(corked))
+        self._cork.received(self.transport, self._received, data)
 
     def _send(self, data):
-        # One send for every reply a read produces; otherwise at once.
-        if self._corked is not None:
-            self._corked.append(data)
-        else:
-            send_now(self.transport, data)
+        self._cork.write(self.transport, data)
 
     def _received(self, data):
         try:

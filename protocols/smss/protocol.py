@@ -23,7 +23,7 @@ from mqserver.errors import (
     TopicNotFound,
 )
 from mqserver.broker.topics import validate_topic_name
-from mqserver.sendnow import send_now
+from mqserver.sendnow import Cork
 
 from protocols.smss import codec, messages as m
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
@@ -76,7 +76,7 @@ class SmssServerProtocol(Protocol):
         self._paused = False
         self._held_sub = None  # a SUB waiting for the answers before it
         self.replica_feed = None
-        self._corked = None  # answers gathered while one read is handled, else None
+        self._cork = Cork()
 
     def connectionMade(self):
         if hasattr(self.transport, "setTcpNoDelay"):
@@ -87,21 +87,12 @@ class SmssServerProtocol(Protocol):
     def write(self, data):
         """Send C{data}: gathered while a read is being handled (one send for all the
         answers to a pipelined read), else at once."""
-        if self._corked is not None:
-            self._corked.append(data)
-        elif self.transport is not None:
-            send_now(self.transport, data)
+        self._cork.write(self.transport, data)
 
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
-        self._corked = corked = []
-        try:
-            self._received(data)
-        finally:
-            self._corked = None
-            if corked and self.transport is not None:
-                send_now(self.transport, corked[0] if len(corked) == 1 else b"".join(corked))
+        self._cork.received(self.transport, self._received, data)
 
     def _received(self, data):
         try:

@@ -23,6 +23,16 @@ def _run(reactor, limit=20.0):
     guard.cancel()
 
 
+def _stop_when(reactor, done, every=0.01):
+    """Stop C{reactor} once C{done()} is true, checking every C{every} seconds."""
+    def check():
+        if done():
+            reactor.stop()
+        else:
+            reactor.callLater(every, check)
+    reactor.callLater(every, check)
+
+
 class _Echo(protocol.Protocol):
     def dataReceived(self, data):
         send_now(self.transport, data)
@@ -75,13 +85,7 @@ def test_spinning_reactor_serves_request_reply_and_fires_timers():
     reactor.callLater(0, tick)
     t, result = _client_thread(port.getHost().port, _echo_rounds(2000))
 
-    def check_done():
-        if not t.is_alive() and len(fired) >= 50:
-            reactor.stop()
-        else:
-            reactor.callLater(0.01, check_done)
-
-    reactor.callLater(0.01, check_done)
+    _stop_when(reactor, lambda: not t.is_alive() and len(fired) >= 50)
     _run(reactor)
     port.stopListening()
     assert "error" not in result, result.get("error")
@@ -137,15 +141,12 @@ def test_spin_adapts_to_a_trickle_and_back():
     cpu = {"start": time.thread_time()}
     t, result = _client_thread(port.getHost().port, trickle_then_fast)
 
-    def check_done():
+    def done():
         if "after_trickle" in state and "trickle" not in cpu:
             cpu["trickle"] = time.thread_time() - cpu["start"]
-        if t.is_alive():
-            reactor.callLater(0.001, check_done)
-        else:
-            reactor.stop()
+        return not t.is_alive()
 
-    reactor.callLater(0.001, check_done)
+    _stop_when(reactor, done, every=0.001)
     _run(reactor)
     port.stopListening()
     assert result.get("value") == 300, result
@@ -162,13 +163,7 @@ def test_spin_zero_blocks_like_epoll():
     port = reactor.listenTCP(0, protocol.Factory.forProtocol(_Echo), interface="127.0.0.1")
     t, result = _client_thread(port.getHost().port, _echo_rounds(300))
 
-    def check_done():
-        if t.is_alive():
-            reactor.callLater(0.01, check_done)
-        else:
-            reactor.stop()
-
-    reactor.callLater(0.01, check_done)
+    _stop_when(reactor, lambda: not t.is_alive())
     _run(reactor)
     port.stopListening()
     assert result.get("value") == 300, result
@@ -220,13 +215,7 @@ def test_send_now_keeps_byte_order_when_the_socket_is_full():
 
     t, result = _client_thread(port.getHost().port, read_all)
 
-    def check_done():
-        if t.is_alive():
-            reactor.callLater(0.01, check_done)
-        else:
-            reactor.stop()
-
-    reactor.callLater(0.01, check_done)
+    _stop_when(reactor, lambda: not t.is_alive())
     _run(reactor)
     port.stopListening()
     assert "error" not in result, result.get("error")
