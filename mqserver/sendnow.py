@@ -10,7 +10,7 @@ order on the connection is the one the caller wrote in.
 
 from twisted.internet import tcp
 
-__all__ = ["send_now"]
+__all__ = ["send_now", "Cork"]
 
 
 def _fast_path_supported():
