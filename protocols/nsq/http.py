@@ -4,7 +4,6 @@ channel admin, /config. Parameters come from the query string; errors are
 ``X-NSQ-Content-Type: nsq; version=1.0``.
 """
 
-import json
 import struct
 
 from twisted.internet import defer
@@ -14,7 +13,7 @@ from mqserver.errors import BrokerError, InvalidTopicName
 from mqserver.store.store import Message
 
 from protocols.nsq.codec import is_valid_name
-from protocols.nsq.httputil import HttpError, arg as _arg
+from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, result_body
 from protocols.nsq.node import VERSION, find_listening_port, get_node
 from protocols.nsq.stats import stats_json, stats_text
 
@@ -80,20 +79,14 @@ class NsqdHttpResource(resource.Resource):
         else:
             route = self.routes.get(path)
         try:
-            if route is None:
-                raise HttpError(404, "NOT_FOUND")
-            method, fn = route
-            if request.method != method and not (method == b"GET" and request.method == b"HEAD"):
-                request.setHeader(b"Allow", b"OPTIONS, " + method)
-                raise HttpError(405, "METHOD_NOT_ALLOWED")
-            result = fn(request)
+            result = handler_for(route, request)(request)
         except HttpError as e:
-            return self._error(request, e)
+            return error_body(request, e)
         if isinstance(result, defer.Deferred):
             result.addCallbacks(lambda r: self._finish(request, r),
                                 lambda f: self._finish(request, self._failure(f)))
             return server.NOT_DONE_YET
-        return self._body(request, result, path == b"/ping")
+        return result_body(request, result, path == b"/ping")
 
     def _failure(self, f):
         if f.check(HttpError):
@@ -108,27 +101,10 @@ class NsqdHttpResource(resource.Resource):
         if request._disconnected:
             return
         if isinstance(result, HttpError):
-            request.write(self._error(request, result))
+            request.write(error_body(request, result))
         else:
-            request.write(self._body(request, result, False))
+            request.write(result_body(request, result, False))
         request.finish()
-
-    def _error(self, request, e):
-        request.setResponseCode(e.status)
-        request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
-        request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
-        return json.dumps({"message": e.code}).encode()
-
-    def _body(self, request, result, plain):
-        if not plain:
-            request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
-        if result is None:
-            return b""
-        if isinstance(result, (bytes, str)):
-            request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
-            return result.encode() if isinstance(result, str) else result
-        request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
-        return json.dumps(result, separators=(",", ":")).encode()
 
     # -- endpoints -----------------------------------------------------------------------
 

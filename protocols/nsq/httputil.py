@@ -1,4 +1,9 @@
-"""Helpers shared by the nsqd and nsqlookupd HTTP APIs."""
+"""Helpers shared by the nsqd and nsqlookupd HTTP APIs: routing, error and result
+bodies, arguments."""
+
+import json
+
+from protocols.nsq.codec import is_valid_name
 
 
 class HttpError(Exception):
@@ -14,3 +19,49 @@ def arg(request, name):
     """Return query argument C{name} of a twisted.web request as str, or None."""
     v = request.args.get(name.encode())
     return v[0].decode("utf-8", "surrogateescape") if v else None
+
+
+def handler_for(route, request):
+    """Return the function of C{route} (a C{(method, fn)} pair, or None when the path is
+    unknown) for C{request}; raise HttpError 404 or 405 as nsqd does. GET routes answer
+    HEAD too."""
+    if route is None:
+        raise HttpError(404, "NOT_FOUND")
+    method, fn = route
+    if request.method != method and not (method == b"GET" and request.method == b"HEAD"):
+        request.setHeader(b"Allow", b"OPTIONS, " + method)
+        raise HttpError(405, "METHOD_NOT_ALLOWED")
+    return fn
+
+
+def error_body(request, e):
+    """Set the status and headers of HttpError C{e}; return its JSON body."""
+    request.setResponseCode(e.status)
+    request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
+    request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
+    return json.dumps({"message": e.code}).encode()
+
+
+def result_body(request, result, plain):
+    """Return the body of a handler's C{result}: nothing, text (bytes or str) or JSON.
+    C{plain} (/ping) leaves out the X-NSQ-Content-Type header, as nsqd does."""
+    if not plain:
+        request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
+    if result is None:
+        return b""
+    if isinstance(result, (bytes, str)):
+        request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
+        return result.encode() if isinstance(result, str) else result
+    request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
+    return json.dumps(result, separators=(",", ":")).encode()
+
+
+def name_arg(request, kind):
+    """Return the required topic or channel name argument C{kind} ("topic" or "channel");
+    raise HttpError MISSING_ARG_/INVALID_ARG_ as nsqlookupd does."""
+    value = arg(request, kind)
+    if not value:
+        raise HttpError(400, f"MISSING_ARG_{kind.upper()}")
+    if not is_valid_name(value):
+        raise HttpError(400, f"INVALID_ARG_{kind.upper()}")
+    return value

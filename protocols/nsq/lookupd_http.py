@@ -1,31 +1,18 @@
 """nsqlookupd's HTTP API (``listen.lookupd_http``): /ping, /info, /lookup, /topics,
 /channels, /nodes, topic/channel create/delete, /topic/tombstone, /debug."""
 
-import json
-
 from twisted.web import resource, server
 
-from protocols.nsq.codec import is_valid_name
-from protocols.nsq.httputil import HttpError, arg as _arg
+from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, name_arg, result_body
 from protocols.nsq.node import VERSION
 
 
 def _topic(request):
-    t = _arg(request, "topic")
-    if not t:
-        raise HttpError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(t):
-        raise HttpError(400, "INVALID_ARG_TOPIC")
-    return t
+    return name_arg(request, "topic")
 
 
 def _channel(request):
-    c = _arg(request, "channel")
-    if not c:
-        raise HttpError(400, "MISSING_ARG_CHANNEL")
-    if not is_valid_name(c):
-        raise HttpError(400, "INVALID_ARG_CHANNEL")
-    return c
+    return name_arg(request, "channel")
 
 
 class LookupdHttpResource(resource.Resource):
@@ -51,29 +38,11 @@ class LookupdHttpResource(resource.Resource):
 
     def render(self, request):
         path = request.path.rstrip(b"/") or b"/"
-        route = self.routes.get(path)
         try:
-            if route is None:
-                raise HttpError(404, "NOT_FOUND")
-            method, fn = route
-            if request.method != method and not (method == b"GET" and request.method == b"HEAD"):
-                request.setHeader(b"Allow", b"OPTIONS, " + method)
-                raise HttpError(405, "METHOD_NOT_ALLOWED")
-            result = fn(request)
+            result = handler_for(self.routes.get(path), request)(request)
         except HttpError as e:
-            request.setResponseCode(e.status)
-            request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
-            request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
-            return json.dumps({"message": e.code}).encode()
-        if path != b"/ping":
-            request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
-        if result is None:
-            return b""
-        if isinstance(result, bytes):
-            request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
-            return result
-        request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
-        return json.dumps(result, separators=(",", ":")).encode()
+            return error_body(request, e)
+        return result_body(request, result, path == b"/ping")
 
     def lookup(self, request):
         t = _arg(request, "topic")
