@@ -11,6 +11,7 @@ from zope.interface import implementer
 
 from protocols.smss import codec, wire
 from protocols.smss.binlog import record_to_block
+from protocols.smss.keepalive import IdleAlive
 
 _READS_PER_TURN = 8
 
@@ -32,7 +33,7 @@ class ReplicaFeed:
         self._paused = False
         self._active = False
         self._pump_call = None
-        self._alive_call = None
+        self._alive = IdleAlive(self._reactor, proto.factory.alive_interval, self._send_alive)
         self.sent = 0
 
     def start(self):
@@ -40,6 +41,7 @@ class ReplicaFeed:
         self._active = True
         self._proto.transport.registerProducer(self, True)
         self._store.add_append_listener(self._wake)
+        self._alive.start()
         self._pump()
 
     def _wake(self):
@@ -53,7 +55,6 @@ class ReplicaFeed:
                 return
             views = self._reader.read()
             if not views:
-                self._arm_alive()
                 return
             frames = []
             for view in views:
@@ -62,26 +63,15 @@ class ReplicaFeed:
                 frames.append(block)
             self.sent += len(views)
             self._proto.transport.write(b"".join(frames))
-            self._cancel_alive()
+            self._alive.wrote()
         # More may be waiting: yield to the reactor between rounds.
         self._wake()
 
-    def _arm_alive(self):
-        if self._alive_call is None:
-            self._alive_call = self._reactor.callLater(
-                self._proto.factory.alive_interval, self._alive
-            )
-
-    def _cancel_alive(self):
-        if self._alive_call is not None and self._alive_call.active():
-            self._alive_call.cancel()
-        self._alive_call = None
-
-    def _alive(self):
-        self._alive_call = None
-        if self._active:
-            self._proto.transport.write(codec.alive())
-            self._arm_alive()
+    def _send_alive(self):
+        if not self._active:
+            return False
+        self._proto.transport.write(codec.alive())
+        return True
 
     # IPushProducer
 
@@ -99,7 +89,7 @@ class ReplicaFeed:
         """Stop streaming (the connection is gone)."""
         self._active = False
         self._store.remove_append_listener(self._wake)
-        for call in (self._pump_call, self._alive_call):
-            if call is not None and call.active():
-                call.cancel()
-        self._pump_call = self._alive_call = None
+        self._alive.stop()
+        if self._pump_call is not None and self._pump_call.active():
+            self._pump_call.cancel()
+        self._pump_call = None

@@ -11,6 +11,7 @@ from zope.interface import implementer
 from mqserver.interfaces import IWatcher
 
 from protocols.smss import codec
+from protocols.smss.keepalive import IdleAlive
 from protocols.smss.views import encode_records
 
 DEFAULT_ACK_TIMEOUT = 3.0
@@ -37,7 +38,7 @@ class Subscription:
         self.awaiting_ack = False
         self._ack_call = None
         self._ack_deadline = 0.0
-        self._alive_call = None
+        self._alive = IdleAlive(self._reactor, proto.factory.alive_interval, self._send_alive)
         self._send_call = None
         self._active = False
 
@@ -45,10 +46,12 @@ class Subscription:
         """Begin streaming: send what is there, then wait for arrivals."""
         self._active = True
         self._broker.watch(self.topic, self)
+        self._alive.start()
         self._send()
 
     def _write(self, data):
         self._proto.write(data)
+        self._alive.wrote()
 
     def _send(self):
         self._send_call = None
@@ -56,12 +59,10 @@ class Subscription:
             return
         records = self.cursor.read(self.batch)
         if not records:
-            self._arm_alive()
             return
         body = encode_records(records)
         self._write(codec.batch_header(len(records), len(body)) + body)
         self.awaiting_ack = True
-        self._cancel_alive()
         # One timer serves every batch: a new deadline is a float store, not a
         # callLater and a cancel per batch (the timer re-arms itself when it finds the
         # deadline moved on).
@@ -69,22 +70,11 @@ class Subscription:
         if self._ack_call is None:
             self._ack_call = self._reactor.callLater(self.ack_timeout, self._ack_check)
 
-    def _arm_alive(self):
-        if self._alive_call is None or not self._alive_call.active():
-            self._alive_call = self._reactor.callLater(
-                self._proto.factory.alive_interval, self._alive
-            )
-
-    def _cancel_alive(self):
-        if self._alive_call is not None and self._alive_call.active():
-            self._alive_call.cancel()
-        self._alive_call = None
-
-    def _alive(self):
-        self._alive_call = None
-        if self._active and not self.awaiting_ack:
-            self._write(codec.alive())
-            self._arm_alive()
+    def _send_alive(self):
+        if not self._active or self.awaiting_ack:
+            return False
+        self._write(codec.alive())
+        return True
 
     def ack(self, value):
         """Handle a 2-byte ack from the client."""
@@ -134,10 +124,11 @@ class Subscription:
     def stop(self):
         """Stop streaming and give back the claim, the cursor and the timers."""
         self._active = False
-        for call in (self._ack_call, self._alive_call, self._send_call):
+        self._alive.stop()
+        for call in (self._ack_call, self._send_call):
             if call is not None and call.active():
                 call.cancel()
-        self._ack_call = self._alive_call = self._send_call = None
+        self._ack_call = self._send_call = None
         self._broker.unwatch(self.topic, self)
         self._broker.release(self.topic, self.who, self)
         self._broker.close_cursor(self.cursor)

@@ -202,3 +202,25 @@ def test_lag_is_visible_on_nsqd_http_stats(server_factory):
     assert s["role"] == "slave" and s["appliedEventId"] == head and s["connected"] is True
     assert s["lagMs"] >= 0
     assert stats(master) == {"role": "master", "appliedEventId": head}
+
+
+def test_idle_replica_stream_gets_alive_then_new_records(server_factory):
+    """A REPLICA stream with nothing new gets ALIVE every timeout.server.alive ms
+    (SMALL: 500), keeps getting it after a burst of records, and the records still come."""
+    from protocols.smss import client_codec as cc
+    from protocols.smss.messages import AliveResponse, ReplicaBlock
+
+    master = server_factory("m", config=SMALL)
+    with SmssClient("127.0.0.1", master.smss_port) as c, \
+            SmssClient("127.0.0.1", master.smss_port) as feed:
+        c.create("idle")
+        feed.send_raw(cc.encode_replica(0))
+        assert isinstance(feed.read_response("replica", timeout=5), ReplicaBlock)  # the CREATE
+        start = time.monotonic()
+        kinds = [type(feed.read_response("replica", timeout=5)) for _ in range(2)]
+        assert kinds == [AliveResponse, AliveResponse]
+        assert time.monotonic() - start >= 2 * 0.5 - 0.05
+        c.publish("idle", [b"a", b"b"])
+        got = [feed.read_response("replica", timeout=5) for _ in range(2)]
+        assert [type(g) for g in got] == [ReplicaBlock, ReplicaBlock]
+        assert isinstance(feed.read_response("replica", timeout=5), AliveResponse)
