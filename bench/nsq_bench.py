@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from procstat import cpu_seconds, peak_rss_mb  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 
 _HDR = struct.Struct(">II")
@@ -145,28 +146,12 @@ def _run(target, conns, args):
     return sum(counts), elapsed
 
 
-def cpu_seconds(pid):
-    """User + system CPU time the process has used, in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _report(label, n, t, cpu):
     # broker CPU per message: a figure that does not depend on what else the machine runs
     per = cpu / n * 1e6 if n else 0.0
     cap = n / cpu if cpu else 0.0
     print(f"{label:<44}{n / t:>10,.0f} msgs/s  ({n} in {t:.1f}s; broker CPU "
           f"{per:.1f} us/msg = {cap:,.0f} msgs/s per broker core)")
-
-
-def peak_rss_mb(pid):
-    """The process's peak resident set size (VmHWM) in MiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def main():

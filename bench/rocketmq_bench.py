@@ -22,6 +22,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from procstat import cpu_seconds, peak_rss_mb  # noqa: E402
+
 BODY = b"x" * 200
 
 
@@ -120,35 +122,20 @@ def read_json(proc, timeout):
     return result["v"]
 
 
-def cpu_of(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick
-
-
-def peak_rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def send_throughput(home, ns, server_pid, producers, per_producer, topic):
     procs = [spawn(home, "worker-produce", "--namesrv", ns, "--topic", topic, "--count", per_producer,
                    "--index", i) for i in range(producers)]
     try:
         for p in procs:
             read_json(p, 60)
-        b0 = cpu_of(server_pid)
+        b0 = cpu_seconds(server_pid)
         t0 = time.monotonic()
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
         results = [read_json(p, 600) for p in procs]
         wall = time.monotonic() - t0
-        b1 = cpu_of(server_pid)
+        b1 = cpu_seconds(server_pid)
     finally:
         for p in procs:
             p.kill()
@@ -201,7 +188,7 @@ def raw_pull_catch_up(port, server_pid, topic, count, queues=4):
     offsets = {q: 0 for q in range(queues)}
     inflight = {}
     got = 0
-    b0 = cpu_of(server_pid)
+    b0 = cpu_seconds(server_pid)
     t0 = time.monotonic()
 
     def ask(q):
@@ -227,7 +214,7 @@ def raw_pull_catch_up(port, server_pid, topic, count, queues=4):
     wall = time.monotonic() - t0
     c.close()
     return {"messages": got, "seconds": round(wall, 2), "msgs_per_s": round(got / wall),
-            "broker_cpu_s": round(cpu_of(server_pid) - b0, 2)}
+            "broker_cpu_s": round(cpu_seconds(server_pid) - b0, 2)}
 
 
 def main():
@@ -267,7 +254,7 @@ def main():
             report[f"sync_send_{n}p"] = send_throughput(home, ns, pid, n, a.sends // n, f"BenchSend{n}")
             print(json.dumps(report[f"sync_send_{n}p"]), flush=True)
         fill_backlog(broker_port(server), "BenchBacklog", a.backlog, a.backlog_queues)
-        b0 = cpu_of(pid)
+        b0 = cpu_seconds(pid)
         c = spawn(home, "worker-consume", "--namesrv", ns, "--topic", "BenchBacklog", "--group", "BenchCatchUp",
                   "--count", a.backlog, "--timeout", 300)
         read_json(c, 60)
@@ -275,7 +262,7 @@ def main():
         c.wait()
         report["catch_up"] = {"queues": a.backlog_queues, "messages": r["count"], "seconds": round(r["elapsed"], 2),
                               "msgs_per_s": round(r["count"] / max(r["elapsed"], 1e-9)),
-                              "broker_cpu_s": round(cpu_of(pid) - b0, 2), "client_cpu_s": round(r["cpu"], 2)}
+                              "broker_cpu_s": round(cpu_seconds(pid) - b0, 2), "client_cpu_s": round(r["cpu"], 2)}
         print(json.dumps(report["catch_up"]), flush=True)
         report["raw_pull_catch_up"] = raw_pull_catch_up(broker_port(server), pid, "BenchBacklog", a.backlog,
                                                         a.backlog_queues)

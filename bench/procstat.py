@@ -1,0 +1,19 @@
+"""What the benchmarks read about a server process from /proc (Linux)."""
+
+import os
+
+
+def cpu_seconds(pid):
+    """User + system CPU time the process has used, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid):
+    """The process's peak resident set size (VmHWM) in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
