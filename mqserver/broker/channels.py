@@ -236,8 +236,7 @@ class Channel:
         Returns how many were finished; the caller handles the one at that index (if
         any) on its own (L{finish} tells why it fails)."""
         in_flight = self.in_flight
-        floor = self.floor
-        done_sets = self.done
+        finished = self._finished
         n = 0
         for eid in eids:
             e = in_flight.pop(eid, None)
@@ -246,19 +245,7 @@ class Channel:
             if e[OWNER] is not owner:
                 in_flight[eid] = e
                 break
-            qid = e[QID]
-            qoff = e[QOFF]
-            f = floor[qid]
-            if qoff == f:
-                f += 1
-                d = done_sets[qid]
-                if d:
-                    while f in d:
-                        d.discard(f)
-                        f += 1
-                floor[qid] = f
-            elif qoff > f:
-                done_sets[qid].add(qoff)
+            finished(e[QID], e[QOFF])
             n += 1
         if n:
             owner.in_flight -= n
