@@ -77,9 +77,12 @@ HEADER_SIZE = HEADER.size  # 88
 BLANK = struct.Struct(">iI")
 BLANK_SIZE = BLANK.size
 #: Offsets of single fields, for reading one without unpacking the whole header.
+OFF_QUEUE_ID = 12
 OFF_QUEUE_OFFSET = 20
+OFF_SYS_FLAG = 36
 OFF_STORE_TS = 56
 OFF_EVENT_ID = 76
+OFF_BODY_LEN = 84
 I64 = struct.Struct(">q")
 I32 = struct.Struct(">i")
 EVENT_AND_BODYLEN = struct.Struct(">qi")  # at OFF_EVENT_ID

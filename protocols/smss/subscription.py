@@ -57,11 +57,11 @@ class Subscription:
         self._send_call = None
         if not self._active or self.awaiting_ack:
             return
-        records = self.cursor.read(self.batch)
-        if not records:
+        buf, locs = self.cursor.read_span(self.batch)
+        if not locs:
             return
-        body = encode_records(records)
-        self._write(codec.batch_header(len(records), len(body)) + body)
+        body = encode_records(buf, locs)
+        self._write(codec.batch_header(len(locs), len(body)) + body)
         self.awaiting_ack = True
         # One timer serves every batch: a new deadline is a float store, not a
         # callLater and a cancel per batch (the timer re-arms itself when it finds the

@@ -10,6 +10,7 @@ body, flagged with SYSFLAG_SMSS_FRAMED, so smss subscribers still get them byte 
 import json
 import struct
 
+from mqserver import speedups
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
 
@@ -125,16 +126,18 @@ def _headers_block(properties):
     return len(pairs), _encode_headers(pairs)
 
 
-def encode_records(records):
-    """Encode stored records (C{(buffer, pos, size)}) as the body of one pushed batch.
+def py_encode_records(buf, locs):
+    """Encode the stored records at C{locs} (C{[(pos, size), ...]}) in C{buf} as the body
+    of one pushed batch.
 
     This is the subscriber hot path: one struct unpack of the fields it needs, one pack
-    of the 40-byte prefix, and the body slice, per message."""
+    of the 32-byte prefix (plus S and H), and the body slice, per message. The C speedup
+    (C{_push.c}) does the same byte for byte."""
     fields = fmt.DELIVERY_FIELDS.unpack_from
     pack = _PUSHED.pack
     parts = []
     append = parts.append
-    for buf, pos, _ in records:
+    for pos, _ in locs:
         qid, qoff, sys_flag, ts, eid, blen = fields(buf, pos)
         b0 = pos + fmt.HEADER_SIZE
         b1 = b0 + blen
@@ -152,3 +155,20 @@ def encode_records(records):
             append(block)
             append(buf[b0:b1])
     return b"".join(parts)
+
+
+_push = speedups.load("protocols.smss._push")
+if _push is not None:
+    _push.configure(
+        fmt.HEADER_SIZE, fmt.OFF_QUEUE_ID, fmt.OFF_QUEUE_OFFSET, fmt.OFF_SYS_FLAG,
+        fmt.OFF_STORE_TS, fmt.OFF_EVENT_ID, fmt.OFF_BODY_LEN, fmt.SYSFLAG_SMSS_FRAMED,
+    )
+    _HIDDEN_KEYS = tuple(_HIDDEN)
+
+    def encode_records(buf, locs):
+        """Encode the stored records at C{locs} in C{buf} as the body of one pushed batch
+        (the C speedup of L{py_encode_records})."""
+        return _push.encode(buf, locs, _HIDDEN_KEYS)
+
+else:
+    encode_records = py_encode_records

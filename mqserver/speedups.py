@@ -1,0 +1,28 @@
+"""Optional C speedups of hot paths, with the pure-Python code as reference and fallback.
+
+A speedup is an extension module built from a ``.c`` file beside the Python module it
+speeds up (``setup.py`` lists them; a machine without a C compiler still installs, and
+runs the Python code). L{load} returns the module, or None when it is not built or when
+the environment variable C{MQSERVER_PURE_PYTHON} is set to a non-empty value other than
+0 (to measure or debug the Python path).
+"""
+
+import importlib
+import os
+
+__all__ = ["load", "pure_python"]
+
+
+def pure_python():
+    """Return True when C{MQSERVER_PURE_PYTHON} asks for the Python code only."""
+    return os.environ.get("MQSERVER_PURE_PYTHON", "") not in ("", "0")
+
+
+def load(name):
+    """Return the extension module C{name} (dotted), or None (see the module docstring)."""
+    if pure_python():
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None

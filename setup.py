@@ -1,0 +1,17 @@
+"""Build the optional C speedups (mqserver/speedups.py); everything else is in setup.cfg.
+
+Each extension is optional: without a C compiler the install still succeeds and the
+broker runs the pure-Python code they speed up."""
+
+from setuptools import Extension, setup
+
+SPEEDUPS = [
+    ("protocols.smss._push", "protocols/smss/_push.c"),
+]
+
+setup(
+    ext_modules=[
+        Extension(name, [source], optional=True, extra_compile_args=["-O2"])
+        for name, source in SPEEDUPS
+    ],
+)

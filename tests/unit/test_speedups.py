@@ -1,0 +1,81 @@
+"""The C speedups are built and give, byte for byte, what the Python code they speed up
+gives (mqserver/speedups.py)."""
+
+import importlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mqserver import speedups
+from mqserver.store import format as fmt
+from protocols.smss import views
+
+_SPEEDUPS = ["protocols.smss._push"]
+
+
+@pytest.mark.parametrize("name", _SPEEDUPS)
+def test_speedup_is_built_and_used(name):
+    """make test installs with a C compiler (setup.py): each speedup imports, so the
+    equivalence tests below run the C code, not the fallback twice."""
+    if speedups.pure_python():
+        pytest.skip("MQSERVER_PURE_PYTHON is set: the Python code is under test")
+    importlib.import_module(name)
+    assert views.encode_records is not views.py_encode_records
+
+
+_key = st.binary(min_size=0, max_size=12).filter(lambda b: b"\x01" not in b and b"\x02" not in b)
+_props = st.one_of(
+    st.just(b""),
+    # well-formed properties strings, the hidden delay key among them sometimes
+    st.lists(st.tuples(st.one_of(_key, st.just(fmt.DELAY_PROPERTY)), _key), max_size=5).map(
+        lambda kv: b"".join(k + b"\x01" + v + b"\x02" for k, v in kv)),
+    # anything: empty items, keys without 0x01, no trailing 0x02
+    st.binary(max_size=60),
+)
+_message = st.fixed_dictionaries({
+    "queue_id": st.integers(-1, 1023),
+    "queue_offset": st.integers(-1, 2**62),
+    "sys_flag": st.sampled_from([0, fmt.SYSFLAG_SMSS_FRAMED, fmt.SYSFLAG_SMSS_FRAMED | 0x3, 0x2]),
+    "store_ts": st.integers(0, 2**62),
+    "event_id": st.integers(1, 2**62),
+    "body": st.binary(max_size=300),
+    "topic": st.binary(min_size=1, max_size=255),
+    "properties": _props,
+})
+
+
+def _pack(m):
+    return fmt.pack_record(
+        magic=fmt.MESSAGE_MAGIC, flag=0, physical_offset=0, born_ts=0, born_host=fmt.NO_HOST,
+        store_host=fmt.NO_HOST, reconsume_times=0, **m)
+
+
+@settings(max_examples=300)
+@given(st.lists(_message, max_size=8), st.binary(max_size=16))
+def test_smss_push_encoding_matches_python(messages, gap):
+    """Records at any positions of a buffer (with bytes between them) encode alike."""
+    parts, locs, pos = [], [], 0
+    for m in messages:
+        rec = _pack(m)
+        parts += [gap, rec]
+        pos += len(gap)
+        locs.append((pos, len(rec)))
+        pos += len(rec)
+    buf = b"".join(parts)
+    assert views.encode_records(buf, locs) == views.py_encode_records(buf, locs)
+
+
+def test_smss_push_rejects_records_past_the_buffer():
+    """A record cut short is a clear ValueError, never a read past the buffer."""
+    if views.encode_records is views.py_encode_records:
+        pytest.skip("no C speedup to check")
+    rec = _pack({"queue_id": 0, "queue_offset": 0, "sys_flag": 0, "store_ts": 1, "event_id": 1,
+                 "body": b"x" * 50, "topic": b"t", "properties": b"a\x01b\x02"})
+    for cut in (0, 10, fmt.HEADER_SIZE, fmt.HEADER_SIZE + 50, len(rec) - 1):
+        with pytest.raises(ValueError):
+            views.encode_records(rec[:cut], [(0, len(rec))])
+    with pytest.raises(ValueError):
+        views.encode_records(rec, [(len(rec), 0)])
+    with pytest.raises(ValueError):
+        views.encode_records(rec, [(-1, 0)])
