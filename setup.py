@@ -7,6 +7,7 @@ from setuptools import Extension, setup
 
 SPEEDUPS = [
     ("protocols.smss._push", "protocols/smss/_push.c"),
+    ("protocols.nsq._frames", "protocols/nsq/_frames.c"),
 ]
 
 setup(

@@ -28,10 +28,10 @@ from protocols.nsq.codec import CLOSE_WAIT, HEARTBEAT, OK, CommandDecoder, error
 from protocols.nsq.compress import (CompressionError, DeflateCompressor, DeflateDecompressor,
                                     SnappyCompressor, SnappyDecompressor)
 from protocols.nsq.errors import NsqError
+from protocols.nsq.frames import delivery_frames
 from protocols.nsq.identify import ClientSettings, negotiate
 from protocols.nsq.messages import (Auth, Cls, Dpub, Fin, Identify, Invalid, Mpub, Nop, Pub,
                                     Rdy, Req, Sub, Touch)
-from protocols.nsq.wire import MESSAGE_FRAME_HEADER
 
 INIT, SUBSCRIBED, CLOSING = 0, 3, 4
 #: Verbs allowed per state (anything else is the fatal "cannot <VERB> in current state").
@@ -42,7 +42,6 @@ _ALLOWED = {
 }
 #: Replies waiting before the connection stops reading (bounds a pipelining producer).
 MAX_PIPELINE = 512
-_pack_header = MESSAGE_FRAME_HEADER.pack
 
 
 def message_id(event_id):
@@ -205,14 +204,9 @@ class NsqdProtocol(Protocol):
 
     def deliver(self, items):
         """Channel callback: frame C{items} into the output buffer."""
-        out = self._out
-        mark = len(out)
-        append = out.append
-        pack = _pack_header
-        for ts, attempts, eid, buf, b0, b1 in items:
-            append(pack(b1 - b0 + 30, 2, ts, attempts, b"%016x" % eid))
-            append(buf[b0:b1])
-        self._out_size = size = self._out_size + sum(map(len, out[mark:]))
+        frames = delivery_frames(items)
+        self._out.append(frames)
+        self._out_size = size = self._out_size + len(frames)
         self.message_count += len(items)
         s = self.settings
         if self.in_flight >= self.rdy or size >= s.output_buffer_size:

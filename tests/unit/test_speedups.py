@@ -9,19 +9,31 @@ from hypothesis import strategies as st
 
 from mqserver import speedups
 from mqserver.store import format as fmt
+from protocols.nsq import frames
 from protocols.smss import views
 
-_SPEEDUPS = ["protocols.smss._push"]
+_SPEEDUPS = ["protocols.smss._push", "protocols.nsq._frames"]
+_PAIRS = [(views, "encode_records"), (frames, "delivery_frames")]
+
+
+def _c_module(name):
+    if speedups.pure_python():
+        pytest.skip("MQSERVER_PURE_PYTHON is set: the Python code is under test")
+    return importlib.import_module(name)
 
 
 @pytest.mark.parametrize("name", _SPEEDUPS)
-def test_speedup_is_built_and_used(name):
+def test_speedup_is_built(name):
     """make test installs with a C compiler (setup.py): each speedup imports, so the
     equivalence tests below run the C code, not the fallback twice."""
-    if speedups.pure_python():
-        pytest.skip("MQSERVER_PURE_PYTHON is set: the Python code is under test")
-    importlib.import_module(name)
-    assert views.encode_records is not views.py_encode_records
+    _c_module(name)
+
+
+@pytest.mark.parametrize("module, name", _PAIRS)
+def test_speedup_is_used(module, name):
+    """The hot path calls the C speedup unless MQSERVER_PURE_PYTHON is set."""
+    fast, reference = getattr(module, name), getattr(module, "py_" + name)
+    assert (fast is reference) == speedups.pure_python()
 
 
 _key = st.binary(min_size=0, max_size=12).filter(lambda b: b"\x01" not in b and b"\x02" not in b)
@@ -68,14 +80,45 @@ def test_smss_push_encoding_matches_python(messages, gap):
 
 def test_smss_push_rejects_records_past_the_buffer():
     """A record cut short is a clear ValueError, never a read past the buffer."""
-    if views.encode_records is views.py_encode_records:
-        pytest.skip("no C speedup to check")
+    encode = _c_module("protocols.smss._push").encode
     rec = _pack({"queue_id": 0, "queue_offset": 0, "sys_flag": 0, "store_ts": 1, "event_id": 1,
                  "body": b"x" * 50, "topic": b"t", "properties": b"a\x01b\x02"})
     for cut in (0, 10, fmt.HEADER_SIZE, fmt.HEADER_SIZE + 50, len(rec) - 1):
         with pytest.raises(ValueError):
-            views.encode_records(rec[:cut], [(0, len(rec))])
+            encode(rec[:cut], [(0, len(rec))], ())
     with pytest.raises(ValueError):
-        views.encode_records(rec, [(len(rec), 0)])
+        encode(rec, [(len(rec), 0)], ())
     with pytest.raises(ValueError):
-        views.encode_records(rec, [(-1, 0)])
+        encode(rec, [(-1, 0)], ())
+    assert encode(rec, [(0, len(rec))], ()) == views.py_encode_records(rec, [(0, len(rec))])
+
+
+_delivery = st.tuples(
+    st.integers(0, 2**63 - 1),  # ts_ns
+    st.integers(0, 65535),  # attempts
+    st.integers(0, 2**64 - 1),  # eventId
+    st.binary(max_size=300),  # buffer
+    st.integers(0, 300), st.integers(0, 300),
+).map(lambda t: t[:4] + (min(t[4], len(t[3])), max(min(t[4], len(t[3])), min(t[5], len(t[3])))))
+
+
+@settings(max_examples=300)
+@given(st.lists(_delivery, max_size=8))
+def test_nsq_delivery_frames_match_python(items):
+    """Any deliveries (bodies anywhere in their buffers, any ids) frame alike."""
+    assert frames.delivery_frames(items) == frames.py_delivery_frames(items)
+    # memoryview and bytearray buffers too (a requeued message's body is a view)
+    views_ = [(t[0], t[1], t[2], memoryview(bytearray(t[3])), t[4], t[5]) for t in items]
+    assert frames.delivery_frames(views_) == frames.py_delivery_frames(items)
+
+
+def test_nsq_delivery_frames_reject_bad_spans():
+    """A span outside its buffer or an attempts count past u16 is an error, not a read."""
+    message_frames = _c_module("protocols.nsq._frames").message_frames
+    for bad in [(1, 1, 1, b"abc", 2, 4), (1, 1, 1, b"abc", -1, 2), (1, 1, 1, b"abc", 2, 1)]:
+        with pytest.raises(ValueError):
+            message_frames([(1, 1, 1, b"ok", 0, 2), bad], 2)
+    with pytest.raises(OverflowError):
+        message_frames([(1, 65536, 1, b"abc", 0, 3)], 2)
+    with pytest.raises(TypeError):
+        message_frames([(1, 1, 1, b"abc", 0)], 2)
