@@ -3,12 +3,17 @@
 * writer: N connections, each sends MPUB batches of 200 messages (200-byte bodies) with
   one batch outstanding, for --seconds;
 * reader: N connections on one channel at RDY 2500 drain that backlog, FINing in batches;
-* round trip: N connections each PUB one message and wait for its OK, for --seconds.
+* round trip: --conns-rt connections (default --conns) each PUB one message and wait for
+  its OK, for --seconds.
+
+--client-poll US makes the clients poll for up to US microseconds before they sleep
+waiting for a reply (see bench/clientwait.py); the default 0 blocks in recv().
 
 Prints msgs/s per scenario and the broker's peak RSS. The broker runs as the real
 ``twistd mqserver`` process on loopback (flush level 1, the default).
 
     PYTHONPATH=. .venv/bin/python bench/nsq_bench.py [--seconds 10] [--conns 2] [--quick]
+        [--conns-rt 1] [--client-poll 200]
 """
 
 import argparse
@@ -23,6 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from clientwait import Waiter, add_argument, describe  # noqa: E402
 from procstat import cpu_seconds, peak_rss_mb  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 
@@ -30,11 +36,12 @@ _HDR = struct.Struct(">II")
 _U32 = struct.Struct(">I")
 
 
-def _connect(port):
+def _connect(port, poll_us):
+    """Connect, send the protocol magic and return a L{Waiter} for the connection."""
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.sendall(b"  V2")
-    return s
+    return Waiter(s, poll_us)
 
 
 def _read_frame(sock, buf):
@@ -54,8 +61,8 @@ def _read_frame(sock, buf):
         buf += chunk
 
 
-def _writer(port, topic, seconds, batch, size, out):
-    sock = _connect(port)
+def _writer(port, topic, seconds, batch, size, poll_us, out):
+    sock = _connect(port, poll_us)
     body = b"x" * size
     parts = [_U32.pack(batch)]
     for _ in range(batch):
@@ -75,8 +82,8 @@ def _writer(port, topic, seconds, batch, size, out):
     sock.close()
 
 
-def _pub_one(port, topic, seconds, size, out):
-    sock = _connect(port)
+def _pub_one(port, topic, seconds, size, poll_us, out):
+    sock = _connect(port, poll_us)
     cmd = b"PUB " + topic.encode() + b"\n" + _U32.pack(size) + b"x" * size
     buf = bytearray()
     n = 0
@@ -90,8 +97,8 @@ def _pub_one(port, topic, seconds, size, out):
     sock.close()
 
 
-def _reader(port, topic, seconds, rdy, total, counter, out):
-    sock = _connect(port)
+def _reader(port, topic, seconds, rdy, total, counter, poll_us, out):
+    sock = _connect(port, poll_us)
     sock.sendall(b"SUB %s ch\nRDY %d\n" % (topic.encode(), rdy))
     buf = bytearray()
     _read_frame(sock, buf)  # OK
@@ -158,10 +165,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--conns", type=int, default=2)
+    ap.add_argument("--conns-rt", type=int, metavar="N",
+                    help="connections for the one-message-per-round-trip scenario "
+                         "(default: --conns)")
     ap.add_argument("--batch", type=int, default=200)
     ap.add_argument("--size", type=int, default=200)
     ap.add_argument("--quick", action="store_true", help="3 s per scenario")
+    add_argument(ap)
     args = ap.parse_args()
+    conns_rt = args.conns if args.conns_rt is None else args.conns_rt
+    poll = args.client_poll
+    print(describe(poll), flush=True)
     seconds = 3.0 if args.quick else args.seconds
     data = tempfile.mkdtemp(prefix="nsqbench-")
     server = ServerProcess(os.path.join(data, "broker"),
@@ -170,16 +184,18 @@ def main():
         port = server.ports["NsqdFactory"]
         pid = server.proc.pid
         c0 = cpu_seconds(pid)
-        n, t = _run(_writer, args.conns, (port, "bench", seconds, args.batch, args.size))
+        n, t = _run(_writer, args.conns, (port, "bench", seconds, args.batch, args.size, poll))
         c1 = cpu_seconds(pid)
         _report(f"writer  MPUB x{args.batch} ({args.size} B), {args.conns} conns", n, t, c1 - c0)
         counter = mp.Value("q", 0)
-        rn, rt = _run(_reader, args.conns, (port, "bench", max(seconds, 6.0) * 4, 2500, n, counter))
+        rn, rt = _run(_reader, args.conns,
+                      (port, "bench", max(seconds, 6.0) * 4, 2500, n, counter, poll))
         c2 = cpu_seconds(pid)
         _report(f"reader  RDY 2500, batched FIN, {args.conns} conns", rn, rt, c2 - c1)
-        n, t = _run(_pub_one, args.conns, (port, "bench_rt", seconds, args.size))
+        n, t = _run(_pub_one, conns_rt, (port, "bench_rt", seconds, args.size, poll))
         c3 = cpu_seconds(pid)
-        _report(f"1 msg per round trip, {args.conns} conns", n, t, c3 - c2)
+        _report(f"1 msg per round trip, {conns_rt} conn{'s' if conns_rt != 1 else ''}",
+                n, t, c3 - c2)
         with open("/proc/loadavg") as f:
             print(f"load average during the run: {f.read().split()[0]} ({os.cpu_count()} cores)")
         print(f"broker peak RSS: {peak_rss_mb(server.proc.pid):.0f} MiB")

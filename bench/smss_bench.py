@@ -8,6 +8,7 @@ from separate processes, and prints a table of figures. It asserts nothing about
     python bench/smss_bench.py                 # full run (several minutes, ~1.5 GB disk)
     python bench/smss_bench.py --quick         # small counts, well under a minute
     python bench/smss_bench.py --only catchup --messages 1000000
+    python bench/smss_bench.py --only publish --client-poll 200   # clients poll, as Go's do
 
 See bench/README.md for what each figure means. Needs psutil (the ``bench`` extra).
 """
@@ -34,6 +35,7 @@ try:
 except ImportError:  # pragma: no cover - told to the user below
     psutil = None
 
+from clientwait import Waiter, add_argument, describe  # noqa: E402 (bench/, the script's dir)
 from protocols.smss import client_codec as cc  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 
@@ -62,7 +64,8 @@ def connect(port, timeout=30.0):
 
 
 def recv_exact(sock, buf, n):
-    """Fill C{buf[:n]} (a bytearray of at least n bytes) from C{sock}."""
+    """Fill C{buf[:n]} (a bytearray of at least n bytes) from C{sock} (a socket or a
+    L{Waiter})."""
     view = memoryview(buf)
     got = 0
     while got < n:
@@ -134,10 +137,13 @@ def bulk_publish(port, topic, total, per_request=500, window=4):
 # -- publish workers -----------------------------------------------------------------------
 
 
-def pub_worker(port, topic, seconds, barrier, results):
-    """One connection, one message per PUB, wait for each reply (as the smss SDKs do)."""
+def pub_worker(port, topic, seconds, poll_us, barrier, results):
+    """One connection, one message per PUB, wait for each reply (as the smss SDKs do);
+    C{poll_us}: see L{Waiter}."""
     try:
         sock = connect(port)
+        waiter = Waiter(sock, poll_us)
+        send, recv_into = waiter.sendall, waiter.recv_into
         request = cc.encode_pub(topic, RECORD)
         hdr = bytearray(10)
         view = memoryview(hdr)
@@ -149,10 +155,10 @@ def pub_worker(port, topic, seconds, barrier, results):
         n = 0
         now = t0
         while now < deadline:
-            sock.sendall(request)
+            send(request)
             got = 0
             while got < 10:
-                k = sock.recv_into(view[got:])
+                k = recv_into(view[got:])
                 if not k:
                     raise ConnectionError("server closed the connection")
                 got += k
@@ -169,10 +175,12 @@ def pub_worker(port, topic, seconds, barrier, results):
         results.put(("error", repr(e)))
 
 
-def paced_pub_worker(port, topic, rate, seconds, barrier, results):
-    """Publish one message per PUB at about C{rate} msgs/s for C{seconds}."""
+def paced_pub_worker(port, topic, rate, seconds, poll_us, barrier, results):
+    """Publish one message per PUB at about C{rate} msgs/s for C{seconds}, waiting for
+    each reply as L{Waiter} C{poll_us} says."""
     try:
         sock = connect(port)
+        waiter = Waiter(sock, poll_us)
         request = cc.encode_pub(topic, RECORD)
         hdr = bytearray(10)
         barrier.wait()
@@ -185,8 +193,8 @@ def paced_pub_worker(port, topic, rate, seconds, barrier, results):
             now = time.perf_counter()
             if due > now:
                 time.sleep(due - now)
-            sock.sendall(request)
-            recv_exact(sock, hdr, 10)
+            waiter.sendall(request)
+            recv_exact(waiter, hdr, 10)
             check_ok(hdr)
             n += 1
         elapsed = time.perf_counter() - t0
@@ -199,17 +207,20 @@ def paced_pub_worker(port, topic, rate, seconds, barrier, results):
 # -- subscriber ----------------------------------------------------------------------------
 
 
-def sub_worker(port, topic, batch, who, expect, barrier, results, stop=None, idle_timeout=30.0):
+def sub_worker(port, topic, batch, who, expect, poll_us, barrier, results, stop=None,
+               idle_timeout=30.0):
     """Subscribe from eventId 0 and read until C{expect} messages have come (or, when
     C{stop} is given, until it is set). Parses only the 10-byte batch header and skips each
-    batch body by its length, except for the first record's timestamp (delivery lag)."""
+    batch body by its length, except for the first record's timestamp (delivery lag).
+    C{poll_us}: how to wait for each batch, see L{Waiter}."""
     try:
         sock = connect(port)
-        sock.sendall(cc.encode_sub(topic, 0, batch, None, who))
+        waiter = Waiter(sock, poll_us)
+        waiter.sendall(cc.encode_sub(topic, 0, batch, None, who))
         buf = bytearray(1 << 22)
         view = memoryview(buf)
         barrier.wait()
-        sock.settimeout(0.2 if stop is not None else idle_timeout)
+        waiter.settimeout(0.2 if stop is not None else idle_timeout)
         t0 = time.perf_counter()
         c0 = time.process_time()
         got = 0
@@ -220,7 +231,7 @@ def sub_worker(port, topic, batch, who, expect, barrier, results, stop=None, idl
         have = 0  # bytes of the current frame in buf
         while expect is None or got < expect:
             try:
-                k = sock.recv_into(view[have:])
+                k = waiter.recv_into(view[have:])
             except socket.timeout:
                 if stop is not None and stop.is_set():
                     break
@@ -252,7 +263,7 @@ def sub_worker(port, topic, batch, who, expect, barrier, results, stop=None, idl
                     lag = time.time() * 1000 - ts
                     if lag > max_lag_ms:
                         max_lag_ms = lag
-                sock.sendall(ACK)
+                waiter.sendall(ACK)
                 got += count
                 body_bytes += length
                 batches += 1
@@ -498,7 +509,8 @@ class Bench:
             results = MP.Queue()
             barrier = MP.Barrier(conns + 1)
             procs = [
-                self.spawn(pub_worker, s.smss_port, topic, a.seconds, barrier, results)
+                self.spawn(pub_worker, s.smss_port, topic, a.seconds, a.client_poll, barrier,
+                           results)
                 for _ in range(conns)
             ]
             profile = a.profile if conns in a.profile_conns and run == 0 else None
@@ -551,7 +563,7 @@ class Bench:
             results = MP.Queue()
             barrier = MP.Barrier(2)
             p = self.spawn(sub_worker, s.smss_port, topic, batch, f"catchup-{batch}",
-                           a.messages, barrier, results)
+                           a.messages, a.client_poll, barrier, results)
             with Profiler(s.proc.pid, a.profile if batch in a.profile_batches else None,
                           f"catchup-{batch}", gil=a.profile_gil):
                 with Meter(s.proc.pid) as m:
@@ -575,7 +587,8 @@ class Bench:
             self.say(f"catch-up batch {batch:>3}: {rate:9.0f} msgs/s  ({got} msgs in {elapsed:.1f}s,"
                      f" {batches} batches)  peak RSS {m.peak / MB:.1f} MB"
                      f"  server CPU {fig['server CPU %']:.0f}%  client CPU {fig['client CPU %']:.0f}%")
-            if fig["client CPU %"] > 80:
+            # A polling client is busy by design, so its CPU says nothing about limits.
+            if fig["client CPU %"] > 80 and not a.client_poll:
                 self.notes.append(f"catch-up batch {batch}: the client used {fig['client CPU %']:.0f}%"
                                   " of a core; it may be the bottleneck")
         self.stop_server(s)
@@ -634,9 +647,9 @@ class Bench:
         barrier = MP.Barrier(3)
         stop = MP.Event()
         sub = self.spawn(sub_worker, s.smss_port, topic, a.steady_batch, "steady", None,
-                         barrier, sub_results, stop)
+                         a.client_poll, barrier, sub_results, stop)
         pub = self.spawn(paced_pub_worker, s.smss_port, topic, a.steady_rate, a.steady_seconds,
-                         barrier, results)
+                         a.client_poll, barrier, results)
         with Meter(s.proc.pid) as m:
             barrier.wait(30)
             ((n, elapsed, pub_cpu),) = self.collect(results, [pub], a.steady_seconds + 60)
@@ -723,6 +736,7 @@ def parse_args(argv=None):
                         "the machine idle (for shared machines; default 0: don't wait)")
     p.add_argument("--quiet-below", type=float, default=15, metavar="PCT",
                    help="what --wait-quiet calls idle: %% of one core busy (default 15)")
+    add_argument(p)
     p.add_argument("--tmpdir", help="where to put the server's data (default: system temp)")
     p.add_argument("--keep", action="store_true", help="keep the data directory")
     p.add_argument("--profile", metavar="DIR",
@@ -771,6 +785,7 @@ def main(argv=None):
           f" data under {bench.tmp}", flush=True)
     print(f"machine load before start: {busy:.0f}% of one core busy,"
           f" load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    print(describe(args.client_poll), flush=True)
     if busy > 20:
         bench.notes.append(f"other programs kept {busy:.0f}% of one core busy before the run;"
                            " figures are lower and noisier than on an idle machine")
