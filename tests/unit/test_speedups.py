@@ -6,13 +6,16 @@ import importlib
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from twisted.internet.task import Clock
 
 from mqserver import speedups
 from mqserver.store import format as fmt
+from mqserver.store import store as store_module
+from mqserver.store.store import Message, MessageStore
 from protocols.nsq import frames
 from protocols.smss import views
 
-_SPEEDUPS = ["protocols.smss._push", "protocols.nsq._frames"]
+_SPEEDUPS = ["protocols.smss._push", "protocols.nsq._frames", "mqserver.store._pack"]
 _PAIRS = [(views, "encode_records"), (frames, "delivery_frames")]
 
 
@@ -122,3 +125,83 @@ def test_nsq_delivery_frames_reject_bad_spans():
         message_frames([(1, 65536, 1, b"abc", 0, 3)], 2)
     with pytest.raises(TypeError):
         message_frames([(1, 1, 1, b"abc", 0)], 2)
+
+
+# -- store record packing ---------------------------------------------------------------
+
+_tags_props = st.one_of(
+    st.just(b""),
+    st.sampled_from([b"TAGS\x01tagA\x02", b"KEYS\x01k\x02TAGS\x01\xe4\xb8\xad\x02", b"XTAGS\x01a\x02"]),
+    _props,
+)
+_store_message = st.builds(
+    Message,
+    body=st.binary(max_size=700),
+    properties=_tags_props,
+    flag=st.integers(-(2**31), 2**31 - 1),
+    sys_flag=st.integers(0, 2**31 - 1),
+    reconsume_times=st.integers(0, 100),
+    born_ts=st.integers(0, 2**40),
+    born_host=st.binary(min_size=8, max_size=8),
+)
+# a batch, sent to a queue or as admin records (put_admin: one message, an op)
+_puts = st.lists(
+    st.one_of(
+        st.tuples(st.just("msg"), st.sampled_from(["a", "topic-b"]), st.integers(0, 2),
+                  st.lists(_store_message, min_size=1, max_size=12)),
+        st.tuples(st.just("admin"), st.sampled_from(["a", "z"]), st.just(-1),
+                  st.binary(max_size=300)),
+    ),
+    min_size=1, max_size=6)
+
+
+def _run_puts(path, puts, packer):
+    s = MessageStore(str(path), Clock(), clock=lambda: 1_700_000_000.0, segment_size=4096,
+                     cq_entries_per_file=10, max_message_size=600,
+                     store_host=b"\x7f\x00\x00\x01\x00\x00\x30\x39")
+    s.open()
+    outcomes = []
+    with _packer(packer):
+        for kind, topic, qid, arg in puts:
+            if kind == "msg":
+                d = s.put_messages(topic, qid, arg)
+            else:
+                d = s.put_admin(fmt.OP_UPDATE, topic, arg)
+            got = []
+            d.addBoth(got.append)
+            r = got[0]
+            outcomes.append(
+                ("error", str(r.value)) if hasattr(r, "value") else
+                (r.event_id, r.queue_id, r.log_offsets, r.queue_offsets, r.sizes, r.store_ts))
+    log = s.commitlog.read_segment  # every segment's bytes, and every queue's entries
+    segments = [log(start) for start in s.commitlog.segments]
+    queues = {key: s.read_entries(key[0], key[1], 0, 10_000) for key in sorted(s._queues)}
+    s.close()
+    return outcomes, segments, queues
+
+
+class _packer:
+    """Use the Python (C{"py"}) or the C (C{"c"}) record packing inside the block."""
+
+    def __init__(self, which):
+        self.which = which
+
+    def __enter__(self):
+        self.saved = store_module._pack
+        if self.which == "py":
+            store_module._pack = None
+        else:
+            store_module._pack = _c_module("mqserver.store._pack")
+
+    def __exit__(self, *exc):
+        store_module._pack = self.saved
+
+
+@settings(max_examples=150, deadline=None)
+@given(_puts)
+def test_store_packing_matches_python(tmp_path_factory, puts):
+    """Batches across segment rolls, over-limit bodies (the whole batch fails), tagged
+    messages and admin records: the C packing writes the same log, queues and results."""
+    py = _run_puts(tmp_path_factory.mktemp("py"), puts, "py")
+    c = _run_puts(tmp_path_factory.mktemp("c"), puts, "c")
+    assert c == py

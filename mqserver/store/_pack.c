@@ -1,0 +1,255 @@
+/* The publish hot path in C: messages -> commit-log records and consume-queue entries.
+ *
+ * A speedup of the record-packing loop of MessageStore._append (store.py), byte for
+ * byte; the Python loop stays the reference and the fallback, and tests compare the two.
+ * The record layout is format.py's HEADER (">iIIiiqqiq8sq8siqi", big-endian) followed by
+ * the body, the topic tail (length byte + topic) and the u16-prefixed properties; a
+ * consume-queue entry is CQ_ENTRY (">qiq": offset, size, tag hash). The caller passes
+ * zlib.crc32 and format.tag_hash_of, so the CRC and the Java tag hash are computed by
+ * the same code as everywhere else.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define HEADER_SIZE 88
+#define ENTRY_SIZE 20
+
+static PyObject *s_body, *s_properties, *s_flag, *s_sys_flag, *s_reconsume_times,
+    *s_born_ts, *s_born_host;
+
+static inline unsigned char *be32(unsigned char *o, uint32_t v) {
+    o[0] = (unsigned char)(v >> 24);
+    o[1] = (unsigned char)(v >> 16);
+    o[2] = (unsigned char)(v >> 8);
+    o[3] = (unsigned char)v;
+    return o + 4;
+}
+
+static inline unsigned char *be64(unsigned char *o, uint64_t v) {
+    be32(o, (uint32_t)(v >> 32));
+    return be32(o + 4, (uint32_t)v);
+}
+
+/* One message's fields, gathered in the first pass. */
+typedef struct {
+    PyObject *body, *props; /* new references */
+    Py_buffer bv, pv;
+    int have_bv, have_pv;
+    long long flag, sys_flag, reconsume, born_ts;
+    char born_host[8];
+    long long tag_hash;
+    uint32_t crc;
+    Py_ssize_t size;
+} msg_t;
+
+static void release(msg_t *m) {
+    if (m->have_bv)
+        PyBuffer_Release(&m->bv);
+    if (m->have_pv)
+        PyBuffer_Release(&m->pv);
+    Py_XDECREF(m->body);
+    Py_XDECREF(m->props);
+}
+
+static int get_ll(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* pack(messages, start, magic, queue_id, op, is_msg, qoff, pos, seg_left, blank_size,
+ *      now, host, event_id, tail, max_size, crc32, tag_hash)
+ *   -> (data, entries, offsets, sizes, stop)
+ *
+ * Packs messages[start:] while each record plus a BLANK marker fits in seg_left.
+ * stop: 0 all packed; 1 the next message needs a new segment (the caller rolls and
+ * calls again); 2 the next message's body is over max_size. */
+static PyObject *pack_pack(PyObject *self, PyObject *args) {
+    PyObject *messages, *host, *tail, *crc32, *tag_hash;
+    Py_ssize_t start, seg_left, blank_size, max_size;
+    unsigned int magic;
+    int queue_id, op, is_msg;
+    long long qoff, pos, now, event_id;
+    if (!PyArg_ParseTuple(args, "O!nIiipLLnnLO!LO!nOO", &PyList_Type, &messages, &start,
+                          &magic, &queue_id, &op, &is_msg, &qoff, &pos, &seg_left,
+                          &blank_size, &now, &PyBytes_Type, &host, &event_id,
+                          &PyBytes_Type, &tail, &max_size, &crc32, &tag_hash))
+        return NULL;
+    if (PyBytes_GET_SIZE(host) != 8) {
+        PyErr_SetString(PyExc_ValueError, "host must be 8 bytes");
+        return NULL;
+    }
+    Py_ssize_t total_n = PyList_GET_SIZE(messages);
+    if (start < 0 || start > total_n) {
+        PyErr_SetString(PyExc_IndexError, "start out of range");
+        return NULL;
+    }
+    Py_ssize_t n = total_n - start;
+    Py_ssize_t tail_len = PyBytes_GET_SIZE(tail);
+    msg_t *ms = PyMem_Calloc(n ? n : 1, sizeof(msg_t));
+    if (ms == NULL)
+        return PyErr_NoMemory();
+    PyObject *result = NULL, *data = NULL, *entries = NULL, *offsets = NULL, *sizes = NULL;
+    int stop = 0;
+    Py_ssize_t k = 0, data_len = 0;
+    /* First pass: fields, sizes, CRCs and tag hashes, until a stop. */
+    for (; k < n; k++) {
+        PyObject *msg = PyList_GET_ITEM(messages, start + k);
+        msg_t *m = &ms[k];
+        m->body = PyObject_GetAttr(msg, s_body);
+        if (m->body == NULL || PyObject_GetBuffer(m->body, &m->bv, PyBUF_SIMPLE) < 0)
+            goto fail;
+        m->have_bv = 1;
+        if (m->bv.len > max_size) {
+            stop = 2;
+            break;
+        }
+        m->props = PyObject_GetAttr(msg, s_properties);
+        if (m->props == NULL || PyObject_GetBuffer(m->props, &m->pv, PyBUF_SIMPLE) < 0)
+            goto fail;
+        m->have_pv = 1;
+        if (m->pv.len > 0xFFFF) {
+            PyErr_SetString(PyExc_ValueError, "properties over 65535 bytes");
+            goto fail;
+        }
+        m->size = HEADER_SIZE + m->bv.len + tail_len + 2 + m->pv.len;
+        if (m->size + blank_size > seg_left) {
+            stop = 1;
+            break;
+        }
+        seg_left -= m->size;
+        if (get_ll(msg, s_sys_flag, &m->sys_flag) < 0 ||
+            get_ll(msg, s_reconsume_times, &m->reconsume) < 0 ||
+            get_ll(msg, s_born_ts, &m->born_ts) < 0)
+            goto fail;
+        if (is_msg) {
+            if (get_ll(msg, s_flag, &m->flag) < 0)
+                goto fail;
+        } else {
+            m->flag = op;
+        }
+        PyObject *bh = PyObject_GetAttr(msg, s_born_host);
+        if (bh == NULL)
+            goto fail;
+        if (!PyBytes_Check(bh) || PyBytes_GET_SIZE(bh) != 8) {
+            Py_DECREF(bh);
+            PyErr_SetString(PyExc_ValueError, "born_host must be 8 bytes");
+            goto fail;
+        }
+        memcpy(m->born_host, PyBytes_AS_STRING(bh), 8);
+        Py_DECREF(bh);
+        PyObject *c = PyObject_CallOneArg(crc32, m->body);
+        if (c == NULL)
+            goto fail;
+        m->crc = (uint32_t)(PyLong_AsUnsignedLongMask(c) & 0x7FFFFFFFu);
+        Py_DECREF(c);
+        m->tag_hash = 0;
+        if (is_msg && m->pv.len >= 5 && memmem(m->pv.buf, m->pv.len, "TAGS\x01", 5) != NULL) {
+            PyObject *h = PyObject_CallOneArg(tag_hash, m->props);
+            if (h == NULL)
+                goto fail;
+            m->tag_hash = PyLong_AsLongLong(h);
+            Py_DECREF(h);
+            if (m->tag_hash == -1 && PyErr_Occurred())
+                goto fail;
+        }
+        data_len += m->size;
+    }
+    /* Second pass: write records and entries. */
+    data = PyBytes_FromStringAndSize(NULL, data_len);
+    entries = PyBytes_FromStringAndSize(NULL, is_msg ? k * ENTRY_SIZE : 0);
+    offsets = PyList_New(k);
+    sizes = PyList_New(k);
+    if (data == NULL || entries == NULL || offsets == NULL || sizes == NULL)
+        goto fail;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(data);
+    unsigned char *e = (unsigned char *)PyBytes_AS_STRING(entries);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        msg_t *m = &ms[i];
+        PyObject *off_obj = PyLong_FromLongLong(pos), *size_obj = PyLong_FromSsize_t(m->size);
+        if (off_obj == NULL || size_obj == NULL) {
+            Py_XDECREF(off_obj);
+            Py_XDECREF(size_obj);
+            goto fail;
+        }
+        PyList_SET_ITEM(offsets, i, off_obj);
+        PyList_SET_ITEM(sizes, i, size_obj);
+        o = be32(o, (uint32_t)m->size);
+        o = be32(o, magic);
+        o = be32(o, m->crc);
+        o = be32(o, (uint32_t)queue_id);
+        o = be32(o, (uint32_t)m->flag);
+        o = be64(o, (uint64_t)qoff);
+        o = be64(o, (uint64_t)pos);
+        o = be32(o, (uint32_t)m->sys_flag);
+        o = be64(o, (uint64_t)(m->born_ts ? m->born_ts : now));
+        memcpy(o, m->born_host, 8);
+        o += 8;
+        o = be64(o, (uint64_t)now);
+        memcpy(o, PyBytes_AS_STRING(host), 8);
+        o += 8;
+        o = be32(o, (uint32_t)m->reconsume);
+        o = be64(o, (uint64_t)event_id);
+        o = be32(o, (uint32_t)m->bv.len);
+        memcpy(o, m->bv.buf, m->bv.len);
+        o += m->bv.len;
+        memcpy(o, PyBytes_AS_STRING(tail), tail_len);
+        o += tail_len;
+        *o++ = (unsigned char)(m->pv.len >> 8);
+        *o++ = (unsigned char)m->pv.len;
+        memcpy(o, m->pv.buf, m->pv.len);
+        o += m->pv.len;
+        if (is_msg) {
+            e = be64(e, (uint64_t)pos);
+            e = be32(e, (uint32_t)m->size);
+            e = be64(e, (uint64_t)m->tag_hash);
+            qoff++;
+        }
+        pos += m->size;
+        event_id++;
+    }
+    result = Py_BuildValue("(NNNNi)", data, entries, offsets, sizes, stop);
+    data = entries = offsets = sizes = NULL; /* stolen by Py_BuildValue's N */
+fail:
+    Py_XDECREF(data);
+    Py_XDECREF(entries);
+    Py_XDECREF(offsets);
+    Py_XDECREF(sizes);
+    for (Py_ssize_t i = 0; i < n; i++)
+        release(&ms[i]);
+    PyMem_Free(ms);
+    return result;
+}
+
+static PyMethodDef pack_methods[] = {
+    {"pack", pack_pack, METH_VARARGS,
+     "pack(messages, start, magic, queue_id, op, is_msg, qoff, pos, seg_left, blank_size, "
+     "now, host, event_id, tail, max_size, crc32, tag_hash) -> (data, entries, offsets, "
+     "sizes, stop): see _pack.c."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef pack_module = {
+    PyModuleDef_HEAD_INIT, "mqserver.store._pack",
+    "Commit-log record packing in C (see store.py).", -1, pack_methods,
+};
+
+PyMODINIT_FUNC PyInit__pack(void) {
+#define INTERN(var, text)                                   \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) \
+        return NULL;
+    INTERN(s_body, "body");
+    INTERN(s_properties, "properties");
+    INTERN(s_flag, "flag");
+    INTERN(s_sys_flag, "sys_flag");
+    INTERN(s_reconsume_times, "reconsume_times");
+    INTERN(s_born_ts, "born_ts");
+    INTERN(s_born_host, "born_host");
+    return PyModule_Create(&pack_module);
+}
