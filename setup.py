@@ -6,6 +6,7 @@ broker runs the pure-Python code they speed up."""
 from setuptools import Extension, setup
 
 SPEEDUPS = [
+    ("mqserver.broker._inflight", "mqserver/broker/_inflight.c"),
     ("mqserver.store._pack", "mqserver/store/_pack.c"),
     ("protocols.smss._push", "protocols/smss/_push.c"),
     ("protocols.nsq._frames", "protocols/nsq/_frames.c"),

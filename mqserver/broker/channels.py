@@ -17,6 +17,7 @@ import heapq
 import random
 from collections import deque
 
+from mqserver import speedups
 from mqserver.broker.cursor import TopicCursor
 from mqserver.store import format as fmt
 
@@ -30,6 +31,60 @@ _MS_NS = 1_000_000
 
 # in-flight / requeue entry: a list, cheapest to build on the hot path
 EID, QID, QOFF, LOFF, SIZE, ATTEMPTS, DEADLINE, OWNER, STARTED = range(9)
+
+
+def _take_fresh_py(buf, locs, in_flight, deadline, owner, now, ms_ns, out):
+    """Hand out the records at C{locs} in C{buf} as first attempts: an in-flight entry
+    each, and a delivery item each appended to C{out} (the C speedup does the same)."""
+    append = out.append
+    for pos, _ in locs:
+        size, qid, qoff, loff, ts, eid, blen = _FIELDS(buf, pos)
+        in_flight[eid] = [eid, qid, qoff, loff, size, 1, deadline, owner, now]
+        b0 = pos + _BODY
+        append((ts * ms_ns, 1, eid, buf, b0, b0 + blen))
+
+
+def _finish_py(eids, in_flight, owner, floor, done):
+    """FIN C{eids} in order until one is not in flight or not C{owner}'s: each leaves
+    C{in_flight} and moves its queue's floor, or joins the done set above the floor.
+    Returns how many were finished (the C speedup does the same)."""
+    n = 0
+    for eid in eids:
+        e = in_flight.get(eid)
+        if e is None or e[OWNER] is not owner:
+            break
+        del in_flight[eid]
+        _finished(floor, done, e[QID], e[QOFF])
+        n += 1
+    return n
+
+
+def _finished(floor, done, qid, qoff):
+    """Record that (qid, qoff) is finished: the floor moves past it and any finished
+    offsets right above, or it waits in the done set above the floor."""
+    f = floor[qid]
+    if qoff == f:
+        f += 1
+        d = done[qid]
+        if d:
+            while f in d:
+                d.discard(f)
+                f += 1
+        floor[qid] = f
+    elif qoff > f:
+        done[qid].add(qoff)
+
+
+_inflight = speedups.load("mqserver.broker._inflight")
+if _inflight is not None:
+    _inflight.configure(
+        (0, fmt.OFF_QUEUE_ID, fmt.OFF_QUEUE_OFFSET, fmt.OFF_PHYSICAL_OFFSET, fmt.OFF_STORE_TS,
+         fmt.OFF_EVENT_ID, fmt.OFF_BODY_LEN, fmt.HEADER_SIZE),
+        (EID, QID, QOFF, LOFF, SIZE, ATTEMPTS, DEADLINE, OWNER, STARTED),
+    )
+    _take_fresh, _finish = _inflight.take, _inflight.finish
+else:
+    _take_fresh, _finish = _take_fresh_py, _finish_py
 
 
 class ChannelExists(Exception):
@@ -103,19 +158,6 @@ class Channel:
         return {"topic": self.topic, "name": self.name, "paused": self.paused,
                 "floor": floor, "done": done}
 
-    def _finished(self, qid, qoff):
-        f = self.floor[qid]
-        if qoff == f:
-            f += 1
-            d = self.done[qid]
-            if d:
-                while f in d:
-                    d.discard(f)
-                    f += 1
-            self.floor[qid] = f
-        elif qoff > f:
-            self.done[qid].add(qoff)
-
     # -- consumers -----------------------------------------------------------------------
 
     def add_consumer(self, consumer):
@@ -186,6 +228,7 @@ class Channel:
         rate = owner.sample_rate
         done = self.done
         read_span = self.cursor.read_span
+        take_fresh = _take_fresh
         while len(out) < n:
             buf, locs = read_span(n - len(out))
             if not locs:
@@ -197,7 +240,8 @@ class Channel:
                     if d and qoff in d:
                         continue  # finished before a restart
                     if rate and random.random() * 100 >= rate:
-                        self._finished(qid, qoff)  # sampled out: consumed, never delivered
+                        # sampled out: consumed, never delivered
+                        _finished(self.floor, done, qid, qoff)
                         continue
                     in_flight[eid] = [eid, qid, qoff, loff, size, 1, deadline, owner, now]
                     b0 = pos + _BODY
@@ -205,11 +249,7 @@ class Channel:
             else:
                 # The common case (nothing finished out of order, no sampling): no
                 # per-record checks.
-                for pos, _ in locs:
-                    size, qid, qoff, loff, ts, eid, blen = _FIELDS(buf, pos)
-                    in_flight[eid] = [eid, qid, qoff, loff, size, 1, deadline, owner, now]
-                    b0 = pos + _BODY
-                    append((ts * _MS_NS, 1, eid, buf, b0, b0 + blen))
+                take_fresh(buf, locs, in_flight, deadline, owner, now, _MS_NS, out)
         if out:
             self.registry.arm(self)
         return out
@@ -235,18 +275,7 @@ class Channel:
 
         Returns how many were finished; the caller handles the one at that index (if
         any) on its own (L{finish} tells why it fails)."""
-        in_flight = self.in_flight
-        finished = self._finished
-        n = 0
-        for eid in eids:
-            e = in_flight.pop(eid, None)
-            if e is None:
-                break
-            if e[OWNER] is not owner:
-                in_flight[eid] = e
-                break
-            finished(e[QID], e[QOFF])
-            n += 1
+        n = _finish(eids, self.in_flight, owner, self.floor, self.done)
         if n:
             owner.in_flight -= n
             self.store.mark_dirty()

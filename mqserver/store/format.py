@@ -79,6 +79,7 @@ BLANK_SIZE = BLANK.size
 #: Offsets of single fields, for reading one without unpacking the whole header.
 OFF_QUEUE_ID = 12
 OFF_QUEUE_OFFSET = 20
+OFF_PHYSICAL_OFFSET = 28
 OFF_SYS_FLAG = 36
 OFF_STORE_TS = 56
 OFF_EVENT_ID = 76

@@ -9,13 +9,15 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from mqserver import speedups
+from mqserver.broker import channels
 from mqserver.store import format as fmt
 from mqserver.store import store as store_module
 from mqserver.store.store import Message, MessageStore
 from protocols.nsq import frames
 from protocols.smss import views
 
-_SPEEDUPS = ["protocols.smss._push", "protocols.nsq._frames", "mqserver.store._pack"]
+_SPEEDUPS = ["protocols.smss._push", "protocols.nsq._frames", "mqserver.store._pack",
+             "mqserver.broker._inflight"]
 _PAIRS = [(views, "encode_records"), (frames, "delivery_frames")]
 
 
@@ -205,3 +207,67 @@ def test_store_packing_matches_python(tmp_path_factory, puts):
     py = _run_puts(tmp_path_factory.mktemp("py"), puts, "py")
     c = _run_puts(tmp_path_factory.mktemp("c"), puts, "c")
     assert c == py
+
+
+# -- channel in-flight table ------------------------------------------------------------
+
+
+@settings(max_examples=200)
+@given(st.lists(_message, max_size=8), st.binary(max_size=16))
+def test_channel_take_matches_python(messages, gap):
+    """Fresh records become the same in-flight entries and delivery items."""
+    inflight = _c_module("mqserver.broker._inflight")
+    parts, locs, pos = [], [], 0
+    for m in messages:
+        rec = _pack(m)
+        parts += [gap, rec]
+        pos += len(gap)
+        locs.append((pos, len(rec)))
+        pos += len(rec)
+    buf = b"".join(parts)
+    owner, deadline, now = object(), 12.5, 2.5
+    results = []
+    for take in (channels._take_fresh_py, inflight.take):
+        table, out = {7: ["older"]}, []
+        take(buf, locs, table, deadline, owner, now, 1_000_000, out)
+        results.append((list(table.items()), out))
+    assert results[0] == results[1]
+
+
+def test_channel_take_rejects_records_past_the_buffer():
+    take = _c_module("mqserver.broker._inflight").take
+    rec = _pack({"queue_id": 0, "queue_offset": 0, "sys_flag": 0, "store_ts": 1, "event_id": 1,
+                 "body": b"x" * 50, "topic": b"t", "properties": b""})
+    for buf, pos in [(rec[:fmt.HEADER_SIZE + 10], 0), (rec, len(rec)), (rec, -1)]:
+        table = {}
+        with pytest.raises(ValueError):
+            take(buf, [(pos, 0)], table, 1.0, None, 0.0, 1, [])
+        assert table == {}
+
+
+_fin_case = st.fixed_dictionaries({
+    # in-flight messages: (eid, qid, qoff, owner index)
+    "flight": st.lists(st.tuples(st.integers(0, 40), st.integers(0, 1), st.integers(0, 30),
+                                 st.integers(0, 1)), max_size=25, unique_by=lambda t: t[0]),
+    "floor": st.tuples(st.integers(0, 10), st.integers(0, 10)),
+    "done": st.tuples(st.sets(st.integers(0, 35), max_size=8), st.sets(st.integers(0, 35), max_size=8)),
+    "fins": st.lists(st.integers(0, 45), max_size=30),
+})
+
+
+@settings(max_examples=300)
+@given(_fin_case)
+def test_channel_finish_matches_python(case):
+    """A run of FINs (some unknown, some another consumer's, repeats) stops at the same
+    place and leaves the same table, floors and done sets."""
+    inflight = _c_module("mqserver.broker._inflight")
+    owners = [object(), object()]
+    results = []
+    for finish in (channels._finish_py, inflight.finish):
+        table = {eid: [eid, qid, qoff, 0, 100, 1, 9.0, owners[o], 1.0]
+                 for eid, qid, qoff, o in case["flight"]}
+        floor = dict(enumerate(case["floor"]))
+        done = {q: set(d) for q, d in enumerate(case["done"])}
+        n = finish(case["fins"], table, owners[0], floor, done)
+        results.append((n, list(table.items()), floor, done))
+    assert results[0] == results[1]

@@ -53,13 +53,14 @@ def test_field_offsets_match_the_schema():
     """The OFF_* constants (handed to the C speedups) sit where the schema puts each field."""
     packed = fmt.pack_record(
         magic=fmt.MESSAGE_MAGIC, queue_id=0x01020304, flag=0, queue_offset=0x1112131415161718,
-        physical_offset=0, sys_flag=0x21222324, born_ts=0, born_host=fmt.NO_HOST,
+        physical_offset=0x5152535455565758, sys_flag=0x21222324, born_ts=0, born_host=fmt.NO_HOST,
         store_ts=0x3132333435363738, store_host=fmt.NO_HOST, reconsume_times=0,
         event_id=0x4142434445464748, body=b"b" * 0x55, topic=b"t", properties=b"")
     parsed = fmt.RECORD.parse(packed)
     for off, width, value in [
         (fmt.OFF_QUEUE_ID, 4, parsed.queue_id),
         (fmt.OFF_QUEUE_OFFSET, 8, parsed.queue_offset),
+        (fmt.OFF_PHYSICAL_OFFSET, 8, parsed.physical_offset),
         (fmt.OFF_SYS_FLAG, 4, parsed.sys_flag),
         (fmt.OFF_STORE_TS, 8, parsed.store_timestamp),
         (fmt.OFF_EVENT_ID, 8, parsed.event_id),
