@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from clientwait import Waiter, add_argument, describe  # noqa: E402
-from procstat import cpu_seconds, peak_rss_mb  # noqa: E402
+from procstat import cpu_seconds, peak_rss_mb, steal_seconds  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 
 _HDR = struct.Struct(">II")
@@ -183,6 +183,7 @@ def main():
     try:
         port = server.ports["NsqdFactory"]
         pid = server.proc.pid
+        steal0, wall0 = steal_seconds(), time.monotonic()
         c0 = cpu_seconds(pid)
         n, t = _run(_writer, args.conns, (port, "bench", seconds, args.batch, args.size, poll))
         c1 = cpu_seconds(pid)
@@ -198,6 +199,9 @@ def main():
                 n, t, c3 - c2)
         with open("/proc/loadavg") as f:
             print(f"load average during the run: {f.read().split()[0]} ({os.cpu_count()} cores)")
+        steal = steal_seconds() - steal0
+        print(f"host steal during the run: {steal:.1f} s "
+              f"({100 * steal / (time.monotonic() - wall0):.0f}% of one core)")
         print(f"broker peak RSS: {peak_rss_mb(server.proc.pid):.0f} MiB")
     finally:
         server.stop()

@@ -304,6 +304,12 @@ def reset_hwm(pid):
         return False
 
 
+def host_steal():
+    """CPU seconds the hypervisor took from this virtual machine's CPUs so far (0 on bare
+    metal): while it is high, wake-ups are late and every figure drops."""
+    return getattr(psutil.cpu_times(), "steal", 0.0)
+
+
 def host_busy():
     """CPU seconds all CPUs of the machine spent busy so far (guest time is in user)."""
     t = psutil.cpu_times()
@@ -326,6 +332,8 @@ class Meter:
         self.peak = self.proc.memory_info().rss
         self.cpu0 = self._cpu()
         self.host0 = host_busy()
+        self.steal0 = host_steal()
+        self.steal = 0.0
         self.me0 = self._me()
         self.t0 = time.perf_counter()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -347,6 +355,10 @@ class Meter:
         other = self.host - self.cpu - self.me - workers_cpu
         return max(0.0, 100 * other / self.wall)
 
+    def steal_pct(self):
+        """CPU time the hypervisor stole during the phase, in % of one core."""
+        return 100 * self.steal / self.wall
+
     def _run(self):
         while not self._stop.wait(self.interval):
             try:
@@ -362,6 +374,7 @@ class Meter:
         try:
             self.cpu = self._cpu() - self.cpu0
             self.host = host_busy() - self.host0
+            self.steal = host_steal() - self.steal0
             self.me = self._me() - self.me0
             self.rss = self.proc.memory_info().rss
             self.peak = max(self.peak, self.rss)
@@ -532,7 +545,7 @@ class Bench:
             "server CPU s": m.cpu,
             "server CPU %": 100 * m.cpu / m.wall,
             "client CPU %": 100 * client_cpu / m.wall,
-            "other CPU %": m.other_pct(client_cpu),
+            "other CPU %": m.other_pct(client_cpu), "steal %": m.steal_pct(),
             "p50 ms": 1000 * lat[len(lat) // 2],
             "p99 ms": 1000 * lat[int(len(lat) * 0.99)],
             "messages": n,
@@ -540,7 +553,7 @@ class Bench:
         self.say(f"publish {conns:>2} conn: {rate:9.0f} msgs/s  peak RSS {m.peak / MB:.1f} MB"
                  f"  server CPU {m.cpu:.1f}s ({fig['server CPU %']:.0f}%)"
                  f"  p50 {fig['p50 ms']:.2f} ms  p99 {fig['p99 ms']:.2f} ms"
-                 f"  other load {fig['other CPU %']:.0f}%")
+                 f"  other load {fig['other CPU %']:.0f}%  steal {fig['steal %']:.0f}%")
         return fig
 
     def run_catchup(self):
@@ -554,7 +567,7 @@ class Bench:
         self.rows.append(("backlog", f"{a.messages} msgs, PUB x500", {
             "msgs/s": a.messages / secs, "peak RSS MB": m.peak / MB, "server CPU s": m.cpu,
             "server CPU %": 100 * m.cpu / m.wall, "client CPU %": 100 * m.me / m.wall,
-            "other CPU %": m.other_pct(), "messages": a.messages,
+            "other CPU %": m.other_pct(), "steal %": m.steal_pct(), "messages": a.messages,
         }))
         self.say(f"backlog: {a.messages} messages in {secs:.1f}s ({a.messages / secs:.0f} msgs/s,"
                  f" PUB batches of 500), peak RSS {m.peak / MB:.1f} MB")
@@ -580,7 +593,7 @@ class Bench:
                 "server CPU s": m.cpu,
                 "server CPU %": 100 * m.cpu / m.wall,
                 "client CPU %": 100 * cpu / elapsed,
-                "other CPU %": m.other_pct(cpu),
+                "other CPU %": m.other_pct(cpu), "steal %": m.steal_pct(),
                 "messages": got,
             }
             self.rows.append(("catch-up", f"batch {batch}", fig))
@@ -604,7 +617,7 @@ class Bench:
         self.rows.append(("backlog", f"{a.idle_messages} msgs, PUB x2000", {
             "msgs/s": a.idle_messages / secs, "peak RSS MB": m.peak / MB, "server CPU s": m.cpu,
             "server CPU %": 100 * m.cpu / m.wall, "client CPU %": 100 * m.me / m.wall,
-            "other CPU %": m.other_pct(), "messages": a.idle_messages,
+            "other CPU %": m.other_pct(), "steal %": m.steal_pct(), "messages": a.idle_messages,
         }))
         self.say(f"idle backlog: {a.idle_messages} messages in {secs:.1f}s"
                  f" ({a.idle_messages / secs:.0f} msgs/s), peak RSS {m.peak / MB:.1f} MB")
@@ -665,7 +678,7 @@ class Bench:
             "server CPU s": m.cpu,
             "server CPU %": 100 * m.cpu / m.wall,
             "client CPU %": 100 * (pub_cpu + cpu) / m.wall,
-            "other CPU %": m.other_pct(pub_cpu + cpu),
+            "other CPU %": m.other_pct(pub_cpu + cpu), "steal %": m.steal_pct(),
             "messages": n,
         }
         self.rows.append(("steady", f"{a.steady_rate}/s + 1 sub (batch {a.steady_batch})", fig))
@@ -680,7 +693,7 @@ class Bench:
 
     def table(self):
         cols = ["msgs/s", "peak RSS MB", "RSS MB", "server CPU s", "server CPU %",
-                "client CPU %", "other CPU %", "p50 ms", "p99 ms", "messages"]
+                "client CPU %", "other CPU %", "steal %", "p50 ms", "p99 ms", "messages"]
         used = [c for c in cols if any(c in r[2] for r in self.rows)]
         head = ["section", "config"] + used
         lines = []
