@@ -14,7 +14,8 @@ SPEEDUPS = [
 
 setup(
     ext_modules=[
-        Extension(name, [source], optional=True, extra_compile_args=["-O2"])
+        Extension(name, [source], include_dirs=["mqserver"], depends=["mqserver/_bytes.h"],
+                  optional=True, extra_compile_args=["-O2"])
         for name, source in SPEEDUPS
     ],
 )

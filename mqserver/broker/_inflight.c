@@ -11,6 +11,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_bytes.h"
+
 #define ENTRY_LEN 9
 
 /* Record field offsets and the body offset; in-flight entry indexes. */
@@ -19,14 +21,6 @@ static Py_ssize_t off_total, off_queue_id, off_queue_offset, off_physical, off_s
 static Py_ssize_t ix_eid, ix_qid, ix_qoff, ix_loff, ix_size, ix_attempts, ix_deadline,
     ix_owner, ix_started;
 static int configured;
-
-static inline uint32_t be32(const unsigned char *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static inline int64_t be64(const unsigned char *p) {
-    return (int64_t)(((uint64_t)be32(p) << 32) | be32(p + 4));
-}
 
 static PyObject *inflight_configure(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "(nnnnnnnn)(nnnnnnnnn)", &off_total, &off_queue_id,
@@ -82,10 +76,10 @@ static PyObject *inflight_take(PyObject *self, PyObject *args) {
         if (pos < 0 || pos > view.len - body_offset)
             goto corrupt;
         const unsigned char *r = buf + pos;
-        int64_t blen = (int32_t)be32(r + off_body_len);
+        int64_t blen = (int32_t)get_be32(r + off_body_len);
         if (blen < 0 || blen > view.len - pos - body_offset)
             goto corrupt;
-        int64_t eid_v = be64(r + off_event_id);
+        int64_t eid_v = (int64_t)get_be64(r + off_event_id);
         PyObject *entry = PyList_New(ENTRY_LEN);
         PyObject *eid = PyLong_FromLongLong(eid_v);
         if (entry == NULL || eid == NULL) {
@@ -93,10 +87,10 @@ static PyObject *inflight_take(PyObject *self, PyObject *args) {
             Py_XDECREF(eid);
             goto done;
         }
-        PyObject *qid = PyLong_FromLong((int32_t)be32(r + off_queue_id));
-        PyObject *qoff = PyLong_FromLongLong(be64(r + off_queue_offset));
-        PyObject *loff = PyLong_FromLongLong(be64(r + off_physical));
-        PyObject *size = PyLong_FromLong((int32_t)be32(r + off_total));
+        PyObject *qid = PyLong_FromLong((int32_t)get_be32(r + off_queue_id));
+        PyObject *qoff = PyLong_FromLongLong((int64_t)get_be64(r + off_queue_offset));
+        PyObject *loff = PyLong_FromLongLong((int64_t)get_be64(r + off_physical));
+        PyObject *size = PyLong_FromLong((int32_t)get_be32(r + off_total));
         /* The list owns what is set in it, so one DECREF of the entry frees all. */
         Py_INCREF(eid);
         PyList_SET_ITEM(entry, ix_eid, eid);
@@ -119,7 +113,7 @@ static PyObject *inflight_take(PyObject *self, PyObject *args) {
             goto done;
         }
         Py_DECREF(entry);
-        long long ts_ns, ts_ms = be64(r + off_store_ts);
+        long long ts_ns, ts_ms = (int64_t)get_be64(r + off_store_ts);
         PyObject *ts;
         if (!__builtin_mul_overflow(ts_ms, ms_ns, &ts_ns)) {
             ts = PyLong_FromLongLong(ts_ns);

@@ -12,6 +12,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+
+#include "_bytes.h"
 #include <string.h>
 
 #define HEADER_SIZE 88
@@ -19,19 +21,6 @@
 
 static PyObject *s_body, *s_properties, *s_flag, *s_sys_flag, *s_reconsume_times,
     *s_born_ts, *s_born_host;
-
-static inline unsigned char *be32(unsigned char *o, uint32_t v) {
-    o[0] = (unsigned char)(v >> 24);
-    o[1] = (unsigned char)(v >> 16);
-    o[2] = (unsigned char)(v >> 8);
-    o[3] = (unsigned char)v;
-    return o + 4;
-}
-
-static inline unsigned char *be64(unsigned char *o, uint64_t v) {
-    be32(o, (uint32_t)(v >> 32));
-    return be32(o + 4, (uint32_t)v);
-}
 
 /* One message's fields, gathered in the first pass. */
 typedef struct {
@@ -180,23 +169,23 @@ static PyObject *pack_pack(PyObject *self, PyObject *args) {
         }
         PyList_SET_ITEM(offsets, i, off_obj);
         PyList_SET_ITEM(sizes, i, size_obj);
-        o = be32(o, (uint32_t)m->size);
-        o = be32(o, magic);
-        o = be32(o, m->crc);
-        o = be32(o, (uint32_t)queue_id);
-        o = be32(o, (uint32_t)m->flag);
-        o = be64(o, (uint64_t)qoff);
-        o = be64(o, (uint64_t)pos);
-        o = be32(o, (uint32_t)m->sys_flag);
-        o = be64(o, (uint64_t)(m->born_ts ? m->born_ts : now));
+        o = put_be32(o, (uint32_t)m->size);
+        o = put_be32(o, magic);
+        o = put_be32(o, m->crc);
+        o = put_be32(o, (uint32_t)queue_id);
+        o = put_be32(o, (uint32_t)m->flag);
+        o = put_be64(o, (uint64_t)qoff);
+        o = put_be64(o, (uint64_t)pos);
+        o = put_be32(o, (uint32_t)m->sys_flag);
+        o = put_be64(o, (uint64_t)(m->born_ts ? m->born_ts : now));
         memcpy(o, m->born_host, 8);
         o += 8;
-        o = be64(o, (uint64_t)now);
+        o = put_be64(o, (uint64_t)now);
         memcpy(o, PyBytes_AS_STRING(host), 8);
         o += 8;
-        o = be32(o, (uint32_t)m->reconsume);
-        o = be64(o, (uint64_t)event_id);
-        o = be32(o, (uint32_t)m->bv.len);
+        o = put_be32(o, (uint32_t)m->reconsume);
+        o = put_be64(o, (uint64_t)event_id);
+        o = put_be32(o, (uint32_t)m->bv.len);
         memcpy(o, m->bv.buf, m->bv.len);
         o += m->bv.len;
         memcpy(o, PyBytes_AS_STRING(tail), tail_len);
@@ -206,9 +195,9 @@ static PyObject *pack_pack(PyObject *self, PyObject *args) {
         memcpy(o, m->pv.buf, m->pv.len);
         o += m->pv.len;
         if (is_msg) {
-            e = be64(e, (uint64_t)pos);
-            e = be32(e, (uint32_t)m->size);
-            e = be64(e, (uint64_t)m->tag_hash);
+            e = put_be64(e, (uint64_t)pos);
+            e = put_be32(e, (uint32_t)m->size);
+            e = put_be64(e, (uint64_t)m->tag_hash);
             qoff++;
         }
         pos += m->size;

@@ -10,17 +10,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+
+#include "_bytes.h"
 #include <string.h>
 
 static const char hexdigits[] = "0123456789abcdef";
-
-static inline unsigned char *be32(unsigned char *o, uint32_t v) {
-    o[0] = (unsigned char)(v >> 24);
-    o[1] = (unsigned char)(v >> 16);
-    o[2] = (unsigned char)(v >> 8);
-    o[3] = (unsigned char)v;
-    return o + 4;
-}
 
 /* One delivery's fields, converted in the first pass. */
 typedef struct {
@@ -86,10 +80,10 @@ static PyObject *frames_message_frames(PyObject *self, PyObject *args) {
         item_t *r = &it[i];
         Py_ssize_t blen = r->b1 - r->b0;
         uint64_t ts = (uint64_t)r->ts, eid = r->eid;
-        o = be32(o, (uint32_t)(blen + 30));
-        o = be32(o, frame_type);
-        o = be32(o, (uint32_t)(ts >> 32));
-        o = be32(o, (uint32_t)ts);
+        o = put_be32(o, (uint32_t)(blen + 30));
+        o = put_be32(o, frame_type);
+        o = put_be32(o, (uint32_t)(ts >> 32));
+        o = put_be32(o, (uint32_t)ts);
         *o++ = (unsigned char)(r->attempts >> 8);
         *o++ = (unsigned char)r->attempts;
         for (int k = 15; k >= 0; k--) {

@@ -15,6 +15,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+
+#include "_bytes.h"
 #include <string.h>
 
 /* Field offsets inside a stored record, and the framed flag (set by configure). */
@@ -22,27 +24,6 @@ static Py_ssize_t off_queue_id, off_queue_offset, off_sys_flag, off_store_ts,
     off_event_id, off_body_len, header_size;
 static uint32_t framed_flag;
 static int configured;
-
-static inline uint32_t be32(const unsigned char *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static inline uint64_t be64(const unsigned char *p) {
-    return ((uint64_t)be32(p) << 32) | be32(p + 4);
-}
-
-static inline unsigned char *le32(unsigned char *o, uint32_t v) {
-    o[0] = (unsigned char)v;
-    o[1] = (unsigned char)(v >> 8);
-    o[2] = (unsigned char)(v >> 16);
-    o[3] = (unsigned char)(v >> 24);
-    return o + 4;
-}
-
-static inline unsigned char *le64(unsigned char *o, uint64_t v) {
-    le32(o, (uint32_t)v);
-    return le32(o + 4, (uint32_t)(v >> 32));
-}
 
 /* One record's parts, found in the first pass and used again in the second. */
 typedef struct {
@@ -93,10 +74,10 @@ static Py_ssize_t headers_block(const unsigned char *p, Py_ssize_t n, PyObject *
             }
             if (!is_hidden(hidden, k, klen)) {
                 if (out != NULL) {
-                    out = le32(out, (uint32_t)klen);
+                    out = put_le32(out, (uint32_t)klen);
                     memcpy(out, k, klen);
                     out += klen;
-                    out = le32(out, (uint32_t)vlen);
+                    out = put_le32(out, (uint32_t)vlen);
                     memcpy(out, v, vlen);
                     out += vlen;
                 }
@@ -159,7 +140,7 @@ static PyObject *push_encode(PyObject *self, PyObject *args) {
             goto corrupt;
         parts_t *r = &parts[i];
         r->rec = buf + pos;
-        r->body_len = be32(r->rec + off_body_len);
+        r->body_len = get_be32(r->rec + off_body_len);
         Py_ssize_t b0 = pos + header_size;
         /* body, topic length byte, topic, 2-byte properties length */
         if ((Py_ssize_t)r->body_len > buf_len - b0 - 1)
@@ -173,7 +154,7 @@ static PyObject *push_encode(PyObject *self, PyObject *args) {
             goto corrupt;
         r->body = buf + b0;
         r->props = r->props_len ? buf + p + 2 : NULL;
-        r->framed = (be32(r->rec + off_sys_flag) & framed_flag) != 0;
+        r->framed = (get_be32(r->rec + off_sys_flag) & framed_flag) != 0;
         total += 32 + r->body_len;
         if (!r->framed) {
             uint32_t count;
@@ -190,17 +171,17 @@ static PyObject *push_encode(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         parts_t *r = &parts[i];
         const unsigned char *rec = r->rec;
-        o = le64(o, be64(rec + off_store_ts));
-        o = le64(o, be64(rec + off_event_id));
-        o = le64(o, (uint64_t)(int64_t)(int32_t)be32(rec + off_queue_id));
-        o = le64(o, be64(rec + off_queue_offset) + 1);
+        o = put_le64(o, get_be64(rec + off_store_ts));
+        o = put_le64(o, get_be64(rec + off_event_id));
+        o = put_le64(o, (uint64_t)(int64_t)(int32_t)get_be32(rec + off_queue_id));
+        o = put_le64(o, get_be64(rec + off_queue_offset) + 1);
         if (!r->framed) {
             uint32_t count = 0;
             Py_ssize_t block = 0;
             if (r->props != NULL)
                 block = headers_block(r->props, r->props_len, hidden, &count, o + 8);
-            o = le32(o, (uint32_t)(block + r->body_len));
-            o = le32(o, count);
+            o = put_le32(o, (uint32_t)(block + r->body_len));
+            o = put_le32(o, count);
             o += block;
         }
         memcpy(o, r->body, r->body_len);

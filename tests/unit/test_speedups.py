@@ -68,10 +68,9 @@ def _pack(m):
         store_host=fmt.NO_HOST, reconsume_times=0, **m)
 
 
-@settings(max_examples=300)
-@given(st.lists(_message, max_size=8), st.binary(max_size=16))
-def test_smss_push_encoding_matches_python(messages, gap):
-    """Records at any positions of a buffer (with bytes between them) encode alike."""
+def _buffer_of(messages, gap):
+    """Pack C{messages} into one buffer with C{gap} before each; return it and the
+    records' C{[(pos, size), ...]}."""
     parts, locs, pos = [], [], 0
     for m in messages:
         rec = _pack(m)
@@ -79,7 +78,14 @@ def test_smss_push_encoding_matches_python(messages, gap):
         pos += len(gap)
         locs.append((pos, len(rec)))
         pos += len(rec)
-    buf = b"".join(parts)
+    return b"".join(parts), locs
+
+
+@settings(max_examples=300)
+@given(st.lists(_message, max_size=8), st.binary(max_size=16))
+def test_smss_push_encoding_matches_python(messages, gap):
+    """Records at any positions of a buffer (with bytes between them) encode alike."""
+    buf, locs = _buffer_of(messages, gap)
     assert views.encode_records(buf, locs) == views.py_encode_records(buf, locs)
 
 
@@ -217,14 +223,7 @@ def test_store_packing_matches_python(tmp_path_factory, puts):
 def test_channel_take_matches_python(messages, gap):
     """Fresh records become the same in-flight entries and delivery items."""
     inflight = _c_module("mqserver.broker._inflight")
-    parts, locs, pos = [], [], 0
-    for m in messages:
-        rec = _pack(m)
-        parts += [gap, rec]
-        pos += len(gap)
-        locs.append((pos, len(rec)))
-        pos += len(rec)
-    buf = b"".join(parts)
+    buf, locs = _buffer_of(messages, gap)
     owner, deadline, now = object(), 12.5, 2.5
     results = []
     for take in (channels._take_fresh_py, inflight.take):
