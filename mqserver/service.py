@@ -10,6 +10,7 @@ from twisted.internet import endpoints
 from twisted.application.internet import TimerService
 from twisted.logger import Logger
 
+from mqserver import speedups
 from mqserver.broker.broker import Broker
 from mqserver.store.flush import ThreadRunner
 from mqserver.store.store import MessageStore
@@ -68,6 +69,7 @@ class StorageService(service.Service):
             path=self.store.path, start=self.store.commitlog.min_offset,
             end=self.store.commitlog.end, eid=self.store.next_event_id,
         )
+        self.log.info("{speedups}", speedups=speedups.report())
         timers = [TimerService(1.0, self._tick), TimerService(5.0, self._save_offsets)]
         if self.config["store.maxDays"] > 0:
             timers.append(TimerService(self.config["store.clearInterval"], self._clean))

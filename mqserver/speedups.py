@@ -10,7 +10,10 @@ the environment variable C{MQSERVER_PURE_PYTHON} is set to a non-empty value oth
 import importlib
 import os
 
-__all__ = ["load", "pure_python"]
+__all__ = ["load", "pure_python", "report"]
+
+#: name -> True (the C module is in use) or False (the Python code runs), per load().
+_state = {}
 
 
 def pure_python():
@@ -20,9 +23,22 @@ def pure_python():
 
 def load(name):
     """Return the extension module C{name} (dotted), or None (see the module docstring)."""
-    if pure_python():
-        return None
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
+    module = None
+    if not pure_python():
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            pass
+    _state[name] = module is not None
+    return module
+
+
+def report():
+    """One line saying which speedups loaded so far are in use, for the start-up log."""
+    used = sorted(n for n, ok in _state.items() if ok)
+    unused = sorted(n for n, ok in _state.items() if not ok)
+    if not unused:
+        return f"C speedups in use: {', '.join(used)}"
+    why = "MQSERVER_PURE_PYTHON is set" if pure_python() else "not built"
+    return (f"C speedups in use: {', '.join(used) or 'none'}; pure Python for "
+            f"{', '.join(unused)} ({why})")

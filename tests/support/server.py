@@ -26,8 +26,9 @@ class ServerProcess:
     @ivar data: the data directory.
     """
 
-    def __init__(self, data, config=None, listen=None, extra_args=()):
+    def __init__(self, data, config=None, listen=None, extra_args=(), env=None):
         self.data = str(data)
+        self.env = dict(env or {})
         self.config = dict(config or {})
         self.listen = dict(listen or {"smss": "tcp:0:interface=127.0.0.1"})
         self.extra_args = list(extra_args)
@@ -50,7 +51,7 @@ class ServerProcess:
         cfg["listen"] = dict({name: "off" for name in _door_names()}, **self.listen)
         with open(cfg_path, "w") as f:
             yaml.safe_dump(cfg, f)
-        env = dict(os.environ, PYTHONPATH=ROOT)
+        env = dict(os.environ, PYTHONPATH=ROOT, **self.env)
         if getattr(self, "_log", None):
             self._log.close()  # a restart of the same object: one handle per run
         self._log = open(self.log_path, "ab")
