@@ -77,6 +77,7 @@ HEADER_SIZE = HEADER.size  # 88
 BLANK = struct.Struct(">iI")
 BLANK_SIZE = BLANK.size
 #: Offsets of single fields, for reading one without unpacking the whole header.
+OFF_TOTAL_SIZE = 0
 OFF_QUEUE_ID = 12
 OFF_QUEUE_OFFSET = 20
 OFF_PHYSICAL_OFFSET = 28

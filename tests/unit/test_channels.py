@@ -167,3 +167,28 @@ def test_ephemeral_topics_do_not_survive_a_restart(tmp_path):
     assert broker.topic("gone#ephemeral") is None and broker.topic("kept") is not None
     assert broker.topic("smss#ephemeral") is not None
     store.close()
+
+
+def test_failed_fin_leaves_timeouts_in_order(tmp_path):
+    """A FIN for another consumer's message fails and leaves that message where it was:
+    timeouts still come in deadline order (the in-flight table is scanned in order)."""
+    clock = Clock()
+    store, broker = open_broker(tmp_path, clock)
+    publish(broker, "t", [b"a", b"b", b"c"])
+    ch = broker.channels.create_channel("t", "c")
+    mine, other = Consumer(rdy=1), Consumer(rdy=2)
+    ch.add_consumer(mine)
+    clock.advance(0)
+    (a,) = mine.take()
+    clock.advance(1)  # b and c go out a second later, so they time out a second later
+    ch.add_consumer(other)
+    clock.advance(0)
+    b, c = other.take()
+    assert ch.finish_many([a[0], b[0]], mine) == 1  # a finished; b is not mine
+    assert ch.finish(b[0], mine) == "client does not own message"
+    assert list(ch.in_flight) == [b[0], c[0]]
+    # b and c time out together and come back in their order
+    mine.rdy = 0
+    clock.advance(5.1)
+    clock.advance(0)
+    assert [(eid, attempts) for eid, attempts, _ in other.take()] == [(b[0], 2), (c[0], 2)]

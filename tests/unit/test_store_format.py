@@ -58,6 +58,7 @@ def test_field_offsets_match_the_schema():
         event_id=0x4142434445464748, body=b"b" * 0x55, topic=b"t", properties=b"")
     parsed = fmt.RECORD.parse(packed)
     for off, width, value in [
+        (fmt.OFF_TOTAL_SIZE, 4, parsed.total_size),
         (fmt.OFF_QUEUE_ID, 4, parsed.queue_id),
         (fmt.OFF_QUEUE_OFFSET, 8, parsed.queue_offset),
         (fmt.OFF_PHYSICAL_OFFSET, 8, parsed.physical_offset),
