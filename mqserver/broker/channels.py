@@ -78,8 +78,8 @@ def _finished(floor, done, qid, qoff):
 _inflight = speedups.load("mqserver.broker._inflight")
 if _inflight is not None:
     _inflight.configure(
-        (fmt.OFF_TOTAL_SIZE, fmt.OFF_QUEUE_ID, fmt.OFF_QUEUE_OFFSET, fmt.OFF_PHYSICAL_OFFSET, fmt.OFF_STORE_TS,
-         fmt.OFF_EVENT_ID, fmt.OFF_BODY_LEN, fmt.HEADER_SIZE),
+        (fmt.OFF_TOTAL_SIZE, fmt.OFF_QUEUE_ID, fmt.OFF_QUEUE_OFFSET, fmt.OFF_PHYSICAL_OFFSET,
+         fmt.OFF_STORE_TS, fmt.OFF_EVENT_ID, fmt.OFF_BODY_LEN, fmt.HEADER_SIZE),
         (EID, QID, QOFF, LOFF, SIZE, ATTEMPTS, DEADLINE, OWNER, STARTED),
     )
     _take_fresh, _finish = _inflight.take, _inflight.finish
