@@ -19,7 +19,8 @@ from .wire import (FRAME_HEADER, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYP
                    MESSAGE_FRAME_HEADER, MESSAGE_HEADER, MESSAGE_HEADER_LENGTH, MSG_ID_LENGTH,
                    U32)
 
-__all__ = ["response", "error", "message_frame", "message_frames", "delivery_frames", "OK", "CLOSE_WAIT",
+__all__ = ["response", "error", "message_frame", "message_frames", "delivery_frames", "OK",
+           "CLOSE_WAIT",
            "HEARTBEAT", "FrameReader", "decode_message", "encode_command", "encode_mpub"]
 
 

@@ -139,7 +139,8 @@ def test_nsq_delivery_frames_reject_bad_spans():
 
 _tags_props = st.one_of(
     st.just(b""),
-    st.sampled_from([b"TAGS\x01tagA\x02", b"KEYS\x01k\x02TAGS\x01\xe4\xb8\xad\x02", b"XTAGS\x01a\x02"]),
+    st.sampled_from([b"TAGS\x01tagA\x02", b"KEYS\x01k\x02TAGS\x01\xe4\xb8\xad\x02",
+                     b"XTAGS\x01a\x02"]),
     _props,
 )
 _store_message = st.builds(
@@ -249,7 +250,8 @@ _fin_case = st.fixed_dictionaries({
     "flight": st.lists(st.tuples(st.integers(0, 40), st.integers(0, 1), st.integers(0, 30),
                                  st.integers(0, 1)), max_size=25, unique_by=lambda t: t[0]),
     "floor": st.tuples(st.integers(0, 10), st.integers(0, 10)),
-    "done": st.tuples(st.sets(st.integers(0, 35), max_size=8), st.sets(st.integers(0, 35), max_size=8)),
+    "done": st.tuples(st.sets(st.integers(0, 35), max_size=8),
+                      st.sets(st.integers(0, 35), max_size=8)),
     "fins": st.lists(st.integers(0, 45), max_size=30),
 })
 
