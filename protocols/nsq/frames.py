@@ -20,7 +20,8 @@ from .wire import (FRAME_HEADER, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYP
                    U32)
 
 __all__ = ["response", "error", "message_frame", "message_frames", "delivery_frames", "OK",
-           "CLOSE_WAIT", "HEARTBEAT", "FrameReader", "decode_message", "encode_command", "encode_mpub"]
+           "CLOSE_WAIT", "HEARTBEAT", "FrameReader", "decode_message", "encode_command",
+           "encode_mpub"]
 
 
 # -- server -> client frame encoders ---------------------------------------------
