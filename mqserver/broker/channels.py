@@ -234,22 +234,20 @@ class Channel:
             if not locs:
                 break
             if rate or any(done.values()):
-                for pos, _ in locs:
-                    size, qid, qoff, loff, ts, eid, blen = _FIELDS(buf, pos)
+                # Skip what was finished before a restart; sampling consumes what it
+                # leaves out without delivering it.
+                keep = []
+                for loc in locs:
+                    _, qid, qoff, _, _, _, _ = _FIELDS(buf, loc[0])
                     d = done[qid]
                     if d and qoff in d:
-                        continue  # finished before a restart
+                        continue
                     if rate and random.random() * 100 >= rate:
-                        # sampled out: consumed, never delivered
                         _finished(self.floor, done, qid, qoff)
                         continue
-                    in_flight[eid] = [eid, qid, qoff, loff, size, 1, deadline, owner, now]
-                    b0 = pos + _BODY
-                    append((ts * _MS_NS, 1, eid, buf, b0, b0 + blen))
-            else:
-                # The common case (nothing finished out of order, no sampling): no
-                # per-record checks.
-                take_fresh(buf, locs, in_flight, deadline, owner, now, _MS_NS, out)
+                    keep.append(loc)
+                locs = keep
+            take_fresh(buf, locs, in_flight, deadline, owner, now, _MS_NS, out)
         if out:
             self.registry.arm(self)
         return out

@@ -85,14 +85,9 @@ class TopicCursor:
         buf, locs = store.read_records(entries)
         return buf, locs
 
-    def read(self, max_count):
-        """Return up to C{max_count} records as C{(buffer, pos, size)} in eventId order,
-        and move past them."""
-        if len(self.positions) == 1:
-            (qid,) = self.positions
-            buf, locs = self._read_queue(qid, max_count)
-            self.positions[qid] += len(locs)
-            return [(buf, p, s) for p, s in locs]
+    def _read_merged(self, max_count):
+        """Up to C{max_count} records of several queues as C{(buffer, pos, size)}, merged
+        in eventId order; moves past them."""
         merged = []
         for qid in self.positions:
             buf, locs = self._read_queue(qid, max_count)
@@ -107,14 +102,15 @@ class TopicCursor:
         return out
 
     def read_span(self, max_count):
-        """Like L{read}, as C{(buffer, [(pos, size), ...])}: one buffer for all records
-        when the topic has one queue (no per-record tuples), else built from L{read}."""
+        """Return up to C{max_count} records in eventId order as C{(buffer, [(pos, size),
+        ...])}, and move past them: one queue's records straight from the store (no
+        per-record tuples), several queues' merged into one buffer."""
         if len(self.positions) == 1:
             (qid,) = self.positions
             buf, locs = self._read_queue(qid, max_count)
             self.positions[qid] += len(locs)
             return buf, locs
-        records = self.read(max_count)
+        records = self._read_merged(max_count)
         if not records:
             return None, []
         if all(r[0] is records[0][0] for r in records):
