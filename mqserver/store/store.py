@@ -39,6 +39,7 @@ from mqserver.store.flush import (
 #: The C speedup of the record packing (None: the Python loop, MessageStore._pack_py).
 _pack = speedups.load("mqserver.store._pack")
 
+
 @dataclass(slots=True)
 class Message:
     """A message to store. C{properties} is a RocketMQ properties string (bytes)."""
@@ -266,15 +267,10 @@ class MessageStore:
         seg_left = log.space_left()
         result = PutResult(event_id, queue_id, store_ts=now)
         offsets, qoffsets, sizes = result.log_offsets, result.queue_offsets, result.sizes
+        pack = self._pack_py if _pack is None else self._pack_c
         try:
-            if _pack is None:
-                event_id, entries = self._pack_py(
-                    messages, magic, queue_id, op, is_msg, qoff, pos, seg_left, now, tail,
-                    event_id, result)
-            else:
-                event_id, entries = self._pack_c(
-                    messages, magic, queue_id, op, is_msg, qoff, pos, seg_left, now, tail,
-                    event_id, result)
+            event_id, entries = pack(messages, magic, queue_id, op, is_msg, qoff, pos,
+                                     seg_left, now, tail, event_id, result)
         except BaseException:
             log.truncate(start)
             raise
