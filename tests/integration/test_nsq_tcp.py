@@ -40,6 +40,18 @@ def identify(c, **fields):
     return c.frame()
 
 
+def backlog_and_consumer(conns, topic, bodies, rdy):
+    """Publish C{bodies} to C{topic} with one MPUB, then subscribe a new connection to
+    its channel "ch" at C{rdy}; returns (producer, consumer)."""
+    p = conns()
+    p.send(encode_mpub(topic, bodies))
+    assert p.frame() == (0, b"OK")
+    c = conns()
+    c.send(b"SUB %s ch\nRDY %d\n" % (topic.encode(), rdy))
+    assert c.frame() == (0, b"OK")
+    return p, c
+
+
 def test_publish_commands_answer_ok(conns):
     p = conns()
     p.send(encode_command("PUB", "t_ok", body=b"hello") + encode_mpub("t_ok", [b"a", b"bc"])
@@ -71,12 +83,7 @@ def test_message_frame_header_and_fin(conns):
 def test_a_run_of_fins_in_one_write_stops_only_for_the_failing_ones(conns):
     """Readers FIN in runs: good ids around a repeated one, an unknown one and one in
     another spelling (uppercase hex) are each handled in order, in one write."""
-    p = conns()
-    p.send(encode_mpub("t_finrun", [b"m%d" % i for i in range(6)]))
-    assert p.frame() == (0, b"OK")
-    c = conns()
-    c.send(b"SUB t_finrun ch\nRDY 6\n")
-    assert c.frame() == (0, b"OK")
+    p, c = backlog_and_consumer(conns, "t_finrun", [b"m%d" % i for i in range(6)], rdy=6)
     ms = c.messages(6)
     ids = [m.msg_id for m in ms]
     unknown = b"%016x" % (int(ids[-1], 16) + 1000)
@@ -108,12 +115,7 @@ def test_identify_feature_negotiation(conns):
 
 
 def test_rdy_flow_control_and_fin_frees_slots(conns):
-    p = conns()
-    p.send(encode_mpub("t_rdy", [b"m%d" % i for i in range(5)]))
-    assert p.frame() == (0, b"OK")
-    c = conns()
-    c.send(b"SUB t_rdy ch\nRDY 2\n")
-    assert c.frame() == (0, b"OK")
+    p, c = backlog_and_consumer(conns, "t_rdy", [b"m%d" % i for i in range(5)], rdy=2)
     first = c.messages(2)
     c.sock.settimeout(0.5)
     assert c.closed() is False and c.pending == []  # window full: nothing more
