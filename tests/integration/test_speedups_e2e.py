@@ -34,9 +34,12 @@ def broker(request, tmp_path):
         server.close()
 
 
-def _nsq_frames(sock, reader, want_messages):
+def _nsq_frames(sock, reader, want_messages, until=0):
+    """Read frames until C{want_messages} message frames (and at least C{until} frames)
+    came; the socket's timeout bounds each read."""
     got = []
-    while len([f for f in got if f[0] == FRAME_TYPE_MESSAGE]) < want_messages:
+    while (len([f for f in got if f[0] == FRAME_TYPE_MESSAGE]) < want_messages
+           or len(got) < until):
         data = sock.recv(65536)
         assert data, "nsqd closed the connection"
         got += reader.feed(data)
@@ -60,10 +63,7 @@ def test_both_builds_deliver_alike(broker):
     try:
         nsq.sendall(b"  V2" + encode_mpub(TOPIC, NSQ_BODIES))
         reader = FrameReader()
-        frames = []
-        while not frames:
-            frames = reader.feed(nsq.recv(100))
-        assert frames == [(FRAME_TYPE_RESPONSE, b"OK")]
+        assert _nsq_frames(nsq, reader, 0, until=1) == [(FRAME_TYPE_RESPONSE, b"OK")]
 
         # smss: every message, with headers, in eventId order (records of both doors)
         with SmssClient("127.0.0.1", server.smss_port, timeout=10) as c:

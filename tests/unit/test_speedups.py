@@ -18,7 +18,10 @@ from protocols.smss import views
 
 _SPEEDUPS = ["protocols.smss._push", "protocols.nsq._frames", "mqserver.store._pack",
              "mqserver.broker._inflight"]
-_PAIRS = [(views, "encode_records"), (frames, "delivery_frames")]
+#: (module, what the hot path calls, the Python reference)
+_PAIRS = [(views, "encode_records", "py_encode_records"),
+          (frames, "delivery_frames", "py_delivery_frames"),
+          (channels, "_take_fresh", "_take_fresh_py"), (channels, "_finish", "_finish_py")]
 
 
 def _c_module(name):
@@ -34,11 +37,12 @@ def test_speedup_is_built(name):
     _c_module(name)
 
 
-@pytest.mark.parametrize("module, name", _PAIRS)
-def test_speedup_is_used(module, name):
+@pytest.mark.parametrize("module, name, reference", _PAIRS)
+def test_speedup_is_used(module, name, reference):
     """The hot path calls the C speedup unless MQSERVER_PURE_PYTHON is set."""
-    fast, reference = getattr(module, name), getattr(module, "py_" + name)
-    assert (fast is reference) == speedups.pure_python()
+    assert (getattr(module, name) is getattr(module, reference)) == speedups.pure_python()
+    # the store picks its packing by whether the C module loaded
+    assert (store_module._pack is None) == speedups.pure_python()
 
 
 _key = st.binary(min_size=0, max_size=12).filter(lambda b: b"\x01" not in b and b"\x02" not in b)
