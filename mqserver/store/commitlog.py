@@ -90,24 +90,30 @@ class CommitLog:
         where it was, and the error is raised: nothing of a failed write stays.
         """
         offset = self.end
-        start = self.segment_start(offset)
-        if offset + len(data) > start + self.segment_size:
-            raise ValueError("records do not fit in the current segment")
+        size = len(data)
         cur = self._cur
-        if cur is not None and cur[0] == start:
-            fd = cur[1]
+        if cur is not None and 0 <= offset - cur[0] < self.segment_size:
+            start, fd = cur  # the usual case: the segment being written
         else:
+            cur = None
+            start = self.segment_start(offset)
+        pos = offset - start
+        if pos + size > self.segment_size:
+            raise ValueError("records do not fit in the current segment")
+        if cur is None:
             if start not in self.segments:
                 self.segments.append(start)
             fd = self._fd(start, create=True)
             self._cur = (start, fd)
-        pos = offset - start
         try:
-            view = memoryview(data)
-            while view:
-                n = os.pwrite(fd, view, pos)
-                view = view[n:]
-                pos += n
+            written = os.pwrite(fd, data, pos)
+            if written != size:
+                view = memoryview(data)[written:]
+                pos += written
+                while view:
+                    n = os.pwrite(fd, view, pos)
+                    view = view[n:]
+                    pos += n
         except OSError:
             try:
                 os.ftruncate(fd, offset - start)
@@ -115,7 +121,7 @@ class CommitLog:
                 pass
             raise
         self._unsynced.add(start)
-        self.end = offset + len(data)
+        self.end = offset + size
         return offset
 
     def read(self, offset, size):

@@ -16,7 +16,7 @@ import os
 import shutil
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -39,6 +39,12 @@ from mqserver.store.flush import (
 #: The C speedup of the record packing (None: the Python loop, MessageStore._pack_py).
 _pack = speedups.load("mqserver.store._pack")
 
+# Module-level names for what every publish reads (a global is one lookup).
+_MESSAGE_MAGIC = fmt.MESSAGE_MAGIC
+_BLANK_SIZE = fmt.BLANK_SIZE
+_crc32 = zlib.crc32
+_tag_hash_of = fmt.tag_hash_of
+
 
 @dataclass(slots=True)
 class Message:
@@ -53,16 +59,30 @@ class Message:
     born_host: bytes = fmt.NO_HOST
 
 
-@dataclass(slots=True)
 class PutResult:
-    """Where a put landed: the first eventId and, per message, its offsets."""
+    """Where a put landed: the first eventId and, per message, its offsets.
 
-    event_id: int
-    queue_id: int
-    log_offsets: list = field(default_factory=list)
-    queue_offsets: list = field(default_factory=list)
-    sizes: list = field(default_factory=list)
-    store_ts: int = 0
+    @ivar log_offsets: commit-log offset of each record.
+    @ivar queue_offsets: consume-queue offset of each message (-1 for admin records).
+    @ivar sizes: bytes of each record.
+    """
+
+    # A plain class, not a dataclass: it is built on every publish, and a dataclass's
+    # default factories cost that path about as much as the rest of its bookkeeping.
+    __slots__ = ("event_id", "queue_id", "log_offsets", "queue_offsets", "sizes", "store_ts")
+
+    def __init__(self, event_id, queue_id, store_ts=0):
+        self.event_id = event_id
+        self.queue_id = queue_id
+        self.store_ts = store_ts
+        self.log_offsets = []
+        self.queue_offsets = []
+        self.sizes = []
+
+    def __repr__(self):
+        return (f"PutResult(event_id={self.event_id}, queue_id={self.queue_id}, "
+                f"log_offsets={self.log_offsets}, queue_offsets={self.queue_offsets}, "
+                f"sizes={self.sizes}, store_ts={self.store_ts})")
 
 
 class NullState:
@@ -117,7 +137,7 @@ class MessageStore:
         self._clock = clock
         self.state = NullState()
         self._arrival_listeners = []
-        self._topic_bytes = {}
+        self._topic_tails = {}  # topic -> its name as records end with it (length, UTF-8)
         self._tails = set()  # consume queues holding buffered entries
         self._append_listeners = []
         self._dispatch_listeners = []
@@ -249,40 +269,37 @@ class MessageStore:
     def _append(self, topic, queue_id, messages, magic, op, now_ms):
         # The publish hot path: records packed by _pack_c (C) or _pack_py, one pwrite per
         # segment touched, consume-queue entries buffered (see ConsumeQueue.write).
-        tbytes = self._topic_bytes.get(topic)
-        if tbytes is None:
-            tbytes = self._topic_bytes[topic] = topic.encode("utf-8")
-        tail = bytes((len(tbytes),)) + tbytes
+        tail = self._topic_tails.get(topic)
+        if tail is None:
+            tbytes = topic.encode("utf-8")
+            tail = self._topic_tails[topic] = bytes((len(tbytes),)) + tbytes
         now = int(self._clock() * 1000) if now_ms is None else now_ms
         log = self.commitlog
-        is_msg = magic == fmt.MESSAGE_MAGIC
-        q = None
+        is_msg = magic == _MESSAGE_MAGIC
         if is_msg:
             q = self._queues.get((topic, queue_id)) or self.queue(topic, queue_id)
-            qoff = q.max_offset
+            first_qoff = q.max_offset
         else:
-            qoff = -1
+            first_qoff = -1
         event_id = self.next_event_id
-        start = pos = log.end
-        seg_left = log.space_left()
-        result = PutResult(event_id, queue_id, store_ts=now)
-        offsets, qoffsets, sizes = result.log_offsets, result.queue_offsets, result.sizes
+        start = log.end
+        result = PutResult(event_id, queue_id, now)
         pack = self._pack_py if _pack is None else self._pack_c
         try:
-            event_id, entries = pack(messages, magic, queue_id, op, is_msg, qoff, pos,
-                                     seg_left, now, tail, event_id, result)
+            event_id, entries = pack(messages, magic, queue_id, op, is_msg, first_qoff, start,
+                                     log.space_left(), now, tail, event_id, result)
         except BaseException:
             log.truncate(start)
             raise
         self.next_event_id = event_id
         if is_msg:
-            q.write(qoffsets[0], entries)
+            q.write(first_qoff, entries)
             if self._dispatch_listeners:
                 for cb in self._dispatch_listeners:
-                    for off, m in zip(offsets, messages):
+                    for off, m in zip(result.log_offsets, messages):
                         cb(off, topic, m.properties, now)
         else:
-            for off, size in zip(offsets, sizes):
+            for off, size in zip(result.log_offsets, result.sizes):
                 self._apply_admin(self.read_record(off, size), False)
         self._dirty = True
         return result
@@ -344,16 +361,15 @@ class MessageStore:
         if type(messages) is not list:
             messages = list(messages)
         done = 0
-        entries = []
+        entries = None
         while True:
             data, ents, offs, szs, stop = _pack.pack(
                 messages, done, magic, queue_id, op, is_msg, qoff, pos, seg_left,
-                fmt.BLANK_SIZE, now, self.store_host, event_id, tail, self.max_message_size,
-                zlib.crc32, fmt.tag_hash_of)
+                _BLANK_SIZE, now, self.store_host, event_id, tail, self.max_message_size,
+                _crc32, _tag_hash_of)
             k = len(szs)
             if k:
                 log.append(data)
-                entries.append(ents)
                 result.log_offsets += offs
                 result.sizes += szs
                 if is_msg:
@@ -363,14 +379,18 @@ class MessageStore:
                     result.queue_offsets += [qoff] * k
                 done += k
                 event_id += k
-                pos = log.end
-                seg_left = log.space_left()
             if stop == 0:
+                if entries is None:
+                    return event_id, ents  # all in one segment: the usual case
+                entries.append(ents)
                 return event_id, b"".join(entries)
+            if entries is None:
+                entries = []
+            entries.append(ents)
             if stop == 2:
                 blen = len(messages[done].body)
                 raise StoreError(f"message of {blen} bytes is over the limit")
-            if k == 0 and seg_left == log.segment_size:
+            if k == 0 and log.space_left() == log.segment_size:
                 raise StoreError("a record larger than a whole segment")
             log.roll()
             pos = log.end

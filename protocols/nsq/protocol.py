@@ -471,6 +471,11 @@ class NsqdProtocol(Protocol):
             d.addCallback(lambda _: broker.publish(topic, messages) if not defer_ms
                           else broker.delay(topic, defer_ms, messages))
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(messages)
+        if d.called and not self._answers and not isinstance(d.result, (Failure, defer.Deferred)):
+            # Stored already (flush levels 0 and 1) with nothing answered ahead of it:
+            # OK at once, without a callback round through the Deferred.
+            self._emit(OK)
+            return
         d.addCallback(_ok)
         d.nsq_verb = verb
         self._answer(d)

@@ -223,6 +223,11 @@ class RequestDecoder:
                 return off
             mode = self._mode
             if mode is Mode.HEADERS:
+                if end - off < _HDR:
+                    # Checked here too so that the usual end of a read (nothing left)
+                    # costs no call.
+                    self._need = _HDR
+                    return off
                 result = self._request(buf, off, end)
                 if result is None:
                     return off

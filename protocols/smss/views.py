@@ -19,6 +19,7 @@ from protocols.smss.errors import InvalidPayload
 from protocols.smss.payload import parse_record, record_spans
 
 _U32 = struct.Struct("<I")
+_PREFIX = wire.MESSAGE_PREFIX_STRUCT
 _SH = struct.Struct("<II")
 _PUSHED = wire.PUSHED_RECORD_HEAD_STRUCT
 _PUSHED_PREFIX = wire.PUSHED_PREFIX_STRUCT
@@ -79,6 +80,13 @@ def topics_json(topics, folder_count):
 
 def payload_to_messages(payload, now_ms):
     """Turn a validated PUB payload into store L{Message}s. Raises InvalidPayload."""
+    total = len(payload)
+    if total > 8:
+        size, h = _PREFIX.unpack_from(payload, 0)
+        if h == 0 and size + 8 == total:
+            # What the SDKs send for one message: a single record without headers,
+            # which passes the walk rules of record_spans by construction.
+            return [Message(body=bytes(payload[8:]), born_ts=now_ms)]
     out = []
     for start, end in record_spans(payload):
         h = _U32.unpack_from(payload, start + 4)[0]

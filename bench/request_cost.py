@@ -1,0 +1,210 @@
+#!/usr/bin/env python
+"""The broker's own CPU cost of one small request, without the machine's wake-ups.
+
+The broker (the real service tree from ``mqserver.tap``, its real store on disk, its
+reactor and sockets) and one client socket share this process: the client sends one
+request, the reactor runs one non-blocking iteration that reads, handles and answers
+it, and the client reads the answer, which is already there. Nobody ever sleeps, so a
+round trip costs only the work both sides do: the figure the one-request-at-a-time rows
+of smss_bench and nsq_bench would approach on a machine where waking a process were
+free, and the server CPU that bounds their many-connection rows.
+
+Requests: smss PUB and NSQ PUB, one 200-byte message each, as the benchmarks send.
+Prints µs per round trip (process CPU time, which leaves out time stolen by the host,
+and wall time), best of ``--repeat`` runs; ``--profile FILE`` writes a cProfile of one
+more run. ``--opcodes N`` also traces N more round trips and prints the Python bytecodes
+executed per round trip, in all and by function: a count that, unlike time, does not move
+with the load of a shared machine, for comparing two versions of the request path.
+Asserts nothing.
+
+    python bench/request_cost.py [--requests 20000] [--repeat 5] [--only smss,nsq]
+                                 [--opcodes 500]
+"""
+
+import argparse
+import collections
+import os
+import shutil
+import socket
+import struct
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mqserver.reactor import install  # noqa: E402
+
+reactor = install(spin=0)
+
+from mqserver import tap  # noqa: E402
+from mqserver.frontdoor import front_doors  # noqa: E402
+from protocols.smss import client_codec as cc  # noqa: E402
+
+BODY = b"x" * 200
+SMSS_OK = b"\xc8\x00" + b"\x00" * 8
+SMSS_RECORD = struct.pack("<II", len(BODY), 0) + BODY
+NSQ_OK = struct.pack(">ii", 6, 0) + b"OK"
+
+
+def start_broker(data):
+    """Start the service tree on C{data} with smss and nsqd on ephemeral ports;
+    return (service, {door: port})."""
+    opts = tap.Options()
+    listen = {name: "off" for name in front_doors()}
+    listen["smss"] = listen["nsqd_tcp"] = "tcp:0:interface=127.0.0.1"
+    args = ["--data", data]
+    for name, desc in listen.items():
+        args += ["--listen", f"{name}={desc}"]
+    opts.parseOptions(args)
+    svc = tap.makeService(opts, reactor)
+    svc.privilegedStartService()
+    svc.startService()
+    ports = {}
+    for name in ("smss", "nsqd_tcp"):
+        listener = svc.getServiceNamed(f"listen-{name}")
+        d = listener._waitingForPort
+        got = []
+        d.addCallback(lambda p, got=got: got.append(p) or p)
+        pump(lambda: got)
+        ports[name] = got[0].getHost().port
+    return svc, ports
+
+
+def pump(done, limit=5.0):
+    """Run reactor iterations until C{done()} is true."""
+    end = time.monotonic() + limit
+    while not done():
+        if time.monotonic() > end:
+            raise SystemExit("the broker did not answer in time")
+        reactor.iterate(0)
+
+
+def connect(port):
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def round_trips(sock, request, reply, count):
+    """Send C{request} C{count} times, one at a time, each answered with C{reply}."""
+    send, recv, iterate = sock.send, sock.recv, reactor.iterate
+    size = len(reply)
+    for _ in range(count):
+        send(request)
+        got = b""
+        while len(got) < size:
+            iterate(0)
+            try:
+                got += recv(size - len(got), socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                pass
+        if got != reply:
+            raise SystemExit(f"unexpected answer {got!r}")
+
+
+def smss_session(port):
+    sock = connect(port)
+    sock.sendall(cc.encode_create(b"cost", 0))
+    pump_reply(sock, SMSS_OK)
+    return sock, cc.encode_pub(b"cost", SMSS_RECORD), SMSS_OK
+
+
+def nsq_session(port):
+    sock = connect(port)
+    sock.sendall(b"  V2")
+    request = b"PUB cost\n" + struct.pack(">I", len(BODY)) + BODY
+    return sock, request, NSQ_OK
+
+
+def pump_reply(sock, reply):
+    round_trips_raw = b""
+    sock.setblocking(False)
+    while len(round_trips_raw) < len(reply):
+        reactor.iterate(0)
+        try:
+            round_trips_raw += sock.recv(len(reply))
+        except BlockingIOError:
+            pass
+    sock.setblocking(True)
+    if round_trips_raw != reply:
+        raise SystemExit(f"unexpected answer {round_trips_raw!r}")
+
+
+def measure(name, sock, request, reply, a):
+    round_trips(sock, request, reply, min(2000, a.requests))  # warm up
+    cpu, wall = [], []
+    for _ in range(a.repeat):
+        c0, w0 = time.process_time(), time.perf_counter()
+        round_trips(sock, request, reply, a.requests)
+        cpu.append((time.process_time() - c0) / a.requests * 1e6)
+        wall.append((time.perf_counter() - w0) / a.requests * 1e6)
+    print(f"{name:10s} {min(cpu):8.2f} {min(wall):8.2f}   (CPU runs: "
+          + ", ".join(f"{x:.1f}" for x in cpu) + ")")
+    if a.opcodes:
+        count_opcodes(sock, request, reply, a.opcodes)
+    if a.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.runcall(round_trips, sock, request, reply, a.requests)
+        path = f"{a.profile}.{name}"
+        prof.dump_stats(path)
+        print(f"           profile written to {path}")
+
+
+def count_opcodes(sock, request, reply, rounds, top=25):
+    """Print the bytecodes run per round trip (client loop included), by function."""
+    counts = collections.Counter()
+
+    def trace(frame, event, arg):
+        frame.f_trace_lines = False
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            code = frame.f_code
+            counts[(code.co_filename, code.co_name)] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        round_trips(sock, request, reply, rounds)
+    finally:
+        sys.settrace(None)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    print(f"           {sum(counts.values()) / rounds:.0f} bytecodes per round trip; by function:")
+    for (path, name), n in counts.most_common(top):
+        path = path.split("site-packages" + os.sep)[-1].replace(root, "")
+        print(f"           {n / rounds:7.1f}  {path}:{name}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--requests", type=int, default=20000, help="round trips per run")
+    p.add_argument("--repeat", type=int, default=5, help="runs; the best is printed")
+    p.add_argument("--only", default="smss,nsq", help="comma-separated: smss, nsq")
+    p.add_argument("--opcodes", type=int, default=0, metavar="N",
+                   help="count bytecodes over N more round trips and print them")
+    p.add_argument("--profile", metavar="FILE", help="write cProfile stats to FILE.<name>")
+    a = p.parse_args()
+    data = tempfile.mkdtemp(prefix="mq-cost-")
+    try:
+        svc, ports = start_broker(data)
+        print(f"{'request':10s} {'CPU µs':>8s} {'wall µs':>8s}   per round trip, best of {a.repeat}"
+              f" x {a.requests}")
+        sessions = {"smss": (smss_session, "smss"), "nsq": (nsq_session, "nsqd_tcp")}
+        for name in a.only.split(","):
+            make, door = sessions[name]
+            sock, request, reply = make(ports[door])
+            measure(f"{name} PUB", sock, request, reply, a)
+            sock.close()
+        d = svc.stopService()
+        if d is not None:
+            done = []
+            d.addBoth(done.append)
+            pump(lambda: done)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
