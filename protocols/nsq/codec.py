@@ -225,6 +225,28 @@ class CommandDecoder:
             else:
                 return end
 
+    def whole_pub(self, data: bytes) -> Pub | None:
+        """Return the L{Pub} when C{data} is exactly one complete ``PUB <topic>\n``
+        command with its body that L{feed} would accept, and the decoder is at a line
+        start with nothing buffered; else None, and the caller feeds C{data} as usual.
+
+        One PUB per read is what publishing clients send one message at a time; this
+        decodes it without the state machine of L{feed}, declining anything its rules
+        would turn into an error, a wait or another command."""
+        if self._state != _LINE or self._buf or type(data) is not bytes:
+            return None
+        if not data.startswith(b"PUB "):
+            return None
+        nl = data.find(b"\n", 4, self.max_line)
+        if nl < 0 or len(data) < nl + 5:
+            return None
+        raw = data[4:nl]
+        size = _i32(U32.unpack_from(data, nl + 1)[0])
+        if (size <= 0 or size > self.max_msg_size or nl + 5 + size != len(data)
+                or not is_valid_name(raw)):
+            return None  # also a \r or a second parameter: is_valid_name refuses both
+        return Pub(raw.decode("ascii"), data[nl + 5:])
+
     def _on_size(self, size: int) -> NsqError | None:
         verb = self._verb
         if verb == "PUB" or verb == "DPUB":

@@ -306,6 +306,14 @@ class NsqdProtocol(Protocol):
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
+        if self._decompressor is None and not (self._dead_input or self._dead):
+            cmd = self.decoder.whole_pub(data)
+            if cmd is not None:
+                # One PUB in one read: what a publisher sending a message at a time
+                # sends, handled without the decoder's state machine or the cork.
+                self._last_recv = self.reactor.seconds()
+                self._run(cmd)
+                return
         self._cork.received(self.transport, self._received, data)
 
     def _received(self, data):
@@ -324,10 +332,8 @@ class NsqdProtocol(Protocol):
             if pos == len(data):
                 return
             data = data[pos:]
-        handlers = self._handlers
         for cmd in self.decoder.feed(data):
-            kind = type(cmd)
-            if kind is Fin and self.channel is not None:
+            if type(cmd) is Fin and self.channel is not None:
                 # hot path: a FIN that succeeds needs no state check and no reply
                 eid = parse_message_id(cmd.msg_id)
                 if eid is not None and self.channel.finish(eid, self) is None:
@@ -335,12 +341,18 @@ class NsqdProtocol(Protocol):
                     continue
             if self._dead_input:
                 return
-            try:
-                if kind is not Invalid and cmd.verb not in _ALLOWED[self.state]:
-                    raise E.cannot_in_state(cmd.verb)
-                handlers[kind](self, cmd)
-            except NsqError as err:
-                self._fail(err)
+            self._run(cmd)
+
+    def _run(self, cmd):
+        """Check C{cmd} is allowed in this state and run its handler; an NsqError is
+        answered in order."""
+        kind = type(cmd)
+        try:
+            if kind is not Invalid and cmd.verb not in _ALLOWED[self.state]:
+                raise E.cannot_in_state(cmd.verb)
+            self._handlers[kind](self, cmd)
+        except NsqError as err:
+            self._fail(err)
 
     def _fast_fins(self, data):
         """Consume leading ``FIN <id>\\n`` lines that succeed; return where they stop

@@ -247,6 +247,24 @@ class RequestDecoder:
             else:  # Mode.SINK
                 return end
 
+    def whole_pub(self, data):
+        """Return the L{Pub} event when C{data} (bytes) is exactly one complete PUB that
+        L{feed} would accept and the decoder holds nothing; else None, and the caller
+        feeds C{data} as usual.
+
+        One PUB per read is what the SDKs send; this decodes it without the buffering
+        and state machine of L{feed}, whose rules and limits it applies unchanged (it
+        declines anything they would turn into an error or a wait)."""
+        if (self._buf or self._skip or self._paused or self._mode is not Mode.HEADERS
+                or type(data) is not bytes or len(data) <= _HDR):
+            return None
+        code, topic_len, arg, trace_len = _unpack_header(data, 0)
+        body = _HDR + topic_len + trace_len
+        if (code != wire.CMD_PUB or topic_len > self.max_topic or arg <= 8
+                or arg > self.max_payload or body + arg != len(data)):
+            return None
+        return Pub(data[_HDR:_HDR + topic_len], data[_HDR + topic_len:body], data[body:])
+
     def _request(self, buf, off, end):
         """Decode one request at ``off``: (new offset, event), or None if incomplete."""
         if end - off < _HDR:

@@ -92,6 +92,13 @@ class SmssServerProtocol(Protocol):
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
+        if not self._answers and self.subscription is None:
+            ev = self.decoder.whole_pub(data)
+            if ev is not None:
+                # One PUB in one read and nothing to answer before it: the usual
+                # traffic, handled without the decoder's buffering or the cork.
+                self._handle(type(self).do_Pub, ev)
+                return
         self._cork.received(self.transport, self._received, data)
 
     def _received(self, data):
@@ -119,16 +126,20 @@ class SmssServerProtocol(Protocol):
         handler = self._handlers.get(type(ev))
         if handler is None:
             handler = self._handlers[type(ev)] = getattr(type(self), "do_" + type(ev).__name__)
+        self._handle(handler, ev)
+        if self.decoder.paused and self.subscription is None and self.transport is not None:
+            # A refused SUB: go back to requests and decode what the client sent after it.
+            for later in self.decoder.set_mode(codec.Mode.HEADERS):
+                self._event(later)
+
+    def _handle(self, handler, ev):
+        """Run C{handler} (an unbound do_* method) for C{ev} and answer what it returns."""
         try:
             result = handler(self, ev)
         except BrokerError as e:
             result = codec.err(self._error_text(e))
         if result is not None:
             self._answer(result)
-        if self.decoder.paused and self.subscription is None and self.transport is not None:
-            # A refused SUB: go back to requests and decode what the client sent after it.
-            for later in self.decoder.set_mode(codec.Mode.HEADERS):
-                self._event(later)
 
     # -- answers in order ----------------------------------------------------------------
 

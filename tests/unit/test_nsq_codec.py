@@ -3,6 +3,8 @@ import struct
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocols.nsq import errors as E
 from protocols.nsq.codec import CommandDecoder, encode_command, encode_mpub, is_valid_name
@@ -385,3 +387,46 @@ def test_feed_accepts_bytearray_and_memoryview():
 def test_decoder_without_magic():
     """expect_magic=False starts directly with command lines (e.g. after a handoff)."""
     assert CommandDecoder(expect_magic=False).feed(b"NOP\n") == [Nop()]
+
+
+# -- whole_pub: the decoder's shortcut for one PUB per read --------------------------------
+
+@settings(max_examples=400, deadline=None)
+@given(
+    verb=st.sampled_from([b"PUB", b"PUB", b"PUB", b"DPUB", b"MPUB", b"FIN", b"pub"]),
+    topic=st.sampled_from([b"t", b"t#ephemeral", b"a.b-c_d", b"", b"bad topic", b"t\r",
+                           b"x" * 64, b"x" * 65, b"t/u"]),
+    cr=st.booleans(),
+    body=st.binary(max_size=12),
+    announced_delta=st.integers(-2, 2),
+    extra=st.binary(max_size=3),
+)
+def test_whole_pub_agrees_with_feed(verb, topic, cr, body, announced_delta, extra):
+    """Whatever the bytes, whole_pub either declines or returns exactly the one command
+    feed decodes from them; and it takes every plain one-message PUB within the limits."""
+    announced = len(body) + announced_delta
+    data = (verb + b" " + topic + (b"\r" if cr else b"") + b"\n"
+            + struct.pack(">i", announced) + body + extra)
+    limits = dict(max_msg_size=10, expect_magic=False)
+    fast = CommandDecoder(**limits).whole_pub(data)
+    general = CommandDecoder(**limits)
+    commands = general.feed(data)
+    plain = (verb == b"PUB" and is_valid_name(topic) and not cr
+             and 0 < announced <= 10 and announced == len(body) + len(extra))
+    if fast is None:
+        assert not plain
+        return
+    assert plain
+    assert commands == [fast] and general.at_line_start
+    assert type(fast.body) is bytes and fast.body == (body + extra)[:announced]
+
+
+def test_whole_pub_declines_while_the_decoder_holds_bytes():
+    pub = b"PUB t\n" + u32(5) + b"hello"
+    dec = CommandDecoder()
+    assert dec.whole_pub(pub) is None  # the magic has not come yet
+    assert dec.feed(MAGIC) == []
+    assert dec.whole_pub(pub) == Pub("t", b"hello")
+    assert dec.feed(b"PUB t\n") == []
+    assert dec.whole_pub(pub) is None  # a PUB's line is waiting for its body
+    assert CommandDecoder(expect_magic=False).whole_pub(bytearray(pub)) is None

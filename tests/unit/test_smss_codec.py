@@ -4,6 +4,7 @@ Golden vectors are the worked hex examples of spec section 15; the golden
 decoding tests feed their input both whole and one byte at a time.
 """
 
+import struct
 import time
 
 import pytest
@@ -748,3 +749,56 @@ def test_any_split_of_a_request_stream_decodes_the_same(requests, data):
         events += decoder.feed(stream[start:stop])
     assert events == [r[1] for r in requests]
     assert decoder.buffered == 0
+
+
+# -- whole_pub: the decoder's shortcut for one PUB per read --------------------------------
+
+_WHOLE_LIMITS = dict(max_payload=40, max_topic=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    code=st.sampled_from([wire.CMD_PUB, wire.CMD_PUB, wire.CMD_PUB, wire.CMD_DELAY,
+                          wire.CMD_CREATE, wire.CMD_ALIVE]),
+    topic=st.binary(max_size=14),
+    trace=st.binary(max_size=4),
+    payload=st.binary(max_size=44),
+    announced_delta=st.integers(-2, 2),
+    extra=st.binary(max_size=3),
+)
+def test_whole_pub_agrees_with_feed(code, topic, trace, payload, announced_delta, extra):
+    """Whatever the bytes, whole_pub either declines or returns exactly the one event
+    that feed decodes from them, leaving nothing buffered; and it never declines a
+    complete PUB within the limits."""
+    announced = max(0, len(payload) + announced_delta)
+    data = cc.encode_request(code, topic, trace, announced, payload) + extra
+    fast = RequestDecoder(**_WHOLE_LIMITS).whole_pub(data)
+    general = RequestDecoder(**_WHOLE_LIMITS)
+    try:
+        events = general.feed(data)
+    except SmssProtocolError:
+        assert fast is None
+        return
+    plain = (code == wire.CMD_PUB and len(topic) <= 12 and 8 < announced <= 40
+             and announced == len(payload) + len(extra))
+    if fast is None:
+        assert not plain
+        return
+    assert plain
+    assert events == [fast] and general.buffered == 0
+    assert all(type(x) is bytes for x in (fast.topic, fast.trace, fast.payload))
+
+
+def test_whole_pub_declines_while_the_decoder_holds_bytes_or_waits():
+    pub = cc.encode_pub(b"t", struct.pack("<II", 4, 0) + b"body")
+    assert RequestDecoder().whole_pub(pub) == Pub(b"t", b"", pub[-12:])
+    half = RequestDecoder()
+    assert half.feed(pub[:5]) == []
+    assert half.whole_pub(pub) is None  # bytes of an earlier request are waiting
+    paused = RequestDecoder()
+    assert isinstance(paused.feed(cc.encode_sub(b"t", 0, 1, who=b"w"))[0], Sub)
+    assert paused.paused and paused.whole_pub(pub) is None  # the SUB's answer decides
+    acks = RequestDecoder()
+    acks.ack_mode = True
+    assert acks.whole_pub(pub) is None
+    assert RequestDecoder().whole_pub(bytearray(pub)) is None  # only bytes, as Twisted reads
