@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: install java run test bench bench-floor bench-rocketmq bench-nsq bench-audit audit audit-zip clean
+.PHONY: install java run test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-audit audit audit-zip clean
 
 $(STAMP): setup.cfg setup.py pyproject.toml $(wildcard */*/*.c) mqserver/_bytes.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,9 @@ bench: $(STAMP)
 # what any server can do here, one request at a time (bench/README.md)
 bench-floor: $(STAMP)
 	$(PY) bench/loopback_floor.py $(ARGS)
+
+bench-cost: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) bench/request_cost.py $(ARGS)
 
 bench-rocketmq: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/rocketmq_bench.py $(ARGS)

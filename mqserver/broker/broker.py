@@ -152,7 +152,7 @@ class Broker:
 
     def topic(self, name):
         """Return the L{Topic} called C{name} if it exists and is valid, else None."""
-        t = self.registry.get(name)
+        t = self.registry.topics.get(name)
         if t is None or not t.valid(self.now_ms()):
             return None
         return t

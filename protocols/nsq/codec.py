@@ -102,6 +102,7 @@ class CommandDecoder:
         self._defer_ms = 0
         self._count = 0
         self._bodies: list[bytes] = []
+        self._pub_topics: dict[bytes, str] = {}  # whole_pub's valid topic names, decoded
         self._handlers = {
             b"FIN": self._fin, b"RDY": self._rdy, b"REQ": self._req, b"PUB": self._pub,
             b"MPUB": self._mpub, b"DPUB": self._dpub, b"NOP": self._nop,
@@ -240,12 +241,18 @@ class CommandDecoder:
         nl = data.find(b"\n", 4, self.max_line)
         if nl < 0 or len(data) < nl + 5:
             return None
-        raw = data[4:nl]
         size = _i32(U32.unpack_from(data, nl + 1)[0])
-        if (size <= 0 or size > self.max_msg_size or nl + 5 + size != len(data)
-                or not is_valid_name(raw)):
-            return None  # also a \r or a second parameter: is_valid_name refuses both
-        return Pub(raw.decode("ascii"), data[nl + 5:])
+        if size <= 0 or size > self.max_msg_size or nl + 5 + size != len(data):
+            return None
+        raw = data[4:nl]
+        topic = self._pub_topics.get(raw)
+        if topic is None:
+            if not is_valid_name(raw):
+                return None  # also a \r or a second parameter: both are refused
+            topic = raw.decode("ascii")
+            if len(self._pub_topics) < 1024:
+                self._pub_topics[raw] = topic
+        return Pub(topic, data[nl + 5:])
 
     def _on_size(self, size: int) -> NsqError | None:
         verb = self._verb
