@@ -189,22 +189,30 @@ def main():
     data = tempfile.mkdtemp(prefix="mq-cost-")
     try:
         svc, ports = start_broker(data)
-        print(f"{'request':10s} {'CPU µs':>8s} {'wall µs':>8s}   per round trip, best of {a.repeat}"
-              f" x {a.requests}")
-        sessions = {"smss": (smss_session, "smss"), "nsq": (nsq_session, "nsqd_tcp")}
-        for name in a.only.split(","):
-            make, door = sessions[name]
-            sock, request, reply = make(ports[door])
-            measure(f"{name} PUB", sock, request, reply, a)
-            sock.close()
-        d = svc.stopService()
-        if d is not None:
-            done = []
-            d.addBoth(done.append)
-            pump(lambda: done)
+        try:
+            print(f"{'request':10s} {'CPU µs':>8s} {'wall µs':>8s}   per round trip, best of"
+                  f" {a.repeat} x {a.requests}")
+            sessions = {"smss": (smss_session, "smss"), "nsq": (nsq_session, "nsqd_tcp")}
+            for name in a.only.split(","):
+                make, door = sessions[name]
+                sock, request, reply = make(ports[door])
+                measure(f"{name} PUB", sock, request, reply, a)
+                sock.close()
+        finally:
+            # Also on errors (a closed stdout, ^C): the store's disk thread must stop, or
+            # the interpreter waits for it forever at exit.
+            stop_broker(svc)
     finally:
         shutil.rmtree(data, ignore_errors=True)
 
+
+def stop_broker(svc):
+    """Stop the service tree started by L{start_broker} and wait until it has stopped."""
+    d = svc.stopService()
+    if d is not None:
+        done = []
+        d.addBoth(done.append)
+        pump(lambda: done)
 
 if __name__ == "__main__":
     main()
