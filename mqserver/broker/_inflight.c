@@ -65,12 +65,7 @@ static PyObject *inflight_take(PyObject *self, PyObject *args) {
     PyObject *one = PyLong_FromLong(1);
     PyObject *result = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *loc = PyList_GET_ITEM(locs, i);
-        if (!PyTuple_Check(loc) || PyTuple_GET_SIZE(loc) < 1) {
-            PyErr_SetString(PyExc_TypeError, "locs must hold (pos, size) tuples");
-            goto done;
-        }
-        Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(loc, 0));
+        Py_ssize_t pos = loc_pos(locs, i);
         if (pos == -1 && PyErr_Occurred())
             goto done;
         if (pos < 0 || pos > view.len - body_offset)

@@ -128,12 +128,7 @@ static PyObject *push_encode(PyObject *self, PyObject *args) {
     /* First pass: find each record's parts, check its bounds, and size the output. */
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *loc = PyList_GET_ITEM(locs, i);
-        if (!PyTuple_Check(loc) || PyTuple_GET_SIZE(loc) < 1) {
-            PyErr_SetString(PyExc_TypeError, "locs must hold (pos, size) tuples");
-            goto done;
-        }
-        Py_ssize_t pos = PyLong_AsSsize_t(PyTuple_GET_ITEM(loc, 0));
+        Py_ssize_t pos = loc_pos(locs, i);
         if (pos == -1 && PyErr_Occurred())
             goto done;
         if (pos < 0 || pos > buf_len - header_size)

@@ -8,7 +8,6 @@ body, flagged with SYSFLAG_SMSS_FRAMED, so smss subscribers still get them byte 
 """
 
 import json
-import struct
 
 from mqserver import speedups
 from mqserver.store import format as fmt
@@ -18,9 +17,8 @@ from protocols.smss import wire
 from protocols.smss.errors import InvalidPayload
 from protocols.smss.payload import parse_record, record_spans
 
-_U32 = struct.Struct("<I")
-_PREFIX = wire.MESSAGE_PREFIX_STRUCT
-_SH = struct.Struct("<II")
+_U32 = wire.U32
+_PREFIX = wire.MESSAGE_PREFIX_STRUCT  # S, H of a PUB record (spec §5)
 _PUSHED = wire.PUSHED_RECORD_HEAD_STRUCT
 _PUSHED_PREFIX = wire.PUSHED_PREFIX_STRUCT
 _FNV_OFFSET = 0xCBF29CE484222325
@@ -126,7 +124,7 @@ def _encode_headers(pairs):
 def message_record(headers, body):
     """Return the smss message record (S, H, headers, body) of C{headers} and C{body}."""
     block = _encode_headers(headers)
-    return _SH.pack(len(block) + len(body), len(headers)) + block + bytes(body)
+    return _PREFIX.pack(len(block) + len(body), len(headers)) + block + bytes(body)
 
 
 def _headers_block(properties):
