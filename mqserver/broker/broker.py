@@ -226,10 +226,16 @@ class Broker:
         return next(n) % t.queues
 
     def publish(self, topic, messages, queue_id=None):
-        """Store C{messages} (L{Message} objects) in one write.
+        """Store C{messages} (L{Message} objects, or bytes: a message with only a body)
+        in one write.
 
         Returns a Deferred firing with the L{PutResult} when the write is as durable as
         the flush level asks."""
+        t = self.registry.topics.get(topic)
+        if (queue_id is None and t is not None and t.queues == 1 and self.is_master
+                and t.valid(self.now_ms())):
+            # The usual publish, in short: a writable one-queue topic on a master.
+            return self.store.put_messages(topic, 0, messages)
         try:
             t = self._writable(topic)
             qid = self._pick_queue(t, queue_id)

@@ -52,24 +52,51 @@ static int get_ll(PyObject *obj, PyObject *name, long long *out) {
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+static int arg_ll(PyObject *obj, long long *out) {
+    *out = PyLong_AsLongLong(obj);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int arg_n(PyObject *obj, Py_ssize_t *out) {
+    *out = PyLong_AsSsize_t(obj);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
 /* pack(messages, start, magic, queue_id, op, is_msg, qoff, pos, seg_left, blank_size,
  *      now, host, event_id, tail, max_size, crc32, tag_hash)
- *   -> (data, entries, offsets, sizes, stop)
+ *   -> (data, entries, offsets, queue_offsets, sizes, stop)
  *
- * Packs messages[start:] while each record plus a BLANK marker fits in seg_left.
+ * Packs messages[start:] while each record plus a BLANK marker fits in seg_left. An item
+ * of messages is a Message, or a bytes object: a message with only a body (no
+ * properties, flags 0, born now on no host). queue_offsets count up from qoff for
+ * messages and are qoff itself for admin records (is_msg false).
  * stop: 0 all packed; 1 the next message needs a new segment (the caller rolls and
  * calls again); 2 the next message's body is over max_size. */
-static PyObject *pack_pack(PyObject *self, PyObject *args) {
-    PyObject *messages, *host, *tail, *crc32, *tag_hash;
+static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t start, seg_left, blank_size, max_size;
-    unsigned int magic;
-    int queue_id, op, is_msg;
-    long long qoff, pos, now, event_id;
-    if (!PyArg_ParseTuple(args, "O!nIiipLLnnLO!LO!nOO", &PyList_Type, &messages, &start,
-                          &magic, &queue_id, &op, &is_msg, &qoff, &pos, &seg_left,
-                          &blank_size, &now, &PyBytes_Type, &host, &event_id,
-                          &PyBytes_Type, &tail, &max_size, &crc32, &tag_hash))
+    long long magic_ll, queue_id_ll, op_ll, qoff, pos, now, event_id;
+    if (nargs != 17) {
+        PyErr_SetString(PyExc_TypeError, "pack() takes 17 arguments");
         return NULL;
+    }
+    PyObject *messages = args[0], *host = args[11], *tail = args[13], *crc32 = args[15],
+             *tag_hash = args[16];
+    if (!PyList_Check(messages) || !PyBytes_Check(host) || !PyBytes_Check(tail)) {
+        PyErr_SetString(PyExc_TypeError, "pack(): messages must be a list, host and tail bytes");
+        return NULL;
+    }
+    if (arg_n(args[1], &start) < 0 || arg_ll(args[2], &magic_ll) < 0 ||
+        arg_ll(args[3], &queue_id_ll) < 0 || arg_ll(args[4], &op_ll) < 0 ||
+        arg_ll(args[6], &qoff) < 0 || arg_ll(args[7], &pos) < 0 ||
+        arg_n(args[8], &seg_left) < 0 || arg_n(args[9], &blank_size) < 0 ||
+        arg_ll(args[10], &now) < 0 || arg_ll(args[12], &event_id) < 0 ||
+        arg_n(args[14], &max_size) < 0)
+        return NULL;
+    int is_msg = PyObject_IsTrue(args[5]);
+    if (is_msg < 0)
+        return NULL;
+    uint32_t magic = (uint32_t)magic_ll;
+    int queue_id = (int)queue_id_ll, op = (int)op_ll;
     if (PyBytes_GET_SIZE(host) != 8) {
         PyErr_SetString(PyExc_ValueError, "host must be 8 bytes");
         return NULL;
@@ -84,20 +111,33 @@ static PyObject *pack_pack(PyObject *self, PyObject *args) {
     msg_t *ms = PyMem_Calloc(n ? n : 1, sizeof(msg_t));
     if (ms == NULL)
         return PyErr_NoMemory();
-    PyObject *result = NULL, *data = NULL, *entries = NULL, *offsets = NULL, *sizes = NULL;
+    PyObject *result = NULL, *data = NULL, *entries = NULL, *offsets = NULL, *qoffsets = NULL,
+             *sizes = NULL;
     int stop = 0;
     Py_ssize_t k = 0, data_len = 0;
     /* First pass: fields, sizes, CRCs and tag hashes, until a stop. */
     for (; k < n; k++) {
         PyObject *msg = PyList_GET_ITEM(messages, start + k);
         msg_t *m = &ms[k];
-        m->body = PyObject_GetAttr(msg, s_body);
+        int plain = PyBytes_CheckExact(msg); /* a body alone: every other field default */
+        m->body = plain ? Py_NewRef(msg) : PyObject_GetAttr(msg, s_body);
         if (m->body == NULL || PyObject_GetBuffer(m->body, &m->bv, PyBUF_SIMPLE) < 0)
             goto fail;
         m->have_bv = 1;
         if (m->bv.len > max_size) {
             stop = 2;
             break;
+        }
+        if (plain) {
+            m->size = HEADER_SIZE + m->bv.len + tail_len + 2;
+            if (m->size + blank_size > seg_left) {
+                stop = 1;
+                break;
+            }
+            seg_left -= m->size;
+            m->flag = is_msg ? 0 : op;
+            memset(m->born_host, 0, 8);
+            goto checksum;
         }
         m->props = PyObject_GetAttr(msg, s_properties);
         if (m->props == NULL || PyObject_GetBuffer(m->props, &m->pv, PyBUF_SIMPLE) < 0)
@@ -133,13 +173,14 @@ static PyObject *pack_pack(PyObject *self, PyObject *args) {
         }
         memcpy(m->born_host, PyBytes_AS_STRING(bh), 8);
         Py_DECREF(bh);
+    checksum:;
         PyObject *c = PyObject_CallOneArg(crc32, m->body);
         if (c == NULL)
             goto fail;
         m->crc = (uint32_t)(PyLong_AsUnsignedLongMask(c) & 0x7FFFFFFFu);
         Py_DECREF(c);
         m->tag_hash = 0;
-        if (is_msg && m->pv.len >= 5 && memmem(m->pv.buf, m->pv.len, "TAGS\x01", 5) != NULL) {
+        if (is_msg && m->have_pv && m->pv.len >= 5 && memmem(m->pv.buf, m->pv.len, "TAGS\x01", 5) != NULL) {
             PyObject *h = PyObject_CallOneArg(tag_hash, m->props);
             if (h == NULL)
                 goto fail;
@@ -154,20 +195,24 @@ static PyObject *pack_pack(PyObject *self, PyObject *args) {
     data = PyBytes_FromStringAndSize(NULL, data_len);
     entries = PyBytes_FromStringAndSize(NULL, is_msg ? k * ENTRY_SIZE : 0);
     offsets = PyList_New(k);
+    qoffsets = PyList_New(k);
     sizes = PyList_New(k);
-    if (data == NULL || entries == NULL || offsets == NULL || sizes == NULL)
+    if (data == NULL || entries == NULL || offsets == NULL || qoffsets == NULL || sizes == NULL)
         goto fail;
     unsigned char *o = (unsigned char *)PyBytes_AS_STRING(data);
     unsigned char *e = (unsigned char *)PyBytes_AS_STRING(entries);
     for (Py_ssize_t i = 0; i < k; i++) {
         msg_t *m = &ms[i];
-        PyObject *off_obj = PyLong_FromLongLong(pos), *size_obj = PyLong_FromSsize_t(m->size);
-        if (off_obj == NULL || size_obj == NULL) {
+        PyObject *off_obj = PyLong_FromLongLong(pos), *size_obj = PyLong_FromSsize_t(m->size),
+                 *qoff_obj = PyLong_FromLongLong(qoff);
+        if (off_obj == NULL || size_obj == NULL || qoff_obj == NULL) {
             Py_XDECREF(off_obj);
             Py_XDECREF(size_obj);
+            Py_XDECREF(qoff_obj);
             goto fail;
         }
         PyList_SET_ITEM(offsets, i, off_obj);
+        PyList_SET_ITEM(qoffsets, i, qoff_obj);
         PyList_SET_ITEM(sizes, i, size_obj);
         o = put_be32(o, (uint32_t)m->size);
         o = put_be32(o, magic);
@@ -192,8 +237,10 @@ static PyObject *pack_pack(PyObject *self, PyObject *args) {
         o += tail_len;
         *o++ = (unsigned char)(m->pv.len >> 8);
         *o++ = (unsigned char)m->pv.len;
-        memcpy(o, m->pv.buf, m->pv.len);
-        o += m->pv.len;
+        if (m->pv.len) {
+            memcpy(o, m->pv.buf, m->pv.len);
+            o += m->pv.len;
+        }
         if (is_msg) {
             e = put_be64(e, (uint64_t)pos);
             e = put_be32(e, (uint32_t)m->size);
@@ -203,12 +250,13 @@ static PyObject *pack_pack(PyObject *self, PyObject *args) {
         pos += m->size;
         event_id++;
     }
-    result = Py_BuildValue("(NNNNi)", data, entries, offsets, sizes, stop);
-    data = entries = offsets = sizes = NULL; /* stolen by Py_BuildValue's N */
+    result = Py_BuildValue("(NNNNNi)", data, entries, offsets, qoffsets, sizes, stop);
+    data = entries = offsets = qoffsets = sizes = NULL; /* stolen by Py_BuildValue's N */
 fail:
     Py_XDECREF(data);
     Py_XDECREF(entries);
     Py_XDECREF(offsets);
+    Py_XDECREF(qoffsets);
     Py_XDECREF(sizes);
     for (Py_ssize_t i = 0; i < n; i++)
         release(&ms[i]);
@@ -217,10 +265,10 @@ fail:
 }
 
 static PyMethodDef pack_methods[] = {
-    {"pack", pack_pack, METH_VARARGS,
+    {"pack", (PyCFunction)(void (*)(void))pack_pack, METH_FASTCALL,
      "pack(messages, start, magic, queue_id, op, is_msg, qoff, pos, seg_left, blank_size, "
      "now, host, event_id, tail, max_size, crc32, tag_hash) -> (data, entries, offsets, "
-     "sizes, stop): see _pack.c."},
+     "queue_offsets, sizes, stop): see _pack.c."},
     {NULL, NULL, 0, NULL},
 };
 

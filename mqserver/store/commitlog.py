@@ -94,26 +94,15 @@ class CommitLog:
         cur = self._cur
         if cur is not None and 0 <= offset - cur[0] < self.segment_size:
             start, fd = cur  # the usual case: the segment being written
+            pos = offset - start
+            if pos + size > self.segment_size:
+                raise ValueError("records do not fit in the current segment")
         else:
-            cur = None
-            start = self.segment_start(offset)
-        pos = offset - start
-        if pos + size > self.segment_size:
-            raise ValueError("records do not fit in the current segment")
-        if cur is None:
-            if start not in self.segments:
-                self.segments.append(start)
-            fd = self._fd(start, create=True)
-            self._cur = (start, fd)
+            start, fd, pos = self._open_for(offset, size)
         try:
             written = os.pwrite(fd, data, pos)
             if written != size:
-                view = memoryview(data)[written:]
-                pos += written
-                while view:
-                    n = os.pwrite(fd, view, pos)
-                    view = view[n:]
-                    pos += n
+                self._write_rest(fd, data, written, pos)
         except OSError:
             try:
                 os.ftruncate(fd, offset - start)
@@ -123,6 +112,29 @@ class CommitLog:
         self._unsynced.add(start)
         self.end = offset + size
         return offset
+
+    def _open_for(self, offset, size):
+        # The segment a write of size bytes at offset goes to, when it is not the one
+        # written last: (start, fd, position in the segment).
+        start = self.segment_start(offset)
+        pos = offset - start
+        if pos + size > self.segment_size:
+            raise ValueError("records do not fit in the current segment")
+        if start not in self.segments:
+            self.segments.append(start)
+        fd = self._fd(start, create=True)
+        self._cur = (start, fd)
+        return start, fd, pos
+
+    @staticmethod
+    def _write_rest(fd, data, written, pos):
+        # pwrite wrote only part: write the rest (a disk nearly full, a signal).
+        view = memoryview(data)[written:]
+        pos += written
+        while view:
+            n = os.pwrite(fd, view, pos)
+            view = view[n:]
+            pos += n
 
     def read(self, offset, size):
         """Return C{size} bytes at C{offset} (within one segment), as bytes."""

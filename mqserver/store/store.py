@@ -71,13 +71,14 @@ class PutResult:
     # default factories cost that path about as much as the rest of its bookkeeping.
     __slots__ = ("event_id", "queue_id", "log_offsets", "queue_offsets", "sizes", "store_ts")
 
-    def __init__(self, event_id, queue_id, store_ts=0):
+    def __init__(self, event_id, queue_id, store_ts=0, log_offsets=None, queue_offsets=None,
+                 sizes=None):
         self.event_id = event_id
         self.queue_id = queue_id
         self.store_ts = store_ts
-        self.log_offsets = []
-        self.queue_offsets = []
-        self.sizes = []
+        self.log_offsets = [] if log_offsets is None else log_offsets
+        self.queue_offsets = [] if queue_offsets is None else queue_offsets
+        self.sizes = [] if sizes is None else sizes
 
     def __repr__(self):
         return (f"PutResult(event_id={self.event_id}, queue_id={self.queue_id}, "
@@ -231,7 +232,8 @@ class MessageStore:
             raise StoreError(f"store failed: {self.flusher.failure}")
 
     def put_messages(self, topic, queue_id, messages, now_ms=None, event_id=None):
-        """Append C{messages} to (topic, queue id) as one write.
+        """Append C{messages} to (topic, queue id) as one write. A message is a
+        L{Message}, or bytes: a message with only a body, born at the write.
 
         Returns a Deferred firing with a L{PutResult} once the write is as durable as the
         flush level asks; it fails with L{StoreError} when the write or fsync fails.
@@ -239,9 +241,11 @@ class MessageStore:
         eventId; it may skip ahead of L{next_event_id} but never go back.
         """
         try:
-            self._check_writable()
-            self._force_event_id(event_id)
-            result = self._append(topic, queue_id, messages, fmt.MESSAGE_MAGIC, 0, now_ms)
+            if not self.opened or self.flusher.failure is not None:
+                self._check_writable()  # raises
+            if event_id is not None:
+                self._force_event_id(event_id)
+            result = self._append(topic, queue_id, messages, _MESSAGE_MAGIC, 0, now_ms)
         except (StoreError, OSError) as e:
             return defer.fail(StoreError(str(e)))
         return self._after_write(result, topic, queue_id)
@@ -267,8 +271,9 @@ class MessageStore:
         self.next_event_id = event_id
 
     def _append(self, topic, queue_id, messages, magic, op, now_ms):
-        # The publish hot path: records packed by _pack_c (C) or _pack_py, one pwrite per
-        # segment touched, consume-queue entries buffered (see ConsumeQueue.write).
+        # The publish hot path: records packed by the C speedup (_pack.c) or _pack_py,
+        # one pwrite per segment touched, consume-queue entries buffered (see
+        # ConsumeQueue.write).
         tail = self._topic_tails.get(topic)
         if tail is None:
             tbytes = topic.encode("utf-8")
@@ -283,42 +288,62 @@ class MessageStore:
             first_qoff = -1
         event_id = self.next_event_id
         start = log.end
-        result = PutResult(event_id, queue_id, now)
-        pack = self._pack_py if _pack is None else self._pack_c
+        if type(messages) is not list:
+            messages = list(messages)
         try:
-            event_id, entries = pack(messages, magic, queue_id, op, is_msg, first_qoff, start,
-                                     log.space_left(), now, tail, event_id, result)
+            if _pack is None:
+                result, entries = self._pack_py(messages, magic, queue_id, op, is_msg,
+                                                first_qoff, now, tail, event_id)
+            else:
+                packed = _pack.pack(
+                    messages, 0, magic, queue_id, op, is_msg, first_qoff, start,
+                    log.space_left(), _BLANK_SIZE, now, self.store_host, event_id, tail,
+                    self.max_message_size, _crc32, _tag_hash_of)
+                if packed[5] == 0:  # all in the current segment: the usual case
+                    data, entries, offs, qoffs, sizes, _ = packed
+                    if sizes:
+                        log.append(data)
+                    result = PutResult(event_id, queue_id, now, offs, qoffs, sizes)
+                else:
+                    result, entries = self._pack_c_rest(
+                        messages, magic, queue_id, op, is_msg, first_qoff, now, tail,
+                        event_id, packed)
         except BaseException:
             log.truncate(start)
             raise
-        self.next_event_id = event_id
+        self.next_event_id = event_id + len(result.sizes)
         if is_msg:
             q.write(first_qoff, entries)
             if self._dispatch_listeners:
                 for cb in self._dispatch_listeners:
                     for off, m in zip(result.log_offsets, messages):
-                        cb(off, topic, m.properties, now)
+                        cb(off, topic, b"" if type(m) is bytes else m.properties, now)
         else:
             for off, size in zip(result.log_offsets, result.sizes):
                 self._apply_admin(self.read_record(off, size), False)
         self._dirty = True
         return result
 
-    def _pack_py(self, messages, magic, queue_id, op, is_msg, qoff, pos, seg_left, now,
-                 tail, event_id, result):
-        # The reference packing loop (the C speedup _pack.c does the same): one pwrite
-        # per segment touched. Returns the next eventId and the consume-queue entries.
+    def _pack_py(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id):
+        # The reference packing and writing (the C speedup _pack.c packs the same bytes):
+        # one pwrite per segment touched. Returns the PutResult and the consume-queue
+        # entries.
         log = self.commitlog
+        pos = log.end
+        seg_left = log.space_left()
         seg_size = log.segment_size
         overhead = fmt.HEADER_SIZE + 2 + len(tail)
         max_size = self.max_message_size
         host = self.store_host
         pack = fmt.HEADER.pack
         crc = zlib.crc32
+        result = PutResult(event_id, queue_id, now)
         offsets, qoffsets, sizes = result.log_offsets, result.queue_offsets, result.sizes
         chunk = []
         entries = []
         for m in messages:
+            if type(m) is bytes:
+                m = Message(body=m)
             body, props = m.body, m.properties
             blen = len(body)
             if blen > max_size:
@@ -352,49 +377,40 @@ class MessageStore:
                 qoff += 1
         if chunk:
             log.append(b"".join(chunk))
-        return event_id, b"".join(entries)
+        return result, b"".join(entries)
 
-    def _pack_c(self, messages, magic, queue_id, op, is_msg, qoff, pos, seg_left, now,
-                tail, event_id, result):
-        # _pack_py through the C speedup: it packs up to a segment's end per call.
+    def _pack_c_rest(self, messages, magic, queue_id, op, is_msg, first_qoff, now, tail,
+                     event_id, first):
+        # The C packing of a write that its first call (C{first}, what _pack.pack
+        # returned) did not finish: stop 1, the current segment is full (roll and go
+        # on); stop 2, a body over the limit. Returns the PutResult and the entries.
         log = self.commitlog
-        if type(messages) is not list:
-            messages = list(messages)
-        done = 0
-        entries = None
+        data, ents, offs, qoffs, sizes, stop = first
+        result = PutResult(event_id, queue_id, now, offs, qoffs, sizes)
+        entries = [ents]
         while True:
-            data, ents, offs, szs, stop = _pack.pack(
-                messages, done, magic, queue_id, op, is_msg, qoff, pos, seg_left,
-                _BLANK_SIZE, now, self.store_host, event_id, tail, self.max_message_size,
-                _crc32, _tag_hash_of)
-            k = len(szs)
-            if k:
+            if sizes:
                 log.append(data)
-                result.log_offsets += offs
-                result.sizes += szs
-                if is_msg:
-                    result.queue_offsets += range(qoff, qoff + k)
-                    qoff += k
-                else:
-                    result.queue_offsets += [qoff] * k
-                done += k
-                event_id += k
             if stop == 0:
-                if entries is None:
-                    return event_id, ents  # all in one segment: the usual case
-                entries.append(ents)
-                return event_id, b"".join(entries)
-            if entries is None:
-                entries = []
-            entries.append(ents)
+                return result, b"".join(entries)
+            done = len(result.sizes)
             if stop == 2:
-                blen = len(messages[done].body)
+                m = messages[done]
+                blen = len(m if type(m) is bytes else m.body)
                 raise StoreError(f"message of {blen} bytes is over the limit")
-            if k == 0 and log.space_left() == log.segment_size:
+            if not sizes and log.space_left() == log.segment_size:
                 raise StoreError("a record larger than a whole segment")
             log.roll()
-            pos = log.end
-            seg_left = log.segment_size
+            data, ents, offs, qoffs, sizes, stop = _pack.pack(
+                messages, done, magic, queue_id, op, is_msg,
+                first_qoff + done if is_msg else first_qoff, log.end, log.space_left(),
+                _BLANK_SIZE, now, self.store_host, event_id + done, tail,
+                self.max_message_size, _crc32, _tag_hash_of)
+            if sizes:
+                result.log_offsets += offs
+                result.queue_offsets += qoffs
+                result.sizes += sizes
+            entries.append(ents)
 
     def _apply_admin(self, view, replaying):
         if view.flag == fmt.OP_DELETE:

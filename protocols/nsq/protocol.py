@@ -492,12 +492,12 @@ class NsqdProtocol(Protocol):
         d.nsq_verb = verb
         self._answer(d)
 
+    # A body alone (bytes) is a message the store stamps with the time of its write.
     def do_pub(self, cmd):
-        self._publish("PUB", cmd.topic, [Message(cmd.body, born_ts=self.broker.now_ms())])
+        self._publish("PUB", cmd.topic, [bytes(cmd.body)])
 
     def do_mpub(self, cmd):
-        now = self.broker.now_ms()
-        self._publish("MPUB", cmd.topic, [Message(b, born_ts=now) for b in cmd.bodies])
+        self._publish("MPUB", cmd.topic, [bytes(b) for b in cmd.bodies])
 
     def do_dpub(self, cmd):
         self._publish("DPUB", cmd.topic, [Message(cmd.body, born_ts=self.broker.now_ms())],

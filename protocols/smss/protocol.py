@@ -241,7 +241,7 @@ class SmssServerProtocol(Protocol):
 
     def do_Pub(self, ev):
         try:
-            msgs = payload_to_messages(ev.payload, self.broker.now_ms())
+            msgs = payload_to_messages(ev.payload)
         except InvalidPayload:
             return codec.err("invalid pub payload")
         if not self.broker.is_master:

@@ -76,20 +76,26 @@ def topics_json(topics, folder_count):
     return _go_json([topic_dict(t, folder_count) for t in topics])
 
 
-def payload_to_messages(payload, now_ms):
-    """Turn a validated PUB payload into store L{Message}s. Raises InvalidPayload."""
+def payload_to_messages(payload, now_ms=None):
+    """Turn a validated PUB payload into what the store takes: a record without headers
+    is its body (bytes), one with headers a L{Message}. Raises InvalidPayload.
+
+    C{now_ms}: the born time to give every message, as L{Message}s (a DELAY's, stored
+    later); None leaves it to the store, which stamps the time of the write."""
     total = len(payload)
-    if total > 8:
+    if total > 8 and now_ms is None:
         size, h = _PREFIX.unpack_from(payload, 0)
         if h == 0 and size + 8 == total:
             # What the SDKs send for one message: a single record without headers,
             # which passes the walk rules of record_spans by construction.
-            return [Message(body=bytes(payload[8:]), born_ts=now_ms)]
+            return [bytes(payload[8:])]
+    born = now_ms or 0
     out = []
     for start, end in record_spans(payload):
         h = _U32.unpack_from(payload, start + 4)[0]
         if h == 0:
-            out.append(Message(body=bytes(payload[start + 8 : end]), born_ts=now_ms))
+            body = bytes(payload[start + 8 : end])
+            out.append(body if now_ms is None else Message(body=body, born_ts=born))
             continue
         try:
             headers, body = parse_record(payload, start, end)
@@ -98,14 +104,14 @@ def payload_to_messages(payload, now_ms):
             headers = None
         if headers is not None and fmt.properties_safe(headers):
             out.append(
-                Message(body=body, properties=fmt.encode_properties(headers), born_ts=now_ms)
+                Message(body=body, properties=fmt.encode_properties(headers), born_ts=born)
             )
         else:
             out.append(
                 Message(
                     body=bytes(payload[start:end]),
                     sys_flag=fmt.SYSFLAG_SMSS_FRAMED,
-                    born_ts=now_ms,
+                    born_ts=born,
                 )
             )
     return out

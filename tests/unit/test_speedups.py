@@ -161,7 +161,8 @@ _store_message = st.builds(
 _puts = st.lists(
     st.one_of(
         st.tuples(st.just("msg"), st.sampled_from(["a", "topic-b"]), st.integers(0, 2),
-                  st.lists(_store_message, min_size=1, max_size=12)),
+                  st.lists(st.one_of(_store_message, st.binary(max_size=700)),  # bytes: a body
+                           min_size=1, max_size=12)),
         st.tuples(st.just("admin"), st.sampled_from(["a", "z"]), st.just(-1),
                   st.binary(max_size=300)),
     ),
@@ -214,7 +215,8 @@ class _packer:
 @given(_puts)
 def test_store_packing_matches_python(tmp_path_factory, puts):
     """Batches across segment rolls, over-limit bodies (the whole batch fails), tagged
-    messages and admin records: the C packing writes the same log, queues and results."""
+    messages, plain bodies and admin records: the C packing writes the same log, queues
+    and results."""
     py = _run_puts(tmp_path_factory.mktemp("py"), puts, "py")
     c = _run_puts(tmp_path_factory.mktemp("c"), puts, "c")
     assert c == py
