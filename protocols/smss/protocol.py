@@ -23,7 +23,7 @@ from mqserver.errors import (
     TopicNotFound,
 )
 from mqserver.broker.topics import validate_topic_name
-from mqserver.sendnow import Cork
+from mqserver.sendnow import Cork, send_now
 
 from protocols.smss import codec, messages as m
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
@@ -93,11 +93,19 @@ class SmssServerProtocol(Protocol):
 
     def dataReceived(self, data):
         if not self._answers and self.subscription is None:
-            ev = self.decoder.whole_pub(data)
-            if ev is not None:
+            pub = self.decoder.whole_pub(data)
+            if pub is not None:
                 # One PUB in one read and nothing to answer before it: the usual
-                # traffic, handled without the decoder's buffering or the cork.
-                self._handle(type(self).do_Pub, ev)
+                # traffic, handled without the decoder's buffering or the cork, and
+                # answered as _handle and _answer would, in fewer steps.
+                try:
+                    result = self._pub(pub[0], pub[2])
+                except BrokerError as e:
+                    result = codec.err(self._error_text(e))
+                if type(result) is bytes:
+                    send_now(self.transport, result)
+                else:
+                    self._answer(result)
                 return
         self._cork.received(self.transport, self._received, data)
 
@@ -240,13 +248,16 @@ class SmssServerProtocol(Protocol):
         return name
 
     def do_Pub(self, ev):
+        return self._pub(ev.topic, ev.payload)
+
+    def _pub(self, topic, payload):
         try:
-            msgs = payload_to_messages(ev.payload)
+            msgs = payload_to_messages(payload)
         except InvalidPayload:
             return codec.err("invalid pub payload")
         if not self.broker.is_master:
             raise NotMaster("pub message")
-        return _ok_when_done(self.broker.publish(self._topic_name(ev.topic), msgs))
+        return _ok_when_done(self.broker.publish(self._topic_name(topic), msgs))
 
     def do_Delay(self, ev):
         if not self.broker.is_master:
