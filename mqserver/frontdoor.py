@@ -22,13 +22,20 @@ class IFrontDoor(Interface):
 
     follower = Attribute("Module with make_follower(broker, config, reactor), or None.")
 
+    config = Attribute(
+        "Dotted name of the module declaring the door's config keys (KEYS, optional "
+        "ALIASES and validate(values); see mqserver.config.KeySet), or None. Doors that "
+        "share keys (NSQ's four, RocketMQ's two) name the same module."
+    )
+
 
 @implementer(IPlugin, IFrontDoor)
 class FrontDoor:
     """A front door whose factory is C{make_factory} in the module C{module}."""
 
-    def __init__(self, name, module, default_endpoint, order=100, follower=None):
+    def __init__(self, name, module, default_endpoint, order=100, follower=None, config=None):
         self.name = name
+        self.config = config
         self.module = module
         self.default_endpoint = default_endpoint
         self.order = order

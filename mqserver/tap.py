@@ -48,9 +48,7 @@ class Options(usage.Options):
             except ValueError:
                 raise usage.UsageError("--event wants an integer eventId") from None
         try:
-            config = load_config(
-                self["config"], overrides, {n: d.default_endpoint for n, d in doors.items()}
-            )
+            config = load_config(self["config"], overrides, doors)
         except ConfigError as e:
             raise usage.UsageError(str(e))
         for name, desc in self["listen"].items():

@@ -13,13 +13,13 @@ from twisted.internet import defer, task
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
-from mqserver.config import parse_delay_levels
 from mqserver.service import local_ipv4
 from mqserver.store import format as fmt
 from mqserver.store.flush import read_json, write_json_atomic
 from mqserver.store.index import IndexService
 
 from protocols.remoting import codes
+from protocols.remoting.config import parse_delay_levels
 from protocols.remoting.broker_protocol import BrokerProtocol
 from protocols.remoting.consumers import ConsumerManager
 from protocols.remoting.context import context_for

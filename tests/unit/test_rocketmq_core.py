@@ -9,7 +9,8 @@ from twisted.internet.task import Clock
 
 from mqserver.broker.offsets import ConsumerOffsets
 from mqserver.cluster.namesrv import RouteTable
-from mqserver.config import ConfigError, build_config, parse_delay_levels
+from mqserver.config import ConfigError, build_config
+from protocols.remoting.config import parse_delay_levels
 from mqserver.store import format as fmt
 from mqserver.store.index import IndexService
 from protocols.remoting.consumers import parse_subscription

@@ -94,3 +94,58 @@ def test_config_smss_keys_and_aliases():
     assert build_config({"listen": {"smss": "off"}}).listen["smss"] is None
     assert build_config({})["server.spinMicros"] == 200
     assert build_config({"server": {"spinMicros": 0}})["server.spinMicros"] == 0
+
+
+class _Door:
+    """A stand-in front door plugin naming a config module."""
+
+    def __init__(self, name, config=None, default_endpoint="tcp:0"):
+        self.name = name
+        self.config = config
+        self.default_endpoint = default_endpoint
+
+
+def test_front_doors_own_their_keys(monkeypatch):
+    """A door's keys are known only when a door declaring them is installed: without the
+    RocketMQ doors, rocketmq.* is an unknown key; with a door of our own, its keys, aliases
+    and cross-key check apply."""
+    import sys
+    import types
+
+    doors = {"smss": front_doors()["smss"]}
+    with pytest.raises(ConfigError, match=r"unknown config key 'rocketmq\.brokerName'"):
+        build_config({"rocketmq": {"brokerName": "b"}}, doors=doors)
+    assert build_config({"store": {"folderCount": 3}}, doors=doors)["store.folderCount"] == 3
+
+    mod = types.ModuleType("fake_door_config")
+    mod.KEYS = {"fake.size": (int, 5, lambda v: v > 0, "> 0"), "fake.name": (str, "x", None, None)}
+    mod.ALIASES = {"fake.bytes": "fake.size"}
+
+    def validate(values):
+        if values["fake.name"] == "bad" and values["fake.size"] > 1:
+            raise ConfigError("config key 'fake.name' cannot be bad with fake.size > 1")
+
+    mod.validate = validate
+    monkeypatch.setitem(sys.modules, "fake_door_config", mod)
+    doors = {"a": _Door("a", "fake_door_config"), "b": _Door("b", "fake_door_config")}
+    cfg = build_config({"fake": {"bytes": 7}}, doors=doors)
+    assert cfg["fake.size"] == 7 and cfg["fake.name"] == "x"
+    assert cfg.listen == {"a": "tcp:0", "b": "tcp:0"}
+    with pytest.raises(ConfigError, match=r"'fake\.size' must be > 0"):
+        build_config({"fake": {"size": 0}}, doors=doors)
+    with pytest.raises(ConfigError, match=r"'fake\.name' cannot be bad"):
+        build_config({"fake": {"name": "bad"}}, doors=doors)
+    with pytest.raises(ConfigError, match=r"unknown config key 'fake\.other'"):
+        build_config({"fake": {"other": 1}}, doors=doors)
+
+
+def test_a_key_declared_twice_is_refused(monkeypatch):
+    """Two config modules declaring the same key is a plugin error, not a silent override."""
+    import sys
+    import types
+
+    mod = types.ModuleType("fake_dup_config")
+    mod.KEYS = {"store.path": (str, "elsewhere", None, None)}
+    monkeypatch.setitem(sys.modules, "fake_dup_config", mod)
+    with pytest.raises(ConfigError, match=r"'store\.path' is declared twice"):
+        build_config({}, doors={"d": _Door("d", "fake_dup_config")})

@@ -18,9 +18,13 @@ smss = FrontDoor(
     "tcp:12301:interface=127.0.0.1",
     order=10,
     follower="protocols.smss.follower",
+    config="protocols.smss.config",
 )
-namesrv = FrontDoor("namesrv", "protocols.remoting.namesrv_door", "tcp:9876:interface=127.0.0.1", order=20)
-rocketmq_broker = FrontDoor("broker", "protocols.remoting.broker_door", "tcp:10911:interface=127.0.0.1", order=21)
+namesrv = FrontDoor("namesrv", "protocols.remoting.namesrv_door", "tcp:9876:interface=127.0.0.1",
+                    order=20, config="protocols.remoting.config")
+rocketmq_broker = FrontDoor("broker", "protocols.remoting.broker_door",
+                            "tcp:10911:interface=127.0.0.1", order=21,
+                            config="protocols.remoting.config")
 
 mqnamesrv = ServiceMaker(
     "mqnamesrv",
@@ -36,9 +40,12 @@ mqlookupd = ServiceMaker(
     "mqlookupd",
 )
 
-nsqd_tcp = FrontDoor("nsqd_tcp", "protocols.nsq.factory", "tcp:4150:interface=127.0.0.1", order=30)
-nsqd_http = FrontDoor("nsqd_http", "protocols.nsq.http", "tcp:4151:interface=127.0.0.1", order=31)
+_NSQ_KEYS = "protocols.nsq.config"
+nsqd_tcp = FrontDoor("nsqd_tcp", "protocols.nsq.factory", "tcp:4150:interface=127.0.0.1",
+                     order=30, config=_NSQ_KEYS)
+nsqd_http = FrontDoor("nsqd_http", "protocols.nsq.http", "tcp:4151:interface=127.0.0.1",
+                      order=31, config=_NSQ_KEYS)
 lookupd_tcp = FrontDoor("lookupd_tcp", "protocols.nsq.lookupd", "tcp:4160:interface=127.0.0.1",
-                        order=32)
+                        order=32, config=_NSQ_KEYS)
 lookupd_http = FrontDoor("lookupd_http", "protocols.nsq.lookupd_http",
-                         "tcp:4161:interface=127.0.0.1", order=33)
+                         "tcp:4161:interface=127.0.0.1", order=33, config=_NSQ_KEYS)

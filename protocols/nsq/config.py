@@ -1,0 +1,12 @@
+"""The NSQ front doors' config keys (``nsq.*``, named after nsqd's flags), declared for
+L{mqserver.config.KeySet} by the nsqd and nsqlookupd plugins."""
+
+KEYS = {
+    "nsq.lookupdTcpAddresses": (list, [], lambda v: all(isinstance(a, str) and ":" in a for a in v),
+                                "a list of host:port strings"),
+    "nsq.broadcastAddress": (str, "127.0.0.1", None, None),
+    "nsq.msgTimeout": (int, 60000, lambda v: 1000 <= v <= 900000, "1000..900000 (ms)"),
+    "nsq.maxRdyCount": (int, 2500, lambda v: 1 <= v <= 1_000_000, "1..1000000"),
+    "nsq.maxMsgSize": (int, 1048576, lambda v: 1 <= v <= 64 << 20, "1..67108864"),
+    "nsq.maxBodySize": (int, 5242880, lambda v: 1 <= v <= 1 << 30, "1..1073741824"),
+}

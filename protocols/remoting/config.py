@@ -1,0 +1,58 @@
+"""The RocketMQ front doors' config keys (``rocketmq.*``, names as in RocketMQ's
+broker.conf), declared for L{mqserver.config.KeySet} by the ``namesrv`` and ``broker``
+plugins."""
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text):
+    """Return the delay of each RocketMQ delay level (level 1 first) in ms, from a
+    C{messageDelayLevel} string such as C{"1s 5s 10s 2m 1h"}. Raises ValueError."""
+    out = []
+    for item in text.split():
+        for unit in ("ms", "s", "m", "h", "d"):
+            if item.endswith(unit) and item[: -len(unit)].isdigit():
+                out.append(int(item[: -len(unit)]) * _UNITS_MS[unit])
+                break
+        else:
+            raise ValueError(f"bad delay level {item!r}")
+    if not out:
+        raise ValueError("no delay levels")
+    return out
+
+
+def _delay_levels_ok(text):
+    try:
+        parse_delay_levels(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_ipv4(text):
+    parts = text.split(".")
+    return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
+
+
+KEYS = {
+    "rocketmq.brokerName": (str, "broker-a", lambda v: bool(v), "a non-empty name"),
+    "rocketmq.brokerClusterName": (str, "DefaultCluster", lambda v: bool(v), "a non-empty name"),
+    "rocketmq.brokerId": (int, 0, lambda v: v >= 0, ">= 0 (0 is the master)"),
+    "rocketmq.brokerIP": (str, "", lambda v: v == "" or _is_ipv4(v),
+                          "an IPv4 address (clients connect to it)"),
+    "rocketmq.namesrvAddr": (str, "", None, None),
+    "rocketmq.autoCreateTopicEnable": (bool, True, None, None),
+    "rocketmq.autoCreateSubscriptionGroup": (bool, True, None, None),
+    "rocketmq.defaultTopicQueueNums": (int, 4, lambda v: 1 <= v <= 1024, "1..1024"),
+    "rocketmq.messageDelayLevel": (
+        str,
+        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+        _delay_levels_ok,
+        "space-separated durations like 1s 5m 2h",
+    ),
+    "rocketmq.maxReconsumeTimes": (int, 16, lambda v: v >= 0, ">= 0"),
+    "rocketmq.registerIntervalMs": (int, 30000, lambda v: v >= 100, ">= 100"),
+    "rocketmq.brokerExpireMs": (int, 120000, lambda v: v >= 100, ">= 100"),
+    "rocketmq.scanIntervalMs": (int, 10000, lambda v: v >= 100, ">= 100"),
+    "rocketmq.longPollMaxMs": (int, 15000, lambda v: v >= 0, ">= 0"),
+}

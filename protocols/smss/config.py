@@ -1,0 +1,12 @@
+"""The smss front door's own config keys, under the names smss's config.yaml gives them
+(spec §13), declared for L{mqserver.config.KeySet} by the ``smss`` plugin."""
+
+KEYS = {
+    "store.maxPubPayload": (int, 64 << 20, lambda v: 9 <= v <= 1 << 30, "9..1073741824"),
+    "store.folderCount": (int, 10, lambda v: v >= 1, ">= 1"),
+    "timeout.net.write": (int, 1000, lambda v: v >= 1, ">= 1"),
+    "timeout.server.alive": (int, 30000, lambda v: v >= 10, ">= 10"),
+}
+
+#: The smss README's name for the alive interval its code reads as timeout.server.alive.
+ALIASES = {"time.server.alive": "timeout.server.alive"}
