@@ -80,6 +80,7 @@ class StorageService(service.Service):
         super().startService()
 
     def _tick(self):
+        self.broker.stats.tick()
         if self.store.flush_level == 1:
             self.store.sync()
         return self.store.checkpoint()
@@ -104,6 +105,25 @@ class StorageService(service.Service):
             self.log.error("saving consumer offsets failed: {e}", e=e)
         self.store.close()
         self.log.info("store closed at eventId {eid}", eid=self.store.next_event_id - 1)
+
+
+def count_connections(factory, door, stats):
+    """Make C{factory} tell the broker's statistics about every connection it builds (the
+    connections of front door C{door} and their client addresses), adding nothing to a
+    connection's own work.
+
+    The factory's C{buildProtocol} is wrapped on the instance rather than the factory
+    itself, because doors find their listening port by the factory's identity."""
+    build = factory.buildProtocol
+
+    def buildProtocol(addr):
+        p = build(addr)
+        if p is not None:
+            stats.connection_made(door, p, addr)
+        return p
+
+    factory.buildProtocol = buildProtocol
+    return factory
 
 
 class ListenerService(StreamServerEndpointService):
@@ -140,6 +160,7 @@ class BrokerService(service.MultiService):
         desc = self.config.listen.get(name)
         if desc is None:
             return None
+        count_connections(factory, name, self.storage.broker.stats)
         svc = ListenerService(endpoints.serverFromString(self._reactor, desc), factory)
         svc.setName(f"listen-{name}")
         svc.setServiceParent(self)

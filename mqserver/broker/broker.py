@@ -15,6 +15,7 @@ from mqserver.broker.channel_registry import ChannelRegistry
 from mqserver.broker.cursor import TopicCursor
 from mqserver.broker.offsets import ConsumerOffsets
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
+from mqserver.broker.stats import Statistics
 from mqserver.broker.topics import TopicRegistry, create_body, validate_topic_name
 from mqserver.errors import InvalidRequest, NotMaster, TopicExists, TopicNotFound
 from mqserver.interfaces import IBroker
@@ -32,6 +33,7 @@ class Broker:
     @ivar is_master: False on a replication slave, which refuses writes.
     @ivar offsets: the L{ConsumerOffsets} of consumer groups (loaded at L{start}).
     @ivar channels: the L{ChannelRegistry} (channel consumption, e.g. NSQ's).
+    @ivar stats: the L{Statistics} every protocol counts into and reads.
     @ivar extensions: protocol name -> per-broker object a protocol shares between its
         front doors (e.g. NSQ's TCP, HTTP and lookupd doors); the core never reads it.
     """
@@ -54,6 +56,7 @@ class Broker:
         self._ext_state = {}
         self.offsets = ConsumerOffsets(store.path)
         self.channels = ChannelRegistry(self, reactor)
+        self.stats = Statistics(self, reactor.seconds)
         self.extensions = {}
         store.state = self
         store.add_arrival_listener(self._arrived)

@@ -81,7 +81,10 @@ class ChannelRegistry:
             done = {}
             for q, ranges in c.get("done", {}).items():
                 done[int(q)] = {o for a, b in ranges for o in range(a, b)}
-            self._add(topic, c["name"], floor, done, c.get("paused", False), False)
+            # messages already stored entered the channel before this start (nsqd
+            # counts only what its topic hands over while it runs)
+            ends = {q: self.store.queue(topic, q).max_offset for q in floor}
+            self._add(topic, c["name"], floor, done, c.get("paused", False), False, ends)
         self._restored = []
         self.paused_topics = {t for t in self.paused_topics if self.broker.topic(t) is not None}
         if self.broker.is_master:
@@ -132,8 +135,8 @@ class ChannelRegistry:
         return self._add(topic, name, self._start_positions(topic), None, False,
                          is_ephemeral(name))
 
-    def _add(self, topic, name, positions, done, paused, ephemeral):
-        ch = Channel(self, topic, name, positions, done, paused, ephemeral)
+    def _add(self, topic, name, positions, done, paused, ephemeral, entered_from=None):
+        ch = Channel(self, topic, name, positions, done, paused, ephemeral, entered_from)
         by_name = self.channels.setdefault(topic, {})
         if not by_name:
             self.broker.watch(topic, self)

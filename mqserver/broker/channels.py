@@ -16,6 +16,7 @@ C{(ts_ns, attempts, event_id, buf, body_start, body_end)}, and C{channel_closed(
 import heapq
 import random
 from collections import deque
+from operator import itemgetter
 
 from mqserver import speedups
 from mqserver.broker.cursor import TopicCursor
@@ -28,6 +29,7 @@ SCAN_INTERVAL = 0.05
 #: Messages handed to one consumer at a time when several are ready.
 SHARE_CHUNK = 16
 _MS_NS = 1_000_000
+_size_of = itemgetter(1)
 
 # in-flight / requeue entry: a list, cheapest to build on the hot path
 EID, QID, QOFF, LOFF, SIZE, ATTEMPTS, DEADLINE, OWNER, STARTED = range(9)
@@ -107,10 +109,15 @@ class Channel:
     @ivar floor: queue id -> lowest queue offset not yet finished.
     @ivar done: queue id -> finished offsets above the floor.
     @ivar in_flight: eventId -> entry (see the module's entry layout).
+    @ivar delivered_count: deliveries since the start (redeliveries too).
+    @ivar delivered_bytes: their record bytes.
     """
 
     def __init__(self, registry, topic, name, positions, done=None, paused=False,
-                 ephemeral=False):
+                 ephemeral=False, entered_from=None):
+        """C{entered_from}: queue offsets from which messages count as having entered
+        the channel (L{message_count}); by default C{positions}, so a new channel's
+        backlog counts. A channel restored at start-up counts from the queues' ends."""
         self.registry = registry
         self.store = registry.store
         self.reactor = registry.reactor
@@ -127,7 +134,9 @@ class Channel:
         self.requeued = deque()
         self.deferred = []  # heap of (due, eventId, entry)
         self.consumers = []
-        self.message_count = 0
+        self._entered_base = dict(entered_from if entered_from is not None else positions)
+        self.delivered_count = 0
+        self.delivered_bytes = 0
         self.requeue_count = 0
         self.timeout_count = 0
         self.deleted = False
@@ -135,6 +144,17 @@ class Channel:
         self._rr = 0
 
     # -- state ---------------------------------------------------------------------------
+
+    @property
+    def message_count(self):
+        """Messages that entered the channel since it was made or the broker started
+        (nsqd's channel C{message_count}): redeliveries do not count again."""
+        n = 0
+        for qid, base in self._entered_base.items():
+            q = self.store.find_queue(self.topic, qid)
+            if q is not None:
+                n += max(0, q.max_offset - base)
+        return n
 
     def depth(self):
         """Messages waiting to be delivered (not counting in-flight or deferred ones)."""
@@ -202,7 +222,7 @@ class Channel:
                 if not items:
                     return
                 c.in_flight += len(items)
-                self.message_count += len(items)
+                self.delivered_count += len(items)
                 c.deliver(items)
                 if len(items) == want and c.rdy > c.in_flight:
                     still.append(c)
@@ -223,6 +243,7 @@ class Channel:
             e[OWNER] = owner
             e[STARTED] = now
             in_flight[e[EID]] = e
+            self.delivered_bytes += e[SIZE]
             body = view.body
             append((view.store_ts * _MS_NS, e[ATTEMPTS], e[EID], body, 0, len(body)))
         rate = owner.sample_rate
@@ -248,6 +269,7 @@ class Channel:
                     keep.append(loc)
                 locs = keep
             take_fresh(buf, locs, in_flight, deadline, owner, now, _MS_NS, out)
+            self.delivered_bytes += sum(map(_size_of, locs))
         if out:
             self.registry.arm(self)
         return out
@@ -348,6 +370,25 @@ class Channel:
         self.floor = dict(ends)
         self.done = {q: set() for q in ends}
         self.store.mark_dirty()
+
+    def rewind(self, positions):
+        """Move the channel to C{positions} (queue id -> offset): what is in flight,
+        requeued or deferred is dropped (a later FIN of it fails as "not in flight"),
+        and consumers go on from there. Messages read again count as entering again."""
+        for c in {e[OWNER] for e in self.in_flight.values()} - {None}:
+            c.in_flight = 0
+        self.in_flight.clear()
+        self.requeued.clear()
+        self.deferred = []
+        for qid, pos in positions.items():
+            old = self.cursor.positions.get(qid, pos)
+            if pos < old:
+                self._entered_base[qid] = self._entered_base.get(qid, old) - (old - pos)
+        self.cursor.positions = dict(positions)
+        self.floor = dict(positions)
+        self.done = {q: set() for q in positions}
+        self.store.mark_dirty()
+        self.schedule_pump()
 
     def close(self):
         """Stop for good (deleted): consumers are the caller's business."""

@@ -63,6 +63,8 @@ class ConsumeQueue:
 
     @ivar max_offset: the next queue offset to write (the number of entries ever written).
     @ivar min_offset: the first queue offset still on disk.
+    @ivar in_msgs: messages the store appended here since it opened (statistics).
+    @ivar in_bytes: their record bytes.
     """
 
     #: Entries appended at the end wait in memory until this many are buffered (or the
@@ -89,6 +91,8 @@ class ConsumeQueue:
             self.max_offset = 0
             self.min_offset = 0
         self._tail_start = self.max_offset
+        self.in_msgs = 0
+        self.in_bytes = 0
 
     def _path(self, start):
         p = self._paths.get(start)

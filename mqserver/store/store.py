@@ -195,6 +195,10 @@ class MessageStore:
             )
         return q
 
+    def open_queues(self):
+        """Return [((topic, queue id), L{ConsumeQueue}), ...] of every open queue."""
+        return list(self._queues.items())
+
     def find_queue(self, topic, queue_id):
         """Return the open L{ConsumeQueue} of (topic, queue id), or None (never creates one)."""
         return self._queues.get((topic, queue_id))
@@ -311,9 +315,13 @@ class MessageStore:
         except BaseException:
             log.truncate(start)
             raise
-        self.next_event_id = event_id + len(result.sizes)
+        n = len(result.sizes)
+        self.next_event_id = event_id + n
         if is_msg:
             q.write(first_qoff, entries)
+            # Statistics count here, where every protocol's publish ends (once).
+            q.in_msgs += n
+            q.in_bytes += sum(result.sizes)
             if self._dispatch_listeners:
                 for cb in self._dispatch_listeners:
                     for off, m in zip(result.log_offsets, messages):

@@ -1,7 +1,9 @@
-"""nsqd's /stats in JSON and text, built from the broker's channels and NSQ clients."""
+"""nsqd's /stats in JSON and text, built from the core statistics
+(L{mqserver.broker.stats}), the broker's channels and NSQ clients."""
 
 import time
 
+from mqserver.broker.stats import payload_bytes
 from mqserver.replication.status import replication_status
 
 from protocols.nsq.node import VERSION
@@ -33,17 +35,6 @@ def client_stats(c):
     return out
 
 
-def _topic_counts(node, name):
-    broker = node.broker
-    t = broker.topic(name)
-    count = 0
-    if t is not None:
-        for q in range(t.queues):
-            qu = broker.store.queue(name, q)
-            count += qu.max_offset
-    return count
-
-
 def topic_stats(node, name, channel=None, include_clients=True):
     """TopicStats of C{name}."""
     chans = node.broker.channels
@@ -72,8 +63,11 @@ def topic_stats(node, name, channel=None, include_clients=True):
             for q in range(t.queues):
                 qu = node.broker.store.queue(name, q)
                 depth += qu.max_offset - max(hold.get(q, 0), qu.min_offset)
+    # messages and bytes published since the start, as nsqd counts them (bodies; a
+    # RocketMQ message's properties count too)
+    msgs, nbytes = node.broker.stats.topic_in(name)
     return {"topic_name": name, "channels": channels, "depth": depth, "backend_depth": 0,
-            "message_count": _topic_counts(node, name), "message_bytes": 0,
+            "message_count": msgs, "message_bytes": payload_bytes(name, msgs, nbytes),
             "paused": name in chans.paused_topics, "e2e_processing_latency": dict(_E2E)}
 
 

@@ -6,6 +6,7 @@ core's topics (``topic.json``, ``subscriptionGroup.json`` in the store directory
 rewritten atomically with a data version when they change).
 """
 
+import json
 import os
 import socket
 
@@ -19,13 +20,14 @@ from mqserver.store.flush import read_json, write_json_atomic
 from mqserver.store.index import IndexService
 
 from protocols.remoting import codes
+from protocols.remoting.admin_stats import mq_map
 from protocols.remoting.config import parse_delay_levels
 from protocols.remoting.broker_protocol import BrokerProtocol
 from protocols.remoting.consumers import ConsumerManager
 from protocols.remoting.context import context_for
 from protocols.remoting.pulling import LongPolls
 from protocols.remoting.registrar import Registrar, parse_addrs
-from protocols.remoting.stats import Stats
+from protocols.remoting.stats import group_consumer
 from protocols.remoting.topicview import (
     DLQ_PREFIX, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX, TBW102, make_attrs, topic_config,
     write_queues,
@@ -70,7 +72,6 @@ class BrokerDoor(Factory):
         self.broker_addr = None
         self.consumers = ConsumerManager(broker.now_ms)
         self.polls = LongPolls(broker, reactor)
-        self.stats = Stats()
         ctx = context_for(broker)
         ctx.broker_door = self
         self.registrar = Registrar(self, reactor, parse_addrs(config["rocketmq.namesrvAddr"]), ctx.route_table)
@@ -294,12 +295,49 @@ class BrokerDoor(Factory):
                 parts.append(data)
         return b"".join(parts), self.index.last_ts(), self.index.last_offset()
 
-    def runtime_info(self):
-        info = {"brokerVersion": str(codes.SERVER_VERSION), "brokerVersionDesc": "V4_9_4",
-                "commitLogMinOffset": str(self.store.commitlog.min_offset),
-                "commitLogMaxOffset": str(self.store.commitlog.end)}
-        info.update({k: str(v) for k, v in self.stats.totals().items()})
-        return info
+    # -- statistics and offsets -----------------------------------------------------
+
+    def group_consumer(self, group, topic):
+        """Return the core consumer of (group, topic) that pulls are counted on."""
+        return group_consumer(self.broker, group, topic,
+                              lambda positions: self.rewind_group(group, topic, positions))
+
+    def rewind_group(self, group, topic, positions, timestamp=-1):
+        """Set the group's offsets on C{topic} to C{positions} (queue id -> offset) and
+        tell its online clients (RESET_CONSUMER_CLIENT_OFFSET, 220), which drop what they
+        pulled from the old position and go on from the new one."""
+        for qid, off in positions.items():
+            self.broker.offsets.commit(topic, group, qid, off)
+        c = self.broker.stats.find("rocketmq", group, topic)
+        if c is not None:
+            c.pulled = {}
+        ext = {"topic": topic, "group": group, "timestamp": timestamp, "isForce": "true"}
+        for conn in self.consumers.connections(group):
+            conn.send_oneway(codes.RESET_CONSUMER_CLIENT_OFFSET, ext,
+                             reset_offset_body(self.broker_name, topic, positions,
+                                               getattr(conn, "client_language", "") == "CPP"))
+
+    def broker_config(self):
+        """The broker's configuration as GET_BROKER_CONFIG shows it (RocketMQ names)."""
+        c = self.config
+        return {
+            "brokerClusterName": self.cluster_name, "brokerName": self.broker_name,
+            "brokerId": self.broker_id, "brokerIP1": (self.broker_addr or ":").rsplit(":", 1)[0],
+            "listenPort": (self.broker_addr or ":0").rsplit(":", 1)[1],
+            "namesrvAddr": c["rocketmq.namesrvAddr"] or "",
+            "brokerRole": "SLAVE" if c["role"] == "slave" else "ASYNC_MASTER",
+            "flushDiskType": "SYNC_FLUSH" if c["store.flushLevel"] >= 2 else "ASYNC_FLUSH",
+            "storePathRootDir": self.store.path,
+            "storePathCommitLog": os.path.join(self.store.path, "commitlog"),
+            "mappedFileSizeCommitLog": c["store.maxLogSize"],
+            "maxMessageSize": c["store.maxMessageSize"],
+            "fileReservedTime": c["store.maxDays"] * 24,
+            "autoCreateTopicEnable": str(self.auto_create_enabled).lower(),
+            "autoCreateSubscriptionGroup": str(self.auto_create_group).lower(),
+            "defaultTopicQueueNums": self.default_queue_nums,
+            "messageDelayLevel": c["rocketmq.messageDelayLevel"],
+            "longPollingEnable": "true",
+        }
 
 
 def key_matches(properties, key):
@@ -309,6 +347,18 @@ def key_matches(properties, key):
         if k == b"UNIQ_KEY" and v == key.encode():
             return True
     return False
+
+
+def reset_offset_body(broker_name, topic, positions, for_c):
+    """The body of RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetBodyForC (a list) for C++
+    clients, ResetOffsetBody (a map keyed by MessageQueue, spec 5.8) for the others."""
+    mqs = [({"brokerName": broker_name, "queueId": q, "topic": topic}, o)
+           for q, o in sorted(positions.items())]
+    if for_c:
+        return json.dumps({"offsetTable": [dict(mq, offset=o) for mq, o in mqs]},
+                          separators=(",", ":")).encode()
+    pairs = [((topic, broker_name, q), o) for q, o in sorted(positions.items())]
+    return ('{"offsetTable":' + mq_map(pairs) + "}").encode()
 
 
 def make_factory(broker, config, reactor):

@@ -12,6 +12,8 @@ from twisted.internet import defer
 from mqserver.store import format as fmt
 
 from protocols.remoting import codes
+from protocols.remoting import admin_stats
+from protocols.remoting.admin_stats import StatsHandlers
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
 from protocols.remoting.consumers import parse_subscription
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
@@ -29,7 +31,7 @@ from protocols.remoting.topicview import PERM_READ, PERM_WRITE, RETRY_PREFIX, re
 _SEND_EXTRA = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 
 
-class BrokerProtocol(AdminHandlers, RemotingProtocol):
+class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
     """One client connection to the broker door."""
 
     handlers = {
@@ -49,8 +51,7 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
         codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "create_group",
         codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "all_groups",
         codes.DELETE_SUBSCRIPTIONGROUP: "delete_group",
-        codes.VIEW_BROKER_STATS_DATA: "stats",
-        codes.GET_BROKER_RUNTIME_INFO: "runtime_info",
+        **admin_stats.HANDLERS,
     }
 
     def __init__(self, door):
@@ -112,7 +113,6 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
 
     def _publish(self, cmd, topic, qid, msgs):
         d = self.broker.publish(topic, msgs, qid)
-        self.door.stats.put(topic, len(msgs), sum(len(m.body) for m in msgs))
 
         def done(r):
             ids = offset_msg_ids(self.store.store_host, r.log_offsets)
@@ -124,7 +124,6 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
         delay_ms = self.door.delay_ms(level)
         start = self.store.commitlog.end
         d = self.broker.delay(topic, delay_ms, msgs)
-        self.door.stats.put(topic, 1, len(msgs[0].body))
 
         def done(_):
             ids = offset_msg_ids(self.store.store_host, [start])
@@ -197,7 +196,7 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
                 h = self.door.polls.park(self, cmd, args, hold_ms)
                 h.deferred = defer.Deferred()
                 return h.deferred
-        return self._pull_response(cmd, result, group, topic)
+        return self._pull_response(cmd, result, group, topic, qid)
 
     def finish_pull(self, hold, final):
         """Re-run a parked pull; answer it and return True when it is done."""
@@ -205,12 +204,12 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
         result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
         if result.code == codes.PULL_NOT_FOUND and not final:
             return False
-        hold.deferred.callback(self._pull_response(hold.cmd, result, group, topic))
+        hold.deferred.callback(self._pull_response(hold.cmd, result, group, topic, qid))
         return True
 
-    def _pull_response(self, cmd, r, group, topic):
+    def _pull_response(self, cmd, r, group, topic, qid):
         if r.count:
-            self.door.stats.get(group, topic, r.count, len(r.body))
+            self.door.group_consumer(group, topic).pulled_to(qid, r.next_offset, r.count, len(r.body))
         return make_pull_response(cmd, r)
 
     # -- queries -------------------------------------------------------------------
@@ -236,6 +235,8 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
     # -- clients -------------------------------------------------------------------
 
     def heartbeat(self, cmd):
+        # what mqadmin's consumerConnection/producerConnection show of this client
+        self.client_language, self.client_version = cmd.language, cmd.version
         try:
             data = loads_tolerant(cmd.body) if cmd.body else {}
         except ValueError:

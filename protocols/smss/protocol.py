@@ -37,6 +37,8 @@ from protocols.smss.views import payload_to_messages, topic_json, topics_json
 
 #: TOPIC INFO of this name answers the replication status instead of a topic.
 REPLICATION_INFO = b"$replication"
+#: TOPIC INFO of this name (or C{$stats:TOPIC}) answers the broker's statistics.
+STATS_INFO = b"$stats"
 NAME_RULE = "topic name MUST be less than 128 char and NOT contains space/enter/tab"
 MAX_NAME = 128
 #: Answers waiting to be written before the connection stops reading more requests.
@@ -298,11 +300,22 @@ class SmssServerProtocol(Protocol):
     def do_TopicInfo(self, ev):
         if ev.topic == REPLICATION_INFO:
             return codec.ok_json(json.dumps(self._replication_status()).encode())
+        if ev.topic == STATS_INFO or ev.topic.startswith(STATS_INFO + b":"):
+            return self._stats_info(ev.topic[len(STATS_INFO) + 1:])
         name = self._name(ev.topic)
         t = self.broker.registry.get(name)
         if t is None:
             raise TopicNotFound(name)
         return codec.ok_json(topic_json(t, self.factory.folder_count))
+
+    def _stats_info(self, rest):
+        # "$stats": the broker's statistics; "$stats:T": those of topic T
+        topic = None
+        if rest:
+            topic = self._name(rest)
+            if self.broker.registry.get(topic) is None:
+                raise TopicNotFound(topic)
+        return codec.ok_json(json.dumps(self.broker.stats.snapshot(topic)).encode())
 
     def _replication_status(self):
         return replication_status(self.broker, slaves=self.factory.replica_feeds)

@@ -5,9 +5,12 @@ bounds the memory a slow subscriber can cost. An idle stream gets ALIVE every
 ``timeout.server.alive`` ms; a missing ack closes the connection after the ack timeout.
 """
 
+from operator import itemgetter
+
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from mqserver.broker.stats import SMSS, Consumer
 from mqserver.interfaces import IWatcher
 
 from protocols.smss import codec
@@ -15,6 +18,7 @@ from protocols.smss.keepalive import IdleAlive
 from protocols.smss.views import encode_records
 
 DEFAULT_ACK_TIMEOUT = 3.0
+_size_of = itemgetter(1)
 
 
 @implementer(IWatcher)
@@ -41,10 +45,14 @@ class Subscription:
         self._alive = IdleAlive(self._reactor, proto.factory.alive_interval, self._send_alive)
         self._send_call = None
         self._active = False
+        # the who as a core consumer: counted here, rewound by an operator
+        self.stats = Consumer(SMSS, who.decode("utf-8", "replace"), topic,
+                              positions=lambda: self.cursor.positions, on_rewind=self.rewind)
 
     def start(self):
         """Begin streaming: send what is there, then wait for arrivals."""
         self._active = True
+        self._broker.stats.add_consumer(self.stats)
         self._broker.watch(self.topic, self)
         self._alive.start()
         self._send()
@@ -62,6 +70,8 @@ class Subscription:
             return
         body = encode_records(buf, locs)
         self._write(codec.batch_header(len(locs), len(body)) + body)
+        self.stats.delivered(len(locs), sum(map(_size_of, locs)))
+        self.stats.in_flight = len(locs)
         self.awaiting_ack = True
         # One timer serves every batch: a new deadline is a float store, not a
         # callLater and a cancel per batch (the timer re-arms itself when it finds the
@@ -82,6 +92,7 @@ class Subscription:
             # An extra ack is a client bug; ignore it rather than stall (spec §7.4 bug).
             return
         self.awaiting_ack = False
+        self.stats.in_flight = 0
         if value == 0:
             self._send()
         elif value == 1:
@@ -102,6 +113,12 @@ class Subscription:
         self.log.info("ack timeout for {who} on {topic}", who=self.who, topic=self.topic)
         self._end(back_to_requests=False)
         self._proto.transport.loseConnection()
+
+    def rewind(self, positions):
+        """Go on from C{positions} (queue id -> offset): a batch waiting for its ack is
+        not sent again, the next batch starts there."""
+        self.cursor.positions = dict(positions)
+        self.data_available(self.topic, None)
 
     # IWatcher
 
@@ -132,3 +149,4 @@ class Subscription:
         self._broker.unwatch(self.topic, self)
         self._broker.release(self.topic, self.who, self)
         self._broker.close_cursor(self.cursor)
+        self._broker.stats.remove_consumer(self.stats)
