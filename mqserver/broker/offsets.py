@@ -57,6 +57,12 @@ class ConsumerOffsets:
             del self.table[key]
             self._dirty = True
 
+    def drop_group(self, group):
+        """Forget every offset of C{group} (an admin deleted it with its offsets)."""
+        for key in [k for k in self.table if k[1] == group]:
+            del self.table[key]
+            self._dirty = True
+
     def snapshot(self):
         """Return the table in RocketMQ's consumerOffset.json layout."""
         return {

@@ -69,5 +69,8 @@ class AdminHandlers:
         return ok(cmd, body=json_body(self.door.group_config_wrapper()))
 
     def delete_group(self, cmd):
-        self.door.delete_group_config(field(cmd, "groupName", ""))
+        group = field(cmd, "groupName", "")
+        self.door.delete_group_config(group)
+        if bool_field(cmd, "removeOffset"):
+            self.broker.offsets.drop_group(group)
         return ok(cmd)

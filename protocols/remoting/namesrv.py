@@ -66,6 +66,7 @@ class NamesrvProtocol(RemotingProtocol):
         codes.DELETE_TOPIC_IN_NAMESRV: "delete_topic",
         codes.WIPE_WRITE_PERM_OF_BROKER: "wipe_write_perm",
         codes.ADD_WRITE_PERM_OF_BROKER: "add_write_perm",
+        codes.GET_NAMESRV_CONFIG: "get_config",
     }
 
     def __init__(self, table):
@@ -166,6 +167,15 @@ class NamesrvProtocol(RemotingProtocol):
 
     def add_write_perm(self, cmd):
         return ok(cmd, {"addTopicCount": self.table.wipe_write_perm(field(cmd, "brokerName", ""), add=True)})
+
+    def get_config(self, cmd):
+        # Java Properties text (key=value lines), as NamesrvController's configuration
+        port = self.transport.getHost().port
+        values = {"rocketmqHome": "", "productEnvName": "center", "clusterTest": "false",
+                  "orderMessageEnable": "false", "listenPort": port,
+                  "serverChannelMaxIdleTimeSeconds": 120,
+                  "brokerExpireMs": self.table.expire_ms}
+        return ok(cmd, body="".join(f"{k}={v}\n" for k, v in values.items()).encode())
 
 
 class NamesrvFactory(Factory):
