@@ -27,6 +27,19 @@ def _bool_arg(request, name, default):
     return v not in ("false", "0")
 
 
+def _int_arg(request, name):
+    v = _arg(request, name)
+    if v is None:
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        raise HttpError(400, f"INVALID_ARG_{name.upper()}") from None
+    if n < 0:
+        raise HttpError(400, f"INVALID_ARG_{name.upper()}")
+    return n
+
+
 def _topic(request, code="INVALID_TOPIC"):
     t = _arg(request, "topic")
     if not t:
@@ -69,6 +82,7 @@ class NsqdHttpResource(resource.Resource):
             b"/channel/empty": (b"POST", self.channel_empty),
             b"/channel/pause": (b"POST", lambda r: self.channel_pause(r, True)),
             b"/channel/unpause": (b"POST", lambda r: self.channel_pause(r, False)),
+            b"/channel/rewind": (b"POST", self.channel_rewind),
         }
 
     def render(self, request):
@@ -233,6 +247,20 @@ class NsqdHttpResource(resource.Resource):
 
     def channel_pause(self, request, paused):
         self.broker.channels.set_channel_paused(self._channel(request)[2], paused)
+
+    def channel_rewind(self, request):
+        """mqserver's addition: move a channel back (or forward) to the first message
+        stored at or after C{timestamp_ms}, or to eventId C{event_id}; what is in flight is
+        dropped and consumers go on from there. Answers where the channel now starts."""
+        ch = self._channel(request)[2]
+        ts, eid = _int_arg(request, "timestamp_ms"), _int_arg(request, "event_id")
+        if (ts is None) == (eid is None):
+            raise HttpError(400, "MISSING_ARG_TIMESTAMP_MS_OR_EVENT_ID")
+        stats = self.broker.stats
+        c = stats.find("channel", ch.name, ch.topic)
+        positions = stats.rewind(c, event_id=eid, ts_ms=ts)
+        return {"positions": {str(q): o for q, o in sorted(positions.items())},
+                "depth": ch.depth()}
 
     def config(self, request):
         opt = request.path[len(b"/config/"):].decode()

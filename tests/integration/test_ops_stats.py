@@ -171,3 +171,43 @@ def test_unknown_stats_and_http_stats_text(srv):
     """The text /stats still reads (from the same counters)."""
     status, _, body = http(srv.ports["NsqdHttpSite"], "GET", "/stats")
     assert status == 200 and b"Topics:" in body
+
+
+def _pub_apart(c, topic, bodies):
+    """PUB each body in a later millisecond than the one before (distinct store times)."""
+    for body in bodies:
+        now = int(time.time() * 1000)
+        while int(time.time() * 1000) <= now + 1:
+            time.sleep(0.001)
+        c.send(b"PUB " + topic + b"\n" + len(body).to_bytes(4, "big") + body)
+        assert c.frame() == (0, b"OK")
+
+
+def test_nsq_channel_rewind_by_time_and_event(srv):
+    """POST /channel/rewind: in-flight messages are dropped, the live consumer gets every
+    message from the point again (first attempt), none before it."""
+    port = srv.ports["NsqdHttpSite"]
+    pub = V2(srv.ports["NsqdFactory"])
+    sub = V2(srv.ports["NsqdFactory"])
+    sub.send(b"SUB rw_t ch\nRDY 10\n")
+    assert sub.frame() == (0, b"OK")
+    _pub_apart(pub, b"rw_t", [b"a", b"b", b"c"])
+    a, b, c = sub.messages(3)
+    sub.send(b"FIN " + a.msg_id + b"\n")
+    status, body = http_json(port, "POST", f"/channel/rewind?topic=rw_t&channel=ch"
+                                           f"&timestamp_ms={b.timestamp // 1_000_000}")
+    assert status == 200, body
+    again = sub.messages(2)
+    assert [(m.body, m.attempts) for m in again] == [(b"b", 1), (b"c", 1)]
+    ch = nsq_topic(srv, "rw_t")["channels"][0]
+    assert ch["in_flight_count"] == 2 and ch["depth"] == 0
+    status, _ = http_json(port, "POST", f"/channel/rewind?topic=rw_t&channel=ch"
+                                        f"&event_id={int(a.msg_id, 16)}")
+    assert status == 200
+    assert [m.body for m in sub.messages(3)] == [b"a", b"b", b"c"]
+    status, body = http_json(port, "POST", "/channel/rewind?topic=rw_t&channel=ch")
+    assert (status, body) == (400, {"message": "MISSING_ARG_TIMESTAMP_MS_OR_EVENT_ID"})
+    status, body = http_json(port, "POST", "/channel/rewind?topic=rw_t&channel=no&event_id=1")
+    assert (status, body) == (404, {"message": "CHANNEL_NOT_FOUND"})
+    pub.sock.close()
+    sub.sock.close()
