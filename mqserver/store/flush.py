@@ -8,12 +8,14 @@ ran is covered by the next one (group commit).
 import json
 import os
 import threading
+import time
 
 from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from mqserver.errors import StoreError
+from mqserver.store.latency import Latency
 
 
 class ThreadRunner:
@@ -78,11 +80,13 @@ class Flusher:
 
     @ivar durable: the commit-log offset up to which every byte is known to be on disk.
     @ivar failure: the first fsync failure, after which the store refuses writes.
+    @ivar fsync_latency: a L{Latency} of every fsync of the commit log.
     """
 
     log = Logger()
 
     def __init__(self, commitlog, runner, on_durable, fsync=fsync_fds):
+        self.fsync_latency = Latency()
         self._log_file = commitlog
         self._runner = runner
         self._on_durable = on_durable
@@ -114,8 +118,14 @@ class Flusher:
             return
         target = self._log_file.end
         fds = self._log_file.take_unsynced()
-        d = self._running = self._runner.run(self._fsync, fds)
+        d = self._running = self._runner.run(self._timed_fsync, fds)
         d.addCallbacks(self._synced, self._failed, (target,))
+
+    def _timed_fsync(self, fds):
+        # on the disk thread: one fsync (of several files) per group commit
+        t0 = time.perf_counter()
+        self._fsync(fds)
+        self.fsync_latency.observe(time.perf_counter() - t0)
 
     def _synced(self, _, target):
         self._running = None

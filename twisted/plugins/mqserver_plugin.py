@@ -49,3 +49,6 @@ lookupd_tcp = FrontDoor("lookupd_tcp", "protocols.nsq.lookupd", "tcp:4160:interf
                         order=32, config=_NSQ_KEYS)
 lookupd_http = FrontDoor("lookupd_http", "protocols.nsq.lookupd_http",
                          "tcp:4161:interface=127.0.0.1", order=33, config=_NSQ_KEYS)
+
+metrics = FrontDoor("metrics", "protocols.metrics.door", "tcp:9464:interface=127.0.0.1",
+                    order=90, config="protocols.metrics.config")

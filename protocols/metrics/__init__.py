@@ -1,0 +1,1 @@
+"""Front door ``metrics``: Prometheus metrics of the broker on ``GET /metrics``."""

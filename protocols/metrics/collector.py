@@ -1,0 +1,121 @@
+"""A prometheus_client collector that reads the broker's statistics when /metrics is
+scraped: nothing is counted for Prometheus on the publish or delivery paths.
+
+Metric names start with ``mqserver_``; counters since the broker started, gauges now."""
+
+import os
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from mqserver.replication.status import replication_status
+
+
+def _histogram(name, doc, latency):
+    buckets = [(("+Inf" if b == float("inf") else repr(b)), n) for b, n in latency.cumulative()]
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=latency.sum)
+
+
+def _disk_bytes(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+class BrokerCollector:
+    """Collects every metric of one broker (see L{collect})."""
+
+    def __init__(self, broker, per_consumer=True):
+        self.broker = broker
+        self.per_consumer = per_consumer
+
+    def collect(self):
+        yield from self._topics()
+        yield from self._consumers()
+        yield from self._doors()
+        yield from self._store()
+        yield from self._replication()
+
+    def _topics(self):
+        msgs = CounterMetricFamily("mqserver_messages_in", "Messages stored since the start",
+                                   labels=["topic", "queue"])
+        nbytes = CounterMetricFamily("mqserver_bytes_in", "Record bytes stored since the start",
+                                     labels=["topic", "queue"])
+        for (topic, qid), q in self.broker.store.open_queues():
+            msgs.add_metric([topic, str(qid)], q.in_msgs)
+            nbytes.add_metric([topic, str(qid)], q.in_bytes)
+        yield msgs
+        yield nbytes
+
+    def _consumers(self):
+        labels = ["kind", "topic", "consumer"]
+        out_m = CounterMetricFamily("mqserver_consumer_messages_out",
+                                    "Messages handed to consumers (redeliveries too)", labels=labels)
+        out_b = CounterMetricFamily("mqserver_consumer_bytes_out",
+                                    "Record bytes handed to consumers", labels=labels)
+        req = CounterMetricFamily("mqserver_consumer_requeues",
+                                  "Messages given back to be delivered again", labels=labels)
+        lag = GaugeMetricFamily("mqserver_consumer_lag_messages",
+                                "Messages stored that the consumer has not read yet", labels=labels)
+        infl = GaugeMetricFamily("mqserver_consumer_in_flight_messages",
+                                 "Messages handed out and not acknowledged yet", labels=labels)
+        stats = self.broker.stats
+        if self.per_consumer:
+            for c in stats.all_consumers():
+                key = [c.kind, c.topic, c.name]
+                out_m.add_metric(key, c.out_msgs)
+                out_b.add_metric(key, c.out_bytes)
+                req.add_metric(key, c.requeues)
+                lag.add_metric(key, stats.lag(c))
+                infl.add_metric(key, c.in_flight)
+        yield from (out_m, out_b, req, lag, infl)
+
+    def _doors(self):
+        g = GaugeMetricFamily("mqserver_connections", "Open connections per front door",
+                              labels=["door"])
+        for door, addrs in self.broker.stats.connections().items():
+            g.add_metric([door], len(addrs))
+        yield g
+
+    def _store(self):
+        store = self.broker.store
+        yield _histogram("mqserver_store_write_seconds",
+                         "Time to append a write to the log (one write in 64 timed)",
+                         store.write_latency)
+        flusher = getattr(store, "flusher", None)
+        if flusher is not None:
+            yield _histogram("mqserver_store_fsync_seconds", "Time of one commit-log fsync",
+                             flusher.fsync_latency)
+        log = store.commitlog
+        yield GaugeMetricFamily("mqserver_store_segments", "Commit-log segment files",
+                                value=len(log.segments))
+        yield GaugeMetricFamily("mqserver_store_log_bytes", "Bytes the retained commit log spans",
+                                value=log.end - log.min_offset)
+        yield GaugeMetricFamily("mqserver_store_disk_bytes",
+                                "Bytes of every file in the data directory",
+                                value=_disk_bytes(store.path))
+        yield GaugeMetricFamily("mqserver_store_next_event_id", "The eventId of the next record",
+                                value=store.next_event_id)
+        damaged = getattr(store, "damaged_records", None)
+        if damaged is not None:
+            yield CounterMetricFamily("mqserver_store_damaged_records",
+                                      "Damaged records found and skipped", value=damaged)
+
+    def _replication(self):
+        s = replication_status(self.broker)
+        yield GaugeMetricFamily("mqserver_replication_is_slave", "1 on a replication slave",
+                                value=1 if s["role"] == "slave" else 0)
+        yield GaugeMetricFamily("mqserver_replication_applied_event_id",
+                                "The last eventId this broker holds", value=s["appliedEventId"])
+        if s["role"] == "slave":
+            yield GaugeMetricFamily("mqserver_replication_lag_ms",
+                                    "Master write time to slave apply time of the last record",
+                                    value=s.get("lagMs", 0))
+            if "lagEvents" in s:
+                yield GaugeMetricFamily("mqserver_replication_lag_events",
+                                        "eventIds the slave is behind its master",
+                                        value=s["lagEvents"])
