@@ -109,6 +109,42 @@ class Consumer:
         self.on_rewind(positions)
 
 
+class OffsetConsumer(Consumer):
+    """A consumer group whose position is its committed offsets in the core offset table
+    (L{mqserver.broker.offsets}; RocketMQ's groups): what it pulled and has not committed
+    yet is its in-flight count. Rewinding commits the new offsets, then calls
+    C{on_rewind(positions)} if its protocol set one (to tell the live clients)."""
+
+    def __init__(self, broker, kind, group, topic, on_rewind=None):
+        super().__init__(kind, group, topic, on_rewind=on_rewind)
+        self._offsets = broker.offsets
+        self.pulled = {}  # queue id -> next offset after the last pull answered
+
+    def positions(self):
+        return dict(self._offsets.table.get((self.topic, self.name), {}))
+
+    @property
+    def in_flight(self):
+        committed = self.positions()
+        return sum(max(0, nxt - committed.get(q, 0)) for q, nxt in self.pulled.items())
+
+    @in_flight.setter
+    def in_flight(self, value):
+        pass  # computed; Consumer.__init__ sets it
+
+    def pulled_to(self, queue_id, next_offset, msgs, nbytes):
+        """A pull of C{queue_id} answered C{msgs} messages (C{nbytes} record bytes)."""
+        self.pulled[queue_id] = next_offset
+        self.delivered(msgs, nbytes)
+
+    def rewind(self, positions):
+        for qid, off in positions.items():
+            self._offsets.commit(self.topic, self.name, qid, off)
+        self.pulled = {}
+        if self.on_rewind is not None:
+            self.on_rewind(positions)
+
+
 class ChannelConsumer:
     """The L{Consumer} view of a core channel (whose own counters are read live)."""
 
@@ -282,8 +318,19 @@ class Statistics:
         for by_name in self.broker.channels.channels.values():
             yield from by_name.values()
 
+    def group(self, group, topic, kind=ROCKETMQ):
+        """Return the L{OffsetConsumer} of (group, topic), registering it."""
+        c = self.consumers.get((kind, topic, group))
+        if c is None:
+            c = self.consumers[(kind, topic, group)] = OffsetConsumer(self.broker, kind, group, topic)
+        return c
+
     def all_consumers(self, topic=None, kind=None):
-        """Return every consumer (channels as L{ChannelConsumer}s), sorted."""
+        """Return every consumer (channels as L{ChannelConsumer}s, and every group of the
+        offset table, also one that has not pulled since the start), sorted."""
+        for t, g in list(self.broker.offsets.table):
+            if (ROCKETMQ, t, g) not in self.consumers:
+                self.group(g, t)
         out = [ChannelConsumer(ch) for ch in self._channels()]
         out += list(self.consumers.values())
         out = [c for c in out if (topic is None or c.topic == topic)
@@ -295,7 +342,10 @@ class Statistics:
         if kind == CHANNEL:
             ch = self.broker.channels.get(topic, name)
             return ChannelConsumer(ch) if ch is not None else None
-        return self.consumers.get((kind, topic, name))
+        c = self.consumers.get((kind, topic, name))
+        if c is None and kind == ROCKETMQ and (topic, name) in self.broker.offsets.table:
+            c = self.group(name, topic)
+        return c
 
     def lag(self, c):
         """Return the messages of C{c}'s topic it has not read yet."""
@@ -333,7 +383,8 @@ class Statistics:
         get_m, get_b = counts[("get", None)]
         rates = {f"{what}_{w}s": round(self.window((what, None), 0, w, counts)[1], 3)
                  for what in ("put", "get") for w in WINDOWS}
-        return {"start_ms": self.start_ms, "in_msgs": put_m, "in_bytes": put_b,
+        return {"start_ms": self.start_ms, "next_event_id": self.store.next_event_id,
+                "in_msgs": put_m, "in_bytes": put_b,
                 "out_msgs": get_m, "out_bytes": get_b, "rates": rates,
                 "topics": [self.topic_stats(n) for n in names],
                 "connections": self.connections()}

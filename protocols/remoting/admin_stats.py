@@ -187,7 +187,7 @@ class StatsHandlers:
             return error(cmd, CONSUMER_NOT_ONLINE,
                          f"Consumer not online, so can not reset offset, Group: {group} "
                          f"Topic: {topic} Timestamp: {ts}")
-        self.door.rewind_group(group, topic, table, ts)
+        self.door.rewind_group(group, topic, table)
         pairs = [(self._mq(topic, q), o) for q, o in sorted(table.items())]
         return ok(cmd, body=('{"offsetTable":' + mq_map(pairs) + "}").encode("utf-8"))
 

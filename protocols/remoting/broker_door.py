@@ -300,18 +300,17 @@ class BrokerDoor(Factory):
     def group_consumer(self, group, topic):
         """Return the core consumer of (group, topic) that pulls are counted on."""
         return group_consumer(self.broker, group, topic,
-                              lambda positions: self.rewind_group(group, topic, positions))
+                              lambda positions: self._reset_clients(group, topic, positions))
 
-    def rewind_group(self, group, topic, positions, timestamp=-1):
+    def rewind_group(self, group, topic, positions):
         """Set the group's offsets on C{topic} to C{positions} (queue id -> offset) and
         tell its online clients (RESET_CONSUMER_CLIENT_OFFSET, 220), which drop what they
         pulled from the old position and go on from the new one."""
-        for qid, off in positions.items():
-            self.broker.offsets.commit(topic, group, qid, off)
-        c = self.broker.stats.find("rocketmq", group, topic)
-        if c is not None:
-            c.pulled = {}
-        ext = {"topic": topic, "group": group, "timestamp": timestamp, "isForce": "true"}
+        self.group_consumer(group, topic).rewind(positions)
+
+    def _reset_clients(self, group, topic, positions):
+        # the timestamp is only logged by clients; the offsets are what they apply
+        ext = {"topic": topic, "group": group, "timestamp": -1, "isForce": "true"}
         for conn in self.consumers.connections(group):
             conn.send_oneway(codes.RESET_CONSUMER_CLIENT_OFFSET, ext,
                              reset_offset_body(self.broker_name, topic, positions,

@@ -3,12 +3,12 @@ core consumers, BrokerStatsData (VIEW_BROKER_STATS_DATA, 315) and the runtime in
 (GET_BROKER_RUNTIME_INFO, 28) that C{mqadmin clusterList} prints.
 
 Nothing is counted here: messages in are counted by the store, messages out by the
-group's L{GroupConsumer} when a pull answers with messages."""
+group's core L{mqserver.broker.stats.OffsetConsumer} when a pull answers with messages."""
 
 import shutil
 import time
 
-from mqserver.broker.stats import ROCKETMQ, WINDOWS, Consumer
+from mqserver.broker.stats import WINDOWS
 from mqserver.store import format as fmt
 
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
@@ -21,40 +21,12 @@ _NAMES = {TOPIC_PUT_NUMS: ("put", 0), TOPIC_PUT_SIZE: ("put", 1),
 _MINUTE, _HOUR, _DAY = 60, 3600, 86400
 
 
-class GroupConsumer(Consumer):
-    """A RocketMQ consumer group on one topic: its position is the group's committed
-    offsets (the core offset table); what it pulled and has not committed yet is its
-    in-flight count."""
-
-    def __init__(self, broker, group, topic, on_rewind=None):
-        super().__init__(ROCKETMQ, group, topic, on_rewind=on_rewind)
-        self._offsets = broker.offsets
-        self.pulled = {}  # queue id -> next offset after the last pull answered
-
-    def positions(self):
-        return dict(self._offsets.table.get((self.topic, self.name), {}))
-
-    @property
-    def in_flight(self):
-        committed = self.positions()
-        return sum(max(0, nxt - committed.get(q, 0)) for q, nxt in self.pulled.items())
-
-    @in_flight.setter
-    def in_flight(self, value):
-        pass  # computed; Consumer.__init__ sets it
-
-    def pulled_to(self, queue_id, next_offset, msgs, nbytes):
-        """A pull of C{queue_id} answered C{msgs} messages (C{nbytes} record bytes)."""
-        self.pulled[queue_id] = next_offset
-        self.delivered(msgs, nbytes)
-
-
 def group_consumer(broker, group, topic, on_rewind=None):
-    """Return the registered L{GroupConsumer} of (group, topic), registering it."""
-    c = broker.stats.find(ROCKETMQ, group, topic)
-    if c is None:
-        c = GroupConsumer(broker, group, topic, on_rewind)
-        broker.stats.add_consumer(c)
+    """Return the core consumer of (group, topic) (L{OffsetConsumer}), with C{on_rewind}
+    telling the group's clients when an operator moves it."""
+    c = broker.stats.group(group, topic)
+    if c.on_rewind is None:
+        c.on_rewind = on_rewind
     return c
 
 

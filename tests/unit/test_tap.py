@@ -37,6 +37,7 @@ def test_defaults_and_service_tree(tmp_path):
     assert [s.name for s in root] == [
         "storage", "listen-smss", "listen-namesrv", "listen-broker", "listen-nsqd_tcp",
         "listen-nsqd_http", "listen-lookupd_tcp", "listen-lookupd_http", "listen-metrics",
+        "listen-admin",
     ]
     assert cfg.listen["namesrv"] == "tcp:9876:interface=127.0.0.1"
     assert cfg.listen["broker"] == "tcp:10911:interface=127.0.0.1"

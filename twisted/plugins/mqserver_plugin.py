@@ -52,3 +52,5 @@ lookupd_http = FrontDoor("lookupd_http", "protocols.nsq.lookupd_http",
 
 metrics = FrontDoor("metrics", "protocols.metrics.door", "tcp:9464:interface=127.0.0.1",
                     order=90, config="protocols.metrics.config")
+admin = FrontDoor("admin", "protocols.admin.door", "tcp:9465:interface=127.0.0.1",
+                  order=91, config="protocols.admin.config")

@@ -1,0 +1,7 @@
+"""The admin front door's config keys, declared for L{mqserver.config.KeySet} by the
+``admin`` plugin. Its endpoint is ``listen.admin`` (default
+``tcp:9465:interface=127.0.0.1``; ``off`` turns it off)."""
+
+KEYS = {
+    "admin.maxPeek": (int, 1000, lambda v: 1 <= v <= 100_000, "1..100000"),
+}

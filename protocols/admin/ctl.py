@@ -1,0 +1,253 @@
+"""``mqctl``: the operator's command line over the broker's admin API (the ``admin``
+front door, default http://127.0.0.1:9465; ``--url`` or ``MQCTL_URL`` to change it).
+
+    mqctl topics | topic create NAME [--queues N] | topic delete NAME | topic info NAME
+    mqctl consumers [--topic T] | lag [--topic T]
+    mqctl rewind TOPIC@NAME (--time ISO8601 | --event N) [--kind channel|rocketmq|smss|msgout]
+    mqctl peek TOPIC [-n N] | tail TOPIC [-n N] [--count N]
+    mqctl stats
+
+Tables for people, ``--json`` for scripts. Exit status 0, 1 when the broker refused the
+request, 2 when no broker answers.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+DEFAULT_URL = "http://127.0.0.1:9465"
+
+
+class NoBroker(Exception):
+    """Nothing answers at the admin URL."""
+
+
+class Refused(Exception):
+    """The broker answered with an error."""
+
+
+class Api:
+    """A blocking client of the admin API."""
+
+    def __init__(self, url, timeout=10.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def call(self, method, path, body=None, **query):
+        q = {k: v for k, v in query.items() if v is not None}
+        url = self.url + path + ("?" + urllib.parse.urlencode(q) if q else "")
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            try:
+                text = json.loads(e.read()).get("error", e.reason)
+            except ValueError:
+                text = e.reason
+            raise Refused(f"{text} (HTTP {e.code})") from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+            reason = getattr(e, "reason", e)
+            raise NoBroker(f"no broker answers at {self.url} ({reason}); is the admin door "
+                           "listening (listen.admin)?") from None
+
+
+def table(rows, columns):
+    """Return C{rows} (dicts) as a text table of C{columns} ((title, key or function))."""
+    cells = [[title for title, _ in columns]]
+    for r in rows:
+        cells.append([str(f(r) if callable(f) else r.get(f, "")) for _, f in columns])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def _ts(ms):
+    if not ms:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+
+
+def parse_time(text):
+    """Return ms since the epoch of an ISO 8601 time (local time when it has no zone)."""
+    try:
+        dt = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SystemExit(f"mqctl: --time wants an ISO 8601 time, not {text!r}") from None
+    return int(dt.timestamp() * 1000)
+
+
+CONSUMER_COLUMNS = [("TOPIC", "topic"), ("KIND", "kind"), ("NAME", "name"), ("LAG", "lag"),
+                    ("IN FLIGHT", "in_flight"), ("OUT", "out_msgs"), ("REQUEUES", "requeues"),
+                    ("CLIENTS", lambda r: len(r.get("clients", [])))]
+
+
+def cmd_topics(api, args):
+    rows = api.call("GET", "/topics")
+    return rows, table(rows, [("TOPIC", "name"), ("QUEUES", "queues"), ("MESSAGES", "messages"),
+                              ("IN", "in_msgs"), ("IN BYTES", "in_bytes"),
+                              ("CONSUMERS", "consumers")])
+
+
+def cmd_topic(api, args):
+    name = urllib.parse.quote(args.name, safe="")
+    if args.action == "create":
+        r = api.call("POST", "/topics", {"name": args.name, "queues": args.queues})
+        return r, f"created {r['name']} ({r['queues']} queue{'s' if r['queues'] != 1 else ''})"
+    if args.action == "delete":
+        r = api.call("DELETE", f"/topics/{name}")
+        return r, f"deleted {args.name}"
+    r = api.call("GET", f"/topics/{name}")
+    lines = [f"topic      {r['topic']}", f"queues     {r['queues_count']}",
+             f"created    {_ts(r['create_ts'])} (eventId {r['create_event_id']})",
+             f"expires    {_ts(r['expire_at'])}",
+             f"in         {r['in_msgs']} messages, {r['in_bytes']} bytes since the start", ""]
+    qrows = [dict(v, queue=q) for q, v in r["queues"].items()]
+    lines.append(table(qrows, [("QUEUE", "queue"), ("MIN OFFSET", "min_offset"),
+                               ("MAX OFFSET", "max_offset"), ("IN", "in_msgs"),
+                               ("IN BYTES", "in_bytes")]))
+    if r["consumers"]:
+        lines += ["", table(r["consumers"], CONSUMER_COLUMNS)]
+    return r, "\n".join(lines)
+
+
+def cmd_consumers(api, args):
+    rows = api.call("GET", "/consumers", topic=args.topic)
+    return rows, table(rows, CONSUMER_COLUMNS)
+
+
+def cmd_lag(api, args):
+    rows = sorted(api.call("GET", "/consumers", topic=args.topic), key=lambda r: -r["lag"])
+    return rows, table(rows, [("LAG", "lag"), ("TOPIC", "topic"), ("KIND", "kind"),
+                              ("NAME", "name"), ("IN FLIGHT", "in_flight")])
+
+
+def cmd_rewind(api, args):
+    topic, sep, name = args.consumer.partition("@")
+    if args.topic:
+        topic, name = args.topic, args.consumer
+    elif not sep:
+        raise SystemExit("mqctl: name the consumer as TOPIC@NAME (or give --topic)")
+    body = {"topic": topic, "name": name, "kind": args.kind}
+    if args.time is not None:
+        body["time_ms"] = parse_time(args.time)
+    else:
+        body["event_id"] = args.event
+    r = api.call("POST", "/consumers/rewind", body)
+    pos = ", ".join(f"queue {q} at {o}" for q, o in r["positions"].items())
+    return r, f"rewound {r['kind']} {r['name']} on {r['topic']}: {pos}; lag now {r['lag']}"
+
+
+def _message_lines(msgs):
+    out = []
+    for m in msgs:
+        body = m.get("body", m.get("body_base64", ""))
+        if "body_base64" in m:
+            body = "base64:" + body
+        props = " " + json.dumps(m["properties"]) if m.get("properties") else ""
+        out.append(f"{m['event_id']:>10}  q{m['queue']}:{m['offset']}  {_ts(m['store_ts'])}  "
+                   f"{body}{props}")
+    return out
+
+
+def cmd_peek(api, args):
+    msgs = api.call("GET", f"/topics/{urllib.parse.quote(args.topic, safe='')}/messages", n=args.n)
+    return msgs, "\n".join(_message_lines(msgs)) or "(no messages)"
+
+
+def cmd_tail(api, args, out=sys.stdout):
+    path = f"/topics/{urllib.parse.quote(args.topic, safe='')}/messages"
+    last = api.call("GET", path, n=args.n)
+    seen = 0
+    after = 0
+    while True:
+        for m in last:
+            print(json.dumps(m) if args.json else _message_lines([m])[0], file=out, flush=True)
+            after = max(after, m["event_id"])
+            seen += 1
+            if args.count and seen >= args.count:
+                return None, None
+        if not last and after == 0:
+            after = api.call("GET", "/stats")["next_event_id"] - 1
+        time.sleep(args.interval)
+        last = api.call("GET", path, n=1000, after=after)
+
+
+def cmd_stats(api, args):
+    s = api.call("GET", "/stats")
+    r = s["rates"]
+    lines = [f"in   {s['in_msgs']} messages, {s['in_bytes']} bytes since the start; "
+             f"{r['put_10s']}/s (10 s), {r['put_60s']}/s (1 min), {r['put_600s']}/s (10 min)",
+             f"out  {s['out_msgs']} messages, {s['out_bytes']} bytes; "
+             f"{r['get_10s']}/s (10 s), {r['get_60s']}/s (1 min), {r['get_600s']}/s (10 min)", ""]
+    doors = [{"door": d, "n": len(a), "addrs": " ".join(a)} for d, a in s["connections"].items()]
+    lines.append(table(doors, [("DOOR", "door"), ("CONNECTIONS", "n"), ("CLIENTS", "addrs")]))
+    return s, "\n".join(lines)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="mqctl", description="Operate a running mqserver broker.")
+    p.add_argument("--url", default=os.environ.get("MQCTL_URL", DEFAULT_URL),
+                   help=f"admin API address (default {DEFAULT_URL}, or MQCTL_URL)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("topics", help="list topics").set_defaults(fn=cmd_topics)
+    t = sub.add_parser("topic", help="create, delete or describe a topic")
+    t.add_argument("action", choices=("create", "delete", "info"))
+    t.add_argument("name")
+    t.add_argument("--queues", type=int, default=1)
+    t.set_defaults(fn=cmd_topic)
+    for name, fn, what in (("consumers", cmd_consumers, "list consumers"),
+                           ("lag", cmd_lag, "consumers by lag")):
+        c = sub.add_parser(name, help=what)
+        c.add_argument("--topic")
+        c.set_defaults(fn=fn)
+    r = sub.add_parser("rewind", help="move a consumer to a time or an eventId")
+    r.add_argument("consumer", help="TOPIC@NAME (a RocketMQ group, NSQ channel, smss who, ...)")
+    r.add_argument("--topic", help="the topic, when CONSUMER is only the name")
+    r.add_argument("--kind", choices=("channel", "rocketmq", "smss", "msgout"))
+    when = r.add_mutually_exclusive_group(required=True)
+    when.add_argument("--time", help="ISO 8601: the first message stored at or after it")
+    when.add_argument("--event", type=int, help="eventId: the first message at or after it")
+    r.set_defaults(fn=cmd_rewind)
+    k = sub.add_parser("peek", help="the last messages of a topic")
+    k.add_argument("topic")
+    k.add_argument("-n", type=int, default=10)
+    k.set_defaults(fn=cmd_peek)
+    tl = sub.add_parser("tail", help="follow a topic's new messages")
+    tl.add_argument("topic")
+    tl.add_argument("-n", type=int, default=10, help="start with the last N")
+    tl.add_argument("--count", type=int, default=0, help="stop after N messages")
+    tl.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
+    tl.set_defaults(fn=cmd_tail)
+    sub.add_parser("stats", help="broker totals, rates and connections").set_defaults(fn=cmd_stats)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    api = Api(args.url)
+    try:
+        data, text = args.fn(api, args)
+    except NoBroker as e:
+        print(f"mqctl: {e}", file=sys.stderr)
+        return 2
+    except Refused as e:
+        print(f"mqctl: the broker refused: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    if text is not None:
+        print(json.dumps(data, indent=2) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

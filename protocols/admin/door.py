@@ -1,0 +1,228 @@
+"""The ``admin`` front door: the broker's admin API, HTTP/JSON (twisted.web), on loopback
+by default. One root resource (L{AdminResource}) serves every route, so another
+resource can wrap it (authentication) as a whole.
+
+Routes (answers are JSON; errors are C{{"error": text}} with a 4xx/5xx status):
+
+  - C{GET /stats}: every statistic (L{mqserver.broker.stats.Statistics.snapshot}).
+  - C{GET /topics}: the topics with their counts; C{POST /topics} C{{"name", "queues"}}
+    creates one; C{GET /topics/NAME} its details and consumers; C{DELETE /topics/NAME}.
+  - C{GET /topics/NAME/messages?n=N} the last N messages; C{&after=EVENTID} the next N
+    after an eventId (what C{mqctl tail} polls).
+  - C{GET /consumers[?topic=T]}: every consumer (lag, in flight, out, requeues).
+  - C{POST /consumers/rewind} C{{"topic", "name", "kind"?, "time_ms" | "event_id"}}.
+"""
+
+import json
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.web import resource, server
+
+from mqserver.errors import BrokerError, TopicExists, TopicNotFound
+
+from protocols.admin import messages
+
+_KINDS = ("channel", "rocketmq", "smss", "msgout")
+
+
+class ApiError(Exception):
+    """An answer with an error status."""
+
+    def __init__(self, status, text):
+        super().__init__(text)
+        self.status = status
+
+
+def _json_body(request):
+    try:
+        data = json.loads(request.content.read() or b"{}")
+    except ValueError:
+        raise ApiError(400, "the body is not JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return data
+
+
+def _int_arg(request, name, default=None):
+    v = request.args.get(name.encode())
+    if not v:
+        return default
+    try:
+        return int(v[0])
+    except ValueError:
+        raise ApiError(400, f"{name} must be an integer") from None
+
+
+class AdminResource(resource.Resource):
+    """Every route of the admin API."""
+
+    isLeaf = True
+    log = Logger()
+
+    def __init__(self, broker, max_peek=1000):
+        super().__init__()
+        self.broker = broker
+        self.stats = broker.stats
+        self.max_peek = max_peek
+
+    def render(self, request):
+        parts = [p.decode("utf-8", "replace") for p in request.postpath if p]
+        try:
+            result = self._route(request, request.method, parts)
+        except ApiError as e:
+            return self._error(request, e.status, str(e))
+        if isinstance(result, defer.Deferred):
+            result.addCallbacks(lambda r: self._finish(request, 200, r), lambda f: self._failed(request, f))
+            return server.NOT_DONE_YET
+        return self._answer(request, 200, result)
+
+    def _route(self, request, method, parts):
+        routes = {
+            ("GET", ("stats",)): lambda: self.stats.snapshot(),
+            ("GET", ("topics",)): self.topics,
+            ("POST", ("topics",)): lambda: self.create_topic(_json_body(request)),
+            ("GET", ("consumers",)): lambda: self.consumers(request),
+            ("POST", ("consumers", "rewind")): lambda: self.rewind(_json_body(request)),
+        }
+        verb = method.decode()
+        key = tuple(parts)
+        if (verb, key) in routes:
+            return routes[(verb, key)]()
+        if len(parts) >= 2 and parts[0] == "topics":
+            if len(parts) == 2 and verb == "GET":
+                return self.topic(parts[1])
+            if len(parts) == 2 and verb == "DELETE":
+                return self.delete_topic(parts[1])
+            if len(parts) == 3 and parts[2] == "messages" and verb == "GET":
+                return self.messages(request, parts[1])
+        if any(k[1] == key for k in routes):
+            raise ApiError(405, f"{verb} not allowed on /{'/'.join(parts)}")
+        raise ApiError(404, f"no such route: /{'/'.join(parts)}")
+
+    # -- answers -------------------------------------------------------------------------
+
+    def _answer(self, request, status, obj):
+        request.setResponseCode(status)
+        request.setHeader(b"Content-Type", b"application/json")
+        return json.dumps(obj).encode() + b"\n"
+
+    def _error(self, request, status, text):
+        return self._answer(request, status, {"error": text})
+
+    def _finish(self, request, status, obj):
+        if not request._disconnected:
+            request.write(self._answer(request, status, obj))
+            request.finish()
+
+    def _failed(self, request, f):
+        if f.check(ApiError):
+            status, text = f.value.status, str(f.value)
+        elif f.check(TopicNotFound):
+            status, text = 404, f"topic {f.value} not found"
+        elif f.check(TopicExists):
+            status, text = 409, f"topic {f.value} exists"
+        elif f.check(BrokerError):
+            status, text = 400, str(f.value) or type(f.value).__name__
+        else:
+            self.log.failure("admin request failed", f)
+            status, text = 500, "internal error"
+        self._finish(request, status, {"error": text})
+
+    # -- topics --------------------------------------------------------------------------
+
+    def _topic(self, name):
+        t = self.broker.topic(name)
+        if t is None:
+            raise ApiError(404, f"topic {name} not found")
+        return t
+
+    def topics(self):
+        out = []
+        for t in self.broker.topics():
+            msgs, nbytes = self.stats.topic_in(t.name)
+            depth = sum(q.max_offset - q.min_offset for (n, _), q in self.broker.store.open_queues()
+                        if n == t.name)
+            out.append({"name": t.name, "queues": t.queues, "state": t.state,
+                        "messages": depth, "in_msgs": msgs, "in_bytes": nbytes,
+                        "consumers": len(self.stats.all_consumers(t.name))})
+        return out
+
+    def topic(self, name):
+        t = self._topic(name)
+        info = self.stats.topic_stats(name)
+        info.update({"queues_count": t.queues, "create_ts": t.create_ts,
+                     "expire_at": t.expire_at, "state": t.state,
+                     "create_event_id": t.create_event_id})
+        return info
+
+    def create_topic(self, body):
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise ApiError(400, "name is required")
+        queues = body.get("queues", 1)
+        if not isinstance(queues, int):
+            raise ApiError(400, "queues must be an integer")
+        d = self.broker.create_topic(name, queues=queues)
+        return d.addCallback(lambda t: {"name": t.name, "queues": t.queues})
+
+    def delete_topic(self, name):
+        self._topic(name)
+        return self.broker.delete_topic(name).addCallback(lambda _: {"deleted": name})
+
+    def messages(self, request, name):
+        t = self._topic(name)
+        n = _int_arg(request, "n", 10)
+        if not 1 <= n <= self.max_peek:
+            raise ApiError(400, f"n must be 1..{self.max_peek}")
+        after = _int_arg(request, "after")
+        store = self.broker.store
+        if after is None:
+            return messages.peek(store, name, range(t.queues), n)
+        return messages.after(store, name, range(t.queues), after, n)
+
+    # -- consumers -----------------------------------------------------------------------
+
+    def consumers(self, request):
+        topic = request.args.get(b"topic", [b""])[0].decode("utf-8", "replace") or None
+        return [self.stats.consumer_stats(c) for c in self.stats.all_consumers(topic)]
+
+    def rewind(self, body):
+        topic, name, kind = body.get("topic"), body.get("name"), body.get("kind")
+        if not isinstance(topic, str) or not isinstance(name, str):
+            raise ApiError(400, "topic and name are required")
+        ts, eid = body.get("time_ms"), body.get("event_id")
+        if (ts is None) == (eid is None) or not isinstance(ts if ts is not None else eid, int):
+            raise ApiError(400, "give one of time_ms and event_id, as an integer")
+        self._topic(topic)
+        kinds = [kind] if kind else _KINDS
+        found = [c for c in (self.stats.find(k, name, topic) for k in kinds) if c is not None]
+        if not found:
+            raise ApiError(404, f"no consumer {name} on {topic}")
+        if len(found) > 1:
+            raise ApiError(409, f"{name} on {topic} is several consumers "
+                                f"({', '.join(c.kind for c in found)}): give its kind")
+        c = found[0]
+        try:
+            positions = self.stats.rewind(c, event_id=eid, ts_ms=ts)
+        except ValueError as e:
+            raise ApiError(400, str(e)) from None
+        out = self.stats.consumer_stats(c)
+        out["positions"] = {str(q): o for q, o in sorted(positions.items())}
+        return out
+
+
+class AdminSite(server.Site):
+    """The admin door's factory (quiet access log)."""
+
+    noisy = False
+
+    def log(self, request):
+        pass
+
+
+def make_factory(broker, config, reactor):
+    """Return the admin API site of C{broker}."""
+    site = AdminSite(AdminResource(broker, config["admin.maxPeek"]))
+    site.displayTracebacks = False
+    return site
