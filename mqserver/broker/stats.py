@@ -81,6 +81,8 @@ class Consumer:
     @ivar clients: client addresses attached now.
     """
 
+    in_flight = 0
+
     def __init__(self, kind, name, topic, positions=None, on_rewind=None):
         self.kind = kind
         self.name = name
@@ -88,7 +90,6 @@ class Consumer:
         self.out_msgs = 0
         self.out_bytes = 0
         self.requeues = 0
-        self.in_flight = 0
         self.clients = []
         self._positions = positions
         self.on_rewind = on_rewind
@@ -127,10 +128,6 @@ class OffsetConsumer(Consumer):
     def in_flight(self):
         committed = self.positions()
         return sum(max(0, nxt - committed.get(q, 0)) for q, nxt in self.pulled.items())
-
-    @in_flight.setter
-    def in_flight(self, value):
-        pass  # computed; Consumer.__init__ sets it
 
     def pulled_to(self, queue_id, next_offset, msgs, nbytes):
         """A pull of C{queue_id} answered C{msgs} messages (C{nbytes} record bytes)."""
