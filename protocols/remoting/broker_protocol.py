@@ -24,6 +24,7 @@ from protocols.remoting.server import (
     BadRequest, RemotingProtocol, error, field, int_field, json_body, ok,
 )
 from protocols.remoting.tolerant_json import loads_tolerant
+from protocols.remoting.transactions import is_prepared
 from protocols.remoting.topicview import PERM_READ, PERM_WRITE, RETRY_PREFIX, read_queues, valid_name, write_queues
 
 _SEND_EXTRA = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
@@ -51,6 +52,7 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
         codes.DELETE_SUBSCRIPTIONGROUP: "delete_group",
         codes.VIEW_BROKER_STATS_DATA: "stats",
         codes.GET_BROKER_RUNTIME_INFO: "runtime_info",
+        codes.END_TRANSACTION: "end_transaction",
     }
 
     def __init__(self, door):
@@ -105,6 +107,8 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
                 return self.door.ensure_topic(dlq_topic(group), 1).addCallback(
                     lambda t2: self._publish(cmd, t2.name, 0, msgs)).addErrback(broker_error, cmd, topic)
         if len(msgs) == 1:
+            if is_prepared(msgs[0]):
+                return self._prepare(cmd, topic, qid, msgs[0])
             level = property_value(msgs[0].properties, b"DELAY")
             if level is not None and level.isdigit() and int(level) > 0:
                 return self._delay(cmd, topic, qid, msgs, int(level))
@@ -131,6 +135,18 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
             return ok(cmd, dict(_SEND_EXTRA, msgId=ids, queueId=qid, queueOffset=0))
 
         return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
+
+    def _prepare(self, cmd, topic, qid, msg):
+        d = self.door.transactions.prepare(topic, qid, msg)
+
+        def done(r):
+            ids = offset_msg_ids(self.store.store_host, r.log_offsets)
+            return ok(cmd, dict(_SEND_EXTRA, msgId=ids, queueId=qid, queueOffset=r.queue_offsets[0]))
+
+        return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
+
+    def end_transaction(self, cmd):
+        return self.door.transactions.end(self, cmd)
 
     def send_back(self, cmd):
         group = field(cmd, "group", "")
