@@ -27,6 +27,8 @@ from protocols.remoting.tolerant_json import loads_tolerant
 from protocols.remoting.transactions import is_prepared
 from protocols.remoting.topicview import PERM_READ, PERM_WRITE, RETRY_PREFIX, read_queues, valid_name, write_queues
 
+#: Java's and Go's BROKER_SUSPEND_MAX_TIME_MILLIS, for a pull that names no suspend time.
+SUSPEND_DEFAULT_MS = 20000
 _SEND_EXTRA = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 
 
@@ -208,7 +210,8 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
         args = (topic, qid, offset, max_nums, tag_codes, group)
         result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
         if result.code == codes.PULL_NOT_FOUND and sys_flag & codes.PULL_FLAG_SUSPEND:
-            hold_ms = min(int_field(cmd, "suspendTimeoutMillis", 15000), self.door.long_poll_max_ms)
+            # held as long as the client asks (4.9), bounded by rocketmq.longPollMaxMs
+            hold_ms = min(int_field(cmd, "suspendTimeoutMillis", SUSPEND_DEFAULT_MS), self.door.long_poll_max_ms)
             if hold_ms > 0:
                 h = self.door.polls.park(self, cmd, args, hold_ms)
                 h.deferred = defer.Deferred()

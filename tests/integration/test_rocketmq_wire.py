@@ -239,6 +239,18 @@ def test_long_poll_times_out_with_pull_not_found(br):
     assert time.monotonic() - t0 >= 1.5  # held (this server caps holds at 2 s)
 
 
+def test_long_poll_holds_for_a_short_suspend_time(br):
+    """The hold is the client's suspendTimeoutMillis (here 300 ms), not the broker's cap."""
+    assert send10(br, "HoldShortT").code == codes.SUCCESS
+    t0 = time.monotonic()
+    op = br.send(codes.PULL_MESSAGE, {"consumerGroup": "G", "topic": "HoldShortT", "queueId": 0, "queueOffset": 1,
+                                      "maxMsgNums": 32, "sysFlag": 6, "commitOffset": -1,
+                                      "suspendTimeoutMillis": 300, "subscription": "*", "subVersion": 0})
+    r = br.recv(op, timeout=1.5)  # well before this server's 2 s cap
+    assert r.code == codes.PULL_NOT_FOUND
+    assert time.monotonic() - t0 >= 0.25  # held
+
+
 def test_heartbeat_consumer_list_notify_and_locks(srv, br):
     a = RemotingClient("127.0.0.1", broker_port(srv))
     b = RemotingClient("127.0.0.1", broker_port(srv))
