@@ -22,6 +22,22 @@ from mqserver.store import format as fmt
 from mqserver.store.store import Message
 
 
+#: A delayed message naming its queue in this property (RocketMQ's name for the queue a
+#: delayed message was sent to) is delivered to that queue when the delay fires.
+QUEUE_HINT_PROPERTY = b"REAL_QID"
+
+
+def _queue_hint(properties, queues):
+    """Return the queue named by C{properties}' L{QUEUE_HINT_PROPERTY} when it is one of
+    C{queues} queues, else None."""
+    if QUEUE_HINT_PROPERTY not in properties:
+        return None
+    for k, v in fmt.decode_properties(properties):
+        if k == QUEUE_HINT_PROPERTY:
+            return int(v) if v.isdigit() and int(v) < queues else None
+    return None
+
+
 @implementer(IBroker)
 class Broker:
     """Topics, publishing, delays and subscriptions over a L{MessageStore}.
@@ -282,7 +298,8 @@ class Broker:
                 for flag, sysf, rc, body, props in items
             ]
             t = self.registry.get(d.topic)
-            self.store.put_messages(d.topic, self._pick_queue(t, None), msgs).addErrback(
+            qid = _queue_hint(items[0][4], t.queues) if items else None
+            self.store.put_messages(d.topic, self._pick_queue(t, qid), msgs).addErrback(
                 lambda f, eid=d.event_id: self.log.failure("delay {id} failed", f, id=eid)
             )
             self.store.mark_dirty()

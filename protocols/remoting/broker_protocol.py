@@ -18,7 +18,7 @@ from protocols.remoting.props import MAX_PROPERTIES_LENGTH
 from protocols.remoting.pulling import pull_once
 from protocols.remoting.sending import (
     build_messages, dlq_topic, host_bytes, offset_msg_ids, property_value, retry_copy,
-    retry_topic, send_header, header_int,
+    retry_topic, send_header, header_int, with_real_queue,
 )
 from protocols.remoting.server import (
     BadRequest, RemotingProtocol, error, field, int_field, json_body, ok,
@@ -127,6 +127,9 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
         return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
 
     def _delay(self, cmd, topic, qid, msgs, level):
+        # 4.9 parks it on SCHEDULE_TOPIC_XXXX with REAL_TOPIC and REAL_QID; the delivered
+        # copy keeps them (and DELAY) and goes to that queue.
+        msgs[0].properties = with_real_queue(msgs[0].properties, topic, qid)
         delay_ms = self.door.delay_ms(level)
         start = self.store.commitlog.end
         d = self.broker.delay(topic, delay_ms, msgs)
@@ -170,6 +173,7 @@ class BrokerProtocol(AdminHandlers, RemotingProtocol):
         else:
             level = delay_level if delay_level > 0 else 3 + view.reconsume_times
             d = self.door.ensure_topic(retry_topic(group), 1)
+            msg.properties = with_real_queue(msg.properties, retry_topic(group), 0)
             d.addCallback(lambda t: self.broker.delay(t.name, self.door.delay_ms(level), [msg]))
         return d.addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd, group))
 
