@@ -11,7 +11,7 @@ import pytest
 
 from mqserver.store.format import RecordView, decode_properties
 from protocols.remoting import codes
-from tests.support.remoting_client import RemotingClient
+from tests.support.remoting_client import RemotingClient, records
 from tests.support.rmq import broker_port, rocket_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -86,15 +86,6 @@ def pull_wait(c, topic, timeout=10.0):
         if resp.code == codes.TOPIC_NOT_EXIST:
             c.call(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": 0})  # a round trip, then retry
     raise TimeoutError(topic)
-
-
-def records(body):
-    out, pos = [], 0
-    while pos < len(body):
-        v = RecordView(body, pos)
-        out.append(v)
-        pos += v.size
-    return out
 
 
 def props_of(view):
@@ -245,3 +236,44 @@ def test_pending_half_survives_a_restart(tmp_path):
             s.stop()
         finally:
             s.close()
+
+
+def test_halves_and_decisions_replicate_to_a_slave(tmp_path):
+    """Half, op and committed records are ordinary log records: a slave holds them as
+    the master does, serves only the committed message, and refuses END_TRANSACTION."""
+    from protocols.smss.client import SmssClient
+    from tests.support.server import ServerProcess
+
+    listen = {"smss": "tcp:0:interface=127.0.0.1", "broker": "tcp:0:interface=127.0.0.1"}
+    master = ServerProcess(tmp_path / "master", config=TX_CONFIG, listen=dict(listen)).start()
+    slave = None
+    try:
+        slave = ServerProcess(tmp_path / "slave", config=TX_CONFIG, listen=dict(listen),
+                              extra_args=["--role", "slave", "--master", f"127.0.0.1:{master.smss_port}"]).start()
+        c = java_client(master, "PG8")
+        r = send_half(c, "TxRepl", "PG8", "U8-commit", body=b"yes")
+        assert end_tx(c, "PG8", r, "U8-commit", COMMIT).code == codes.SUCCESS
+        r2 = send_half(c, "TxRepl", "PG8", "U8-rollback", body=b"no")
+        assert end_tx(c, "PG8", r2, "U8-rollback", ROLLBACK).code == codes.SUCCESS
+        c.close()
+        with SmssClient("127.0.0.1", master.smss_port) as m:
+            head = m.topic_info("$replication")["appliedEventId"]
+        with SmssClient("127.0.0.1", slave.smss_port) as s:
+            deadline = time.monotonic() + 20
+            while s.topic_info("$replication")["appliedEventId"] != head and time.monotonic() < deadline:
+                time.sleep(0.1)
+        sc = RemotingClient("127.0.0.1", broker_port(slave), language="JAVA", version=codes.VERSION_V4_9_4)
+        try:
+            assert [bytes(v.body) for v in pull(sc, "TxRepl")[1]] == [b"yes"]
+            assert [bytes(v.body) for v in pull(sc, "RMQ_SYS_TRANS_HALF_TOPIC")[1]] == [b"yes", b"no"]
+            assert [bytes(v.body) for v in pull(sc, "RMQ_SYS_TRANS_OP_HALF_TOPIC")[1]] == [b"0", b"1"]
+            assert end_tx(sc, "PG8", r, "U8-commit", COMMIT).code == codes.SLAVE_NOT_AVAILABLE
+        finally:
+            sc.close()
+    finally:
+        for s in (slave, master):
+            if s is not None:
+                try:
+                    s.stop()
+                finally:
+                    s.close()

@@ -15,7 +15,7 @@ from mqserver.store.format import RecordView, decode_properties
 from protocols.remoting import codes
 from protocols.remoting.codec import decode_frame, encode
 from protocols.smss.client import SmssClient
-from tests.support.remoting_client import RemotingClient, heartbeat_body
+from tests.support.remoting_client import RemotingClient, heartbeat_body, records
 from tests.support.rmq import broker_port, rocket_server
 
 VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "vectors" / "rocketmq"
@@ -53,15 +53,6 @@ def send10(c, topic, body=b"hello", props="TAGS\x01TagA\x02KEYS\x01k1\x02", queu
         "producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
         "queueId": queue, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
         "properties": props, "reconsumeTimes": 0, "unitMode": "0", "batch": "0"}, body)
-
-
-def records(body):
-    out, pos = [], 0
-    while pos < len(body):
-        v = RecordView(body, pos)
-        out.append(v)
-        pos += v.size
-    return out
 
 
 # -- nameserver ----------------------------------------------------------------------

@@ -74,6 +74,18 @@ class RemotingClient:
         return out
 
 
+def records(body):
+    """Return the stored records (L{RecordView}s) of a PULL/QUERY body."""
+    from mqserver.store.format import RecordView
+
+    out, pos = [], 0
+    while pos < len(body):
+        v = RecordView(body, pos)
+        out.append(v)
+        pos += v.size
+    return out
+
+
 def json_of(cmd):
     return json.loads(cmd.body) if cmd.body else None
 
