@@ -2,6 +2,7 @@
 broker on a Clock (long polling times, the transaction check timer)."""
 
 import json
+import os
 
 import pytest
 from twisted.internet.task import Clock
@@ -149,3 +150,31 @@ def test_check_timer_checks_after_timeout_then_discards(tmp_path):
         assert d.received() == []
     finally:
         d.close()
+
+
+def test_pending_halves_are_rebuilt_by_replay_without_a_checkpoint(tmp_path):
+    """No checkpoint (a crash before the first one): the dispatch listener rebuilds the pending
+    halves from the half, copy and op records as the log is replayed."""
+    d = Door(tmp_path / "s", transactionTimeoutMs=1000, transactionCheckIntervalMs=1000)
+    props = "TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01{}\x02"
+    sent = [send(d, "TxR", u.encode(), props.format(u)) for u in ("A", "B", "C")]
+    d.clock.advance(2)  # checked once: every half has a copy now
+    a = d.door.transactions.pending[0]
+    end = {"producerGroup": "PG", "tranStateTableOffset": 0, "commitLogOffset": a.log_offset,
+           "commitOrRollback": 12, "fromTransactionCheck": "false", "msgId": "A"}
+    r = d.call(codes.END_TRANSACTION, end)  # the copy's log offset with the first half's queue offset
+    assert (r.code, r.remark) == (codes.SYSTEM_ERROR, "The transaction state table offset wrong")
+    # the producer's own END names the first half: it ends the transaction, copies and all
+    end["commitLogOffset"] = int(sent[0].ext_fields["msgId"][-16:], 16)
+    assert d.call(codes.END_TRANSACTION, end).code == codes.SUCCESS
+    end.update(tranStateTableOffset=a.qoffset, commitLogOffset=a.log_offset)
+    assert d.call(codes.END_TRANSACTION, end).code == codes.SYSTEM_ERROR  # already ended
+    before = {r: (h.qoffset, h.checks) for r, h in d.door.transactions.pending.items()}
+    assert sorted(before) == [1, 2] and {h[1] for h in before.values()} == {1}
+    d.close()
+    os.remove(tmp_path / "s" / "metadata.json")  # as if it crashed before its first checkpoint
+    d2 = Door(tmp_path / "s", transactionTimeoutMs=1000, transactionCheckIntervalMs=1000)
+    try:
+        assert {r: (h.qoffset, h.checks) for r, h in d2.door.transactions.pending.items()} == before
+    finally:
+        d2.close()
