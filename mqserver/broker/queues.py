@@ -276,6 +276,45 @@ class QueueService:
 
         return d.addCallback(made)
 
+    def info(self, name):
+        """Attributes, stored messages, and per channel depth, in flight and consumers,
+        with the push subscriptions (as the admin views show a queue)."""
+        attrs = self.attrs(name)
+        t = self.broker.topic(name)
+        store = self.store
+        stored = sum(store.queue(name, q).max_offset - store.queue(name, q).min_offset
+                     for q in range(t.queues))
+        info = dict(attrs, name=name, messages=stored)
+        chans = self.broker.channels.of(name)
+
+        def stats(ch):
+            return {"depth": ch.depth(), "in_flight": len(ch.in_flight),
+                    "consumers": len(ch.consumers)}
+
+        if attrs["mode"] == "queue":
+            ch = chans.get(QUEUE_CHANNEL)
+            info.update(stats(ch) if ch else {"depth": stored, "in_flight": 0, "consumers": 0})
+        else:
+            info["subs"] = {n[len(_SUB_PREFIX):]: stats(ch) for n, ch in chans.items()
+                            if n.startswith(_SUB_PREFIX)}
+        info["subscriptions"] = [self.subscription_info(s)
+                                 for (q, _), s in self.subscriptions.items() if q == name]
+        return info
+
+    def publish(self, name, messages):
+        """Publish C{messages} to queue C{name}; a C{persistent} queue answers once they
+        are fsynced. Returns a Deferred firing with their ids."""
+        try:
+            persistent = self.attrs(name)["persistent"]
+        except Exception as e:
+            return defer.fail(e)
+        d = self.broker.publish(name, messages)
+        store = self.store
+        if persistent and store.flush_level < 2:
+            d.addCallback(lambda r: store.sync().addCallback(lambda _: r))
+        n = len(messages)
+        return d.addCallback(lambda r: list(range(r.event_id, r.event_id + n)))
+
     # -- channels ------------------------------------------------------------------------
 
     def _positions(self, name, start):
@@ -467,6 +506,15 @@ class QueueService:
 
     # -- reading without a broker-kept position ------------------------------------------
 
+    def wait_data(self, name, wait_s):
+        """A Deferred firing (with None) when a message arrives in C{name}, the queue
+        goes, or C{wait_s} seconds pass; cancelling it stops the wait."""
+        broker = self.broker
+        w = _Waiter(broker, name)
+        w.timer = broker._reactor.callLater(wait_s, w.fire)
+        broker.watch(name, w)
+        return w.d
+
     def read_from(self, name, start, n):
         """Up to C{n} messages of queue C{name} from C{start} ("earliest", "latest" or an
         id: that message and later), in id order, with no receipts."""
@@ -474,6 +522,28 @@ class QueueService:
             raise TopicNotFound(name)
         cur = TopicCursor(self.store, name, self._positions(name, start))
         return cursor_deliveries(name, cur, n), cur
+
+
+class _Waiter:
+    """Fires its Deferred once, at the first arrival, deletion or the timer."""
+
+    def __init__(self, broker, name):
+        self.broker = broker
+        self.name = name
+        self.timer = None
+        self.d = defer.Deferred(lambda d: self._stop())
+
+    def _stop(self):
+        if self.timer is not None and self.timer.active():
+            self.timer.cancel()
+        self.broker.unwatch(self.name, self)
+
+    def fire(self, *_):
+        if not self.d.called:
+            self._stop()
+            self.d.callback(None)
+
+    data_available = topic_deleted = fire
 
 
 def cursor_deliveries(name, cursor, n):
