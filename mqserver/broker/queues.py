@@ -269,12 +269,9 @@ class QueueService:
             merged = dict(t.attrs or {}, **{ATTR_KEY: attrs})
             d = self.broker.update_topic(name, attrs=merged)
 
-        def made(_):
-            if attrs["mode"] == "queue":
-                self.queue_channel(name)
-            return attrs
-
-        return d.addCallback(made)
+        # the queue's channel is made by its first consumer, from the oldest retained
+        # message: until then the topic's first channel may still be another protocol's
+        return d.addCallback(lambda _: attrs)
 
     def info(self, name):
         """Attributes, stored messages, and per channel depth, in flight and consumers,

@@ -37,6 +37,9 @@ class _Discard:
     def seek(self, *a):
         pass
 
+    def tell(self):
+        return 0
+
     def read(self, *a):
         return b""
 
