@@ -151,7 +151,9 @@ class MsgoutResource(resource.Resource):
         status, data = result
         request.setResponseCode(status)
         request.setHeader(b"Content-Type", _JSON_TYPE)
-        return dumps(data)
+        body = dumps(data)
+        request.setHeader(b"Content-Length", b"%d" % len(body))
+        return body
 
 
 class MsgoutSite(server.Site):
