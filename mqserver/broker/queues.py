@@ -461,7 +461,10 @@ class QueueService:
             self.channel_for(name, sub_id, start)
         else:
             self.queue_channel(name)
-        self.unsubscribe(name, sub_id)
+        old = self.subscriptions.pop((name, sub_id), None)
+        if old is not None and old.runner is not None:  # replaced: the position stays
+            old.runner.stop()
+            old.runner = None
         s = PushSubscription(name, sub_id, url, batch, self.broker.now_ms())
         self.subscriptions[(name, sub_id)] = s
         self.store.mark_dirty()

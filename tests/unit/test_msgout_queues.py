@@ -170,7 +170,11 @@ def test_push_subscriptions_survive_restart(tmp_path):
     store, broker = open_broker(tmp_path, clock)
     (s,) = broker.queues.subscriptions.values()
     assert (s.queue, s.sub_id, s.url, s.batch) == ("t", "s1", "http://127.0.0.1:1/x", 50)
-    assert broker.channels.get("t", "msgout:sub:s1") is not None
+    ch = broker.channels.get("t", "msgout:sub:s1")
+    assert ch is not None
+    broker.queues.subscribe("t", "s1", "http://127.0.0.1:2/y", 5)  # replaced: same position
+    assert broker.channels.get("t", "msgout:sub:s1") is ch
+    assert broker.queues.subscriptions[("t", "s1")].url == "http://127.0.0.1:2/y"
     assert broker.queues.unsubscribe("t", "s1")
     assert broker.channels.get("t", "msgout:sub:s1") is None
     store.close()
