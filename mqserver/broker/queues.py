@@ -428,13 +428,18 @@ class QueueService:
     def ack(self, receipts):
         """Acknowledge C{receipts}; returns {receipt: error text} for those that failed."""
         errors = {}
+        run, run_ch, run_owner = [], None, None
         for r in receipts:
             try:
                 ch, eid, owner = self._entry(r)
             except UnknownReceipt as e:
                 errors[r] = str(e)
                 continue
-            ch.finish_many((eid,), owner)
+            if ch is not run_ch or owner is not run_owner:
+                _finish_run(run_ch, run_owner, run, errors)
+                run, run_ch, run_owner = [], ch, owner
+            run.append((eid, r))
+        _finish_run(run_ch, run_owner, run, errors)
         return errors
 
     def nack(self, receipts):
@@ -522,6 +527,17 @@ class QueueService:
             raise TopicNotFound(name)
         cur = TopicCursor(self.store, name, self._positions(name, start))
         return cursor_deliveries(name, cur, n), cur
+
+
+def _finish_run(ch, owner, run, errors):
+    """FIN a run of (eventId, receipt) of one channel and owner in one call; what stops
+    it (a receipt twice in one request) is retried one by one."""
+    if not run:
+        return
+    done = ch.finish_many([eid for eid, _ in run], owner)
+    for eid, r in run[done:]:
+        if not ch.finish_many((eid,), owner):
+            errors[r] = f"receipt {r} is not in flight"
 
 
 class _Waiter:

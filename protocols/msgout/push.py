@@ -2,10 +2,11 @@
 POSTed as JSON batches (treq, persistent connections) until the queue is drained, then
 as messages arrive.
 
-One batch is in flight per subscription. A 2xx answer acks the batch; anything else
-(status, refused connection, timeout) fails it back to the channel, in order, and the
-next try waits an exponential backoff. So delivery is at least once, and an ordered
-queue (one message in flight) keeps its order.
+Up to L{PARALLEL} batches are in flight per subscription (one message for an ordered
+queue). A 2xx answer acks the batch; anything else (status, refused connection, timeout)
+fails it back to the channel, in order, and delivery pauses for an exponential backoff.
+So delivery is at least once, and an ordered queue (one message in flight) keeps its
+order.
 """
 
 import treq
@@ -17,6 +18,8 @@ from protocols.msgout.api import dumps, encode_delivery
 
 _HEADERS = {b"Content-Type": [b"application/json; charset=utf-8"]}
 FIRST_BACKOFF = 0.1
+#: Batches a subscription of an unordered queue may have in flight at once.
+PARALLEL = 4
 
 
 class PushRunner:
@@ -28,18 +31,25 @@ class PushRunner:
         self.manager = manager
         self.sub = sub
         self.consumer = None
-        self._post = None
+        self._posts = set()
         self._retry = None
         self._failed_in_row = 0
         self.stopped = False
 
     def start(self):
         q = self.manager.queues
-        self.consumer = q.consumer(self.sub.queue, self, self.sub.batch, self.sub.sub_id)
+        self.consumer = q.consumer(self.sub.queue, self, self._window(), self.sub.sub_id)
+
+    def _window(self):
+        return self.sub.batch * PARALLEL
 
     def __call__(self, consumer, deliveries):
-        """The consumer's sink: POST one batch."""
-        consumer.window = 0  # no more until this batch is answered
+        """The consumer's sink: POST the deliveries in batches."""
+        batch = self.sub.batch
+        for i in range(0, len(deliveries), batch):
+            self._post(deliveries[i:i + batch])
+
+    def _post(self, deliveries):
         s = self.sub
         body = dumps({"queue": s.queue, "sub_id": s.sub_id,
                       "messages": [encode_delivery(d) for d in deliveries]})
@@ -47,10 +57,15 @@ class PushRunner:
         m = self.manager
         d = treq.post(s.url, data=body, headers=_HEADERS, pool=m.pool, timeout=m.timeout,
                       reactor=m.reactor)
+        self._posts.add(d)
+        d.addBoth(self._forget, d)
         d.addCallback(self._answered)
         d.addCallbacks(lambda _: self._done(len(deliveries), receipts),
                        lambda f: self._failed(f, receipts))
-        self._post = d
+
+    def _forget(self, result, d):
+        self._posts.discard(d)
+        return result
 
     @staticmethod
     def _answered(resp):
@@ -60,32 +75,32 @@ class PushRunner:
         return d.addCallback(lambda _: defer.fail(RuntimeError(f"HTTP {resp.code}")))
 
     def _done(self, n, receipts):
-        self._post = None
         if self.stopped:
             return
-        self.manager.queues.ack(receipts)
+        self.manager.queues.ack(receipts)  # frees window slots: the channel pumps more
         self.sub.delivered += n
-        self._failed_in_row = 0
-        self._resume()
+        if self._retry is None:
+            self._failed_in_row = 0
 
     def _failed(self, f, receipts):
-        self._post = None
         if self.stopped or f.check(defer.CancelledError):
             return
         s = self.sub
         s.failures += 1
         s.last_error = f.getErrorMessage() or f.type.__name__
         s.last_error_ms = self.manager.queues.broker.now_ms()
+        self.consumer.window = 0  # nothing more until the backoff ends
         self.manager.queues.nack(receipts)
-        wait = min(self.manager.max_backoff, FIRST_BACKOFF * (2 ** self._failed_in_row))
-        self._failed_in_row += 1
-        self._retry = self.manager.reactor.callLater(wait, self._resume)
+        if self._retry is None:
+            wait = min(self.manager.max_backoff, FIRST_BACKOFF * (2 ** self._failed_in_row))
+            self._failed_in_row += 1
+            self._retry = self.manager.reactor.callLater(wait, self._resume)
 
     def _resume(self):
         self._retry = None
         c = self.consumer
         if c is not None and not self.stopped:
-            c.window = self.sub.batch
+            c.window = self._window()
             c.channel.schedule_pump()
 
     def channel_closed(self, consumer):
@@ -100,8 +115,8 @@ class PushRunner:
         self._retry = None
         if self.consumer is not None:
             self.consumer.close(fail_back=True)
-        if self._post is not None:
-            self._post.cancel()
+        for d in list(self._posts):
+            d.cancel()
         self.sub.runner = None
 
 

@@ -203,3 +203,21 @@ def test_fetch_long_polls_until_a_message_or_the_wait_ends(tmp_path):
     clock.advance(0)
     assert [x.body for x in broker.queues.take("q", 5)] == [b"b"]
     store.close()
+
+
+def test_ack_of_a_batch_with_a_repeated_and_a_foreign_receipt(tmp_path):
+    clock = Clock()
+    store, broker = open_broker(tmp_path, clock)
+    declare(broker, "q")
+    declare(broker, "r")
+    pub(broker, "q", b"a", b"b", b"c")
+    pub(broker, "r", b"z")
+    qs = broker.queues.take("q", 3)
+    (z,) = broker.queues.take("r", 1)
+    rs = [qs[0].receipt, qs[1].receipt, qs[1].receipt, z.receipt, qs[2].receipt]
+    errors = broker.queues.ack(rs)
+    assert list(errors) == [qs[1].receipt]
+    assert broker.queues.take("q", 5) == [] and broker.queues.take("r", 5) == []
+    clock.advance(60)  # nothing comes back: all were finished
+    assert broker.queues.take("q", 5) == [] and broker.queues.take("r", 5) == []
+    store.close()
