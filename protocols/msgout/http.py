@@ -168,6 +168,9 @@ class MsgoutSite(server.Site):
         self.pushes = pushes
         self._reactor = api.reactor
 
+    def log(self, request):
+        pass  # no access log: a line per request would cost more than the request
+
     def startFactory(self):
         super().startFactory()
         if self.pushes is not None:
