@@ -19,7 +19,6 @@ what else the machine runs: compare runs side by side.
 import argparse
 import http.client
 import json
-import multiprocessing as mp
 import os
 import shutil
 import socket
@@ -30,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from nsq_bench import _run  # noqa: E402
 from procstat import cpu_seconds, peak_rss_mb  # noqa: E402
 from tests.support.server import ROOT, ServerProcess  # noqa: E402
 
@@ -87,19 +87,6 @@ def _fetcher(port, queue, batch, out):
         _call(conn, "POST", "/v1/ack", {"receipts": [m["receipt"] for m in ms]})
         n += len(ms)
     out.put(n)
-
-
-def _run(target, conns, args):
-    out = mp.Queue()
-    procs = [mp.Process(target=target, args=(*args, out)) for _ in range(conns)]
-    start = time.monotonic()
-    for p in procs:
-        p.start()
-    total = sum(out.get(timeout=900) for _ in procs)
-    elapsed = time.monotonic() - start
-    for p in procs:
-        p.join(30)
-    return total, elapsed
 
 
 def _report(label, n, t, cpu):

@@ -425,16 +425,20 @@ class QueueService:
             raise UnknownReceipt(f"receipt {receipt} is not in flight")
         return ch, eid, e[OWNER]
 
+    def _entries(self, receipts, errors):
+        """(receipt, channel, eventId, owner) of each receipt in flight; the others go
+        to C{errors}."""
+        for r in receipts:
+            try:
+                yield (r, *self._entry(r))
+            except UnknownReceipt as e:
+                errors[r] = str(e)
+
     def ack(self, receipts):
         """Acknowledge C{receipts}; returns {receipt: error text} for those that failed."""
         errors = {}
         run, run_ch, run_owner = [], None, None
-        for r in receipts:
-            try:
-                ch, eid, owner = self._entry(r)
-            except UnknownReceipt as e:
-                errors[r] = str(e)
-                continue
+        for r, ch, eid, owner in self._entries(receipts, errors):
             if ch is not run_ch or owner is not run_owner:
                 _finish_run(run_ch, run_owner, run, errors)
                 run, run_ch, run_owner = [], ch, owner
@@ -445,13 +449,9 @@ class QueueService:
     def nack(self, receipts):
         """Give C{receipts} back for redelivery now; returns {receipt: error} as L{ack}."""
         errors = {}
-        for r in receipts:
-            try:
-                ch, eid, owner = self._entry(r)
-            except UnknownReceipt as e:
-                errors[r] = str(e)
-                continue
-            ch.requeue(eid, owner, 0)
+        for r, ch, eid, owner in self._entries(receipts, errors):
+            if ch.requeue(eid, owner, 0) is not None:  # twice in one request
+                errors[r] = f"receipt {r} is not in flight"
         return errors
 
     # -- push subscriptions -------------------------------------------------------------

@@ -4,19 +4,10 @@ clock: attributes in the log, fetch/ack by receipt, fail-back, ordering, topic m
 import pytest
 from twisted.internet.task import Clock
 
-from mqserver.broker.broker import Broker
 from mqserver.broker.queues import UnknownReceipt
 from mqserver.errors import InvalidRequest
-from mqserver.store.store import Message, MessageStore
-
-
-def open_broker(path, clock):
-    store = MessageStore(str(path), clock, clock=clock.seconds, segment_size=1 << 16,
-                         cq_entries_per_file=50)
-    broker = Broker(store, clock)
-    store.open()
-    broker.start()
-    return store, broker
+from mqserver.store.store import Message
+from tests.unit.test_channels import open_broker
 
 
 def declare(broker, name, **attrs):
