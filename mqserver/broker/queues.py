@@ -115,15 +115,17 @@ class Delivery:
 class QueueConsumer:
     """A msgout consumer of one channel (the channel's consumer interface).
 
-    C{sink(consumer, deliveries)} gets every batch. C{window} is how many un-acked
-    messages it may hold (0 stops delivery); an ordered queue gives one message at a
-    time to the whole channel.
+    C{sink(consumer, deliveries)} gets every batch; C{on_closed(consumer)}, if given,
+    is called when the channel goes (the queue was deleted). C{window} is how many
+    un-acked messages it may hold (0 stops delivery); an ordered queue gives one message
+    at a time to the whole channel.
     """
 
     sample_rate = 0
 
-    def __init__(self, service, channel, attrs, sink, window):
+    def __init__(self, service, channel, attrs, sink, window, on_closed=None):
         self.service = service
+        self.on_closed = on_closed
         self.channel = channel
         self.queue = channel.topic
         self.sink = sink
@@ -164,9 +166,8 @@ class QueueConsumer:
 
     def channel_closed(self):
         self.open = False
-        closed = getattr(self.sink, "channel_closed", None)
-        if closed is not None:
-            closed(self)
+        if self.on_closed is not None:
+            self.on_closed(self)
 
     def unacked(self):
         """The eventIds this consumer holds un-acked."""
@@ -366,10 +367,10 @@ class QueueService:
             self._by_tag[tag] = ch
         return tag
 
-    def consumer(self, name, sink, window, sub_id=None, start="earliest"):
+    def consumer(self, name, sink, window, sub_id=None, start="earliest", on_closed=None):
         """Attach a L{QueueConsumer} of queue C{name}; returns it."""
         ch, attrs = self.channel_for(name, sub_id, start)
-        c = QueueConsumer(self, ch, attrs, sink, window)
+        c = QueueConsumer(self, ch, attrs, sink, window, on_closed)
         ch.add_consumer(c)
         return c
 

@@ -288,13 +288,21 @@ class ConsoleProtocol(LineReceiver):
         key = (name, sub_id, kind)
         c = self.consumers.get(key)
         if c is None or not c.open:
-            c = self.queues.consumer(name, self._delivered, window, sub_id, start)
+            c = self.queues.consumer(name, self._delivered, window, sub_id, start,
+                                     on_closed=self._queue_gone)
             self.consumers[key] = c
         return c
 
     def _delivered(self, consumer, deliveries):
         for d in deliveries:
             self.send_message(d)
+
+    def _queue_gone(self, consumer):
+        for key, c in list(self.consumers.items()):
+            if c is consumer:
+                del self.consumers[key]
+                if key[2] == "sub":
+                    self.sendLine(b"ERR queue " + key[0].encode("utf-8") + b" was deleted")
 
     def do_fetch(self, rest):
         args, opts = _options(self._args(rest), ("FROM", "ID"))

@@ -38,7 +38,8 @@ class PushRunner:
 
     def start(self):
         q = self.manager.queues
-        self.consumer = q.consumer(self.sub.queue, self, self._window(), self.sub.sub_id)
+        self.consumer = q.consumer(self.sub.queue, self, self._window(), self.sub.sub_id,
+                                   on_closed=self.channel_closed)
 
     def _window(self):
         return self.sub.batch * PARALLEL

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from protocols.smss.client import SmssClient
 from tests.support.msgout import LOOPBACK, Api, Console, Receiver
 from tests.support.nsq import NSQ_DOORS, V2, http
 from tests.support.server import ServerProcess
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    listen = {name: LOOPBACK for name in NSQ_DOORS + ("msgout", "console")}
+    listen = {name: LOOPBACK for name in NSQ_DOORS + ("msgout", "console", "smss")}
     s = ServerProcess(tmp_path_factory.mktemp("msgout") / "broker", listen=listen,
                       config={"msgout": {"maxBodySize": 65536}}).start()
     s.http = s.ports["MsgoutSite"]
@@ -251,3 +252,30 @@ def test_push_batches_of_a_topic_mode_queue(srv, api):
         assert max(len(b["batch"]["messages"]) for b in rec.batches()) > 1
     finally:
         rec.close()
+
+
+def test_smss_publish_msgout_consume_and_back(srv, api):
+    with SmssClient("127.0.0.1", srv.smss_port) as smss:
+        smss.create("from_smss")
+        smss.publish("from_smss", [b"plain", ([(b"k", b"v")], b"with header")])
+        got = api.fetch("from_smss", max=5)
+        assert [(m["body"], m["headers"]) for m in got] == [("plain", {}), ("with header", {"k": "v"})]
+        api.put_queue("to_smss")
+        api.ok("POST", "/v1/queues/to_smss/messages",
+               {"messages": [{"body": "over msgout", "headers": {"h": "1"}}]})
+    with SmssClient("127.0.0.1", srv.smss_port) as smss:
+        sub = smss.subscribe("to_smss", 0, batch=10, who="g1")
+        (m,) = sub.next_batch(5).messages
+        assert (m.body, m.headers) == (b"over msgout", [(b"h", b"1")])
+
+
+def test_console_is_told_when_its_queue_is_deleted(srv, api):
+    api.put_queue("mq_gone")
+    c = Console(srv.console)
+    c.send(b"SUB mq_gone")
+    assert c.line() == b"OK subscribed mq_gone"
+    api.ok("DELETE", "/v1/queues/mq_gone")
+    assert c.line() == b"ERR queue mq_gone was deleted"
+    c.send(b"STATS")
+    assert c.line().startswith(b"OK topics=")
+    c.close()
