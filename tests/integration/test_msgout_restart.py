@@ -98,3 +98,25 @@ def test_rocketmq_client_on_either_side(tmp_path):
     finally:
         s.stop()
         s.close()
+
+
+def test_attributes_replicate_to_a_slave(server_factory):
+    from tests.integration.test_replication import SMALL, wait_caught_up
+
+    listen = {"smss": LOOPBACK, "msgout": LOOPBACK}
+    master = server_factory("master", config=SMALL, listen=listen)
+    slave = server_factory("slave", config=SMALL, listen=listen,
+                           extra_args=["--role", "slave", "--master",
+                                       f"127.0.0.1:{master.smss_port}"])
+    m, s = Api(master.ports["MsgoutSite"]), Api(slave.ports["MsgoutSite"])
+    try:
+        m.put_queue("rep", mode="topic", ordered=True, ack_timeout_ms=1234)
+        m.publish("rep", "one")
+        wait_caught_up(master.smss_port, slave.smss_port)
+        info = s.ok("GET", "/v1/queues/rep")
+        assert (info["mode"], info["ordered"], info["ack_timeout_ms"], info["messages"]) == (
+            "topic", True, 1234, 1)
+        assert s.call("PUT", "/v1/queues/rep2", {})[0] == 503  # a slave takes no writes
+    finally:
+        m.close()
+        s.close()

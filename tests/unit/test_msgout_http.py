@@ -107,3 +107,21 @@ def test_long_poll_answers_on_arrival_and_fails_back_when_the_client_left(tmp_pa
     clock.advance(0)
     assert [d.body for d in broker.queues.take("q", 5)] == [b"next"]
     store.close()
+
+
+def test_from_id_read_long_polls_and_gives_next_id(tmp_path):
+    clock, store, broker, s = site(tmp_path)
+    declare(broker, "t", mode="topic")
+    t, ch = connect(s)
+    body = b'{"from_id": 0, "max": 5, "wait_ms": 3000}'
+    ch.dataReceived(b"POST /v1/queues/t/fetch HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(body), body))
+    clock.advance(1)
+    assert t.value() == b""
+    pub(broker, "t", b"a", b"b")
+    clock.advance(0)
+    status, out = response(t.value())
+    assert [m["body"] for m in out["messages"]] == ["a", "b"]
+    assert out["next_id"] == out["messages"][-1]["id"] + 1
+    assert not broker._watchers.get("t")  # the wait left nothing behind
+    store.close()
