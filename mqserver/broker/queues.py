@@ -421,7 +421,11 @@ class QueueService:
         except (AttributeError, ValueError):
             raise UnknownReceipt(f"bad receipt {receipt!r}") from None
         ch = self._by_tag.get(tag)
-        e = ch.in_flight.get(eid) if ch is not None and not ch.deleted else None
+        if ch is not None and ch.deleted:  # its queue or sub_id went: forget the tag
+            del self._by_tag[tag]
+            self._tags.pop(id(ch), None)
+            ch = None
+        e = ch.in_flight.get(eid) if ch is not None else None
         if e is None or e[ATTEMPTS] != attempts:
             raise UnknownReceipt(f"receipt {receipt} is not in flight")
         return ch, eid, e[OWNER]

@@ -40,6 +40,8 @@ def status_of(exc):
     """Return (status, text) for an exception a handler raised."""
     if isinstance(exc, ApiError):
         return exc.status, exc.message
+    if isinstance(exc, defer.CancelledError):  # the client left; nobody reads this
+        return 499, "cancelled"
     for cls, status in _STATUS:
         if isinstance(exc, cls):
             return status, str(exc) or cls.__name__
