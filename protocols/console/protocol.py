@@ -15,7 +15,7 @@ from twisted.logger import Logger
 from twisted.protocols.basic import LineReceiver
 from zope.interface import implementer
 
-from mqserver.broker.queues import cursor_deliveries
+from mqserver.broker.queue_consumer import cursor_deliveries
 from mqserver.errors import BrokerError
 from mqserver.store.store import Message
 
