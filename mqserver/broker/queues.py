@@ -13,9 +13,9 @@ Consumption reuses the channel model (L{mqserver.broker.channels}):
     (L{QueueService.read_from}).
 
 A L{QueueConsumer} (L{mqserver.broker.queue_consumer}) is a channel consumer that hands
-L{Delivery} objects to a sink (a long connection, a short fetch, or a push to a URL). A receipt names the channel, the
-eventId and the attempt, so any connection can ack or nack it, and an old attempt's
-receipt cannot touch a redelivered message.
+L{Delivery} objects to a sink (a long connection, a short fetch, or a push to a URL). A
+receipt names the channel, the eventId and the attempt, so any connection can ack or
+nack it, and an old attempt's receipt cannot touch a redelivered message.
 """
 
 from twisted.internet import defer

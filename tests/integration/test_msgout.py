@@ -44,7 +44,8 @@ def test_queue_admin_publish_fetch_and_ack_from_another_connection(srv, api):
     ids = api.publish("mq1", "a", "b", "c")
     assert ids == sorted(ids) and len(ids) == 3
     got = api.fetch("mq1", max=2)
-    assert [(m["body"], m["id"], m["attempts"]) for m in got] == [("a", ids[0], 1), ("b", ids[1], 1)]
+    assert [(m["body"], m["id"], m["attempts"]) for m in got] == [
+        ("a", ids[0], 1), ("b", ids[1], 1)]
     other = Api(srv.http)
     try:
         assert other.ack([got[0]["receipt"]]) == {"acked": 1, "errors": {}}
@@ -244,7 +245,8 @@ def test_push_batches_of_a_topic_mode_queue(srv, api):
     rec = Receiver(srv.tmp / "push2.jsonl", fail_every=4)
     try:
         api.put_queue("mpt", mode="topic")
-        api.ok("POST", "/v1/queues/mpt/subscriptions", {"url": rec.url, "sub_id": "pp", "batch": 10})
+        api.ok("POST", "/v1/queues/mpt/subscriptions",
+               {"url": rec.url, "sub_id": "pp", "batch": 10})
         bodies = [f"b{i}" for i in range(40)]
         api.publish("mpt", *bodies)
         got = rec.wait_bodies(40)
@@ -259,7 +261,8 @@ def test_smss_publish_msgout_consume_and_back(srv, api):
         smss.create("from_smss")
         smss.publish("from_smss", [b"plain", ([(b"k", b"v")], b"with header")])
         got = api.fetch("from_smss", max=5)
-        assert [(m["body"], m["headers"]) for m in got] == [("plain", {}), ("with header", {"k": "v"})]
+        assert [(m["body"], m["headers"]) for m in got] == [
+            ("plain", {}), ("with header", {"k": "v"})]
         api.put_queue("to_smss")
         api.ok("POST", "/v1/queues/to_smss/messages",
                {"messages": [{"body": "over msgout", "headers": {"h": "1"}}]})

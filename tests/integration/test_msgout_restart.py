@@ -44,9 +44,11 @@ def test_restart_keeps_attributes_progress_and_push_subscriptions(tmp_path):
             api.ack([m["receipt"] for m in got])
         assert rest == ["b", "c"]  # "a" was acked before the restart
         (sub,) = api.ok("GET", "/v1/queues/rq/subscriptions")["subscriptions"]
-        assert (sub["sub_id"], sub["batch"], sub["url"]) == ("later", 7, "http://127.0.0.1:9/nowhere")
+        assert (sub["sub_id"], sub["batch"], sub["url"]) == (
+            "later", 7, "http://127.0.0.1:9/nowhere")
         # point it at a live receiver: what waited gets pushed
-        api.ok("POST", "/v1/queues/rq/subscriptions", {"url": rec.url, "sub_id": "later", "batch": 7})
+        api.ok("POST", "/v1/queues/rq/subscriptions",
+               {"url": rec.url, "sub_id": "later", "batch": 7})
         assert sorted(rec.wait_bodies(2)) == ["p1", "p2"]
         api.close()
     finally:

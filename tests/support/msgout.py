@@ -95,7 +95,8 @@ class Receiver:
         self.path = str(path)
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(ROOT, "tests", "support", "push_receiver.py"),
-             self.path, str(fail_every)], stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=ROOT))
+             self.path, str(fail_every)],
+            stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=ROOT))
         line = self.proc.stdout.readline().split()
         assert line and line[0] == b"PORT", line
         self.port = int(line[1])

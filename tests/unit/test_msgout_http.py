@@ -63,7 +63,8 @@ def test_refused_from_the_head_without_buffering(tmp_path):
     clock, store, broker, s = site(tmp_path, max_body=1024)
     declare(broker, "q")
     t, ch = connect(s)
-    ch.dataReceived(b"POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+    ch.dataReceived(b"POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Length: 5000\r\n\r\n")
     assert t.value().startswith(b"HTTP/1.1 413 ")
     assert t.disconnecting
     req = ch.requests[-1] if hasattr(ch, "requests") and ch.requests else None
@@ -71,7 +72,8 @@ def test_refused_from_the_head_without_buffering(tmp_path):
     if req is not None:
         assert isinstance(req.content, _Discard)
     t2, ch2 = connect(s)
-    ch2.dataReceived(b"POST /v1/queues/none/fetch HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+    ch2.dataReceived(b"POST /v1/queues/none/fetch HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 10\r\n\r\n")
     assert t2.value().startswith(b"HTTP/1.1 404 ") and b"no queue none" in t2.value()
     store.close()
 
