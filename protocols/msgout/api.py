@@ -19,6 +19,7 @@ from mqserver.store import format as fmt
 from mqserver.store.store import Message
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_string = json.encoder.encode_basestring  # as _JSON escapes a str
 
 
 class ApiError(Exception):
@@ -57,15 +58,36 @@ def split_path(path):
         return None
 
 
-def encode_delivery(d):
-    """One delivered message as JSON-ready data."""
-    out = {"id": d.id, "receipt": d.receipt, "attempts": d.attempts, "ts": d.ts_ms}
+def delivery_json(d):
+    """One delivered message as JSON text: C{{"id", "receipt", "attempts", "ts", "body"
+    or "body_b64", "headers"}}. Built from pieces rather than a dict per message (the
+    fetch and push hot path); the string escaping is json's own."""
     try:
-        out["body"] = d.body.decode("utf-8")
+        body = '"body":' + _string(d.body.decode("utf-8"))
     except UnicodeDecodeError:
-        out["body_b64"] = base64.b64encode(d.body).decode("ascii")
-    out["headers"] = d.headers() if d.props else {}
-    return out
+        body = '"body_b64":"' + base64.b64encode(d.body).decode("ascii") + '"'
+    receipt = '"' + d.receipt + '"' if d.receipt else "null"  # digits and dots only
+    headers = _JSON(d.headers()) if d.props else "{}"
+    return (f'{{"id":{d.id},"receipt":{receipt},"attempts":{d.attempts},"ts":{d.ts_ms},'
+            f'{body},"headers":{headers}}}')
+
+
+class Messages:
+    """A reply or push body holding deliveries: C{extra} fields, then C{"messages"}."""
+
+    __slots__ = ("deliveries", "extra")
+
+    def __init__(self, deliveries, **extra):
+        self.deliveries = deliveries
+        self.extra = extra
+
+    def receipts(self):
+        return [d.receipt for d in self.deliveries if d.receipt]
+
+    def json(self):
+        head = "".join(f"{_JSON(k)}:{_JSON(v)}," for k, v in self.extra.items())
+        return ("{" + head + '"messages":[' + ",".join(map(delivery_json, self.deliveries))
+                + "]}").encode("utf-8")
 
 
 def decode_message(m, max_size):
@@ -209,7 +231,7 @@ class MsgoutApi:
             return self._read_from(name, _start(body["from_id"]), n, wait)
         start = _start(body.get("from", "earliest"))
         d = self.queues.fetch(name, n, wait, sub_id, start)
-        return d.addCallback(lambda ds: {"messages": [encode_delivery(x) for x in ds]})
+        return d.addCallback(Messages)
 
     def _read_from(self, name, start, n, wait):
         ds, cur = self.queues.read_from(name, start, n)
@@ -221,10 +243,7 @@ class MsgoutApi:
 
     @staticmethod
     def _read_result(ds, cur):
-        out = {"messages": [encode_delivery(x) for x in ds]}
-        if ds:
-            out["next_id"] = ds[-1].id + 1
-        return out
+        return Messages(ds, next_id=ds[-1].id + 1) if ds else Messages(ds)
 
     def _receipts(self, body):
         rs = body.get("receipts") if isinstance(body, dict) else None
@@ -304,5 +323,7 @@ class MsgoutApi:
 
 
 def dumps(obj):
-    """JSON text of C{obj} as bytes."""
+    """JSON text of C{obj} (JSON-ready data or L{Messages}) as bytes."""
+    if isinstance(obj, Messages):
+        return obj.json()
     return _JSON(obj).encode("utf-8")

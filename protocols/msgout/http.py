@@ -8,7 +8,7 @@ before any of the body is buffered (L{MsgoutRequest.gotLength}).
 from twisted.internet import defer
 from twisted.web import http, resource, server
 
-from protocols.msgout.api import ApiError, MsgoutApi, dumps, split_path, status_of
+from protocols.msgout.api import ApiError, Messages, MsgoutApi, dumps, split_path, status_of
 from protocols.msgout.push import PushManager
 
 _JSON_TYPE = b"application/json; charset=utf-8"
@@ -138,8 +138,7 @@ class MsgoutResource(resource.Resource):
     def _finish(self, result, request):
         if request._disconnected:
             status, data = result
-            receipts = [m["receipt"] for m in (data.get("messages") or ())
-                        if m.get("receipt")] if isinstance(data, dict) else []
+            receipts = data.receipts() if isinstance(data, Messages) else []
             if receipts:
                 self.api.queues.nack(receipts)  # never seen: fail them back now
             return

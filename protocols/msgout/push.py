@@ -14,7 +14,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.web.client import HTTPConnectionPool
 
-from protocols.msgout.api import dumps, encode_delivery
+from protocols.msgout.api import Messages
 
 _HEADERS = {b"Content-Type": [b"application/json; charset=utf-8"]}
 FIRST_BACKOFF = 0.1
@@ -52,8 +52,7 @@ class PushRunner:
 
     def _post(self, deliveries):
         s = self.sub
-        body = dumps({"queue": s.queue, "sub_id": s.sub_id,
-                      "messages": [encode_delivery(d) for d in deliveries]})
+        body = Messages(deliveries, queue=s.queue, sub_id=s.sub_id).json()
         receipts = [d.receipt for d in deliveries if d.receipt]
         m = self.manager
         d = treq.post(s.url, data=body, headers=_HEADERS, pool=m.pool, timeout=m.timeout,

@@ -127,3 +127,18 @@ def test_from_id_read_long_polls_and_gives_next_id(tmp_path):
     assert out["next_id"] == out["messages"][-1]["id"] + 1
     assert not broker._watchers.get("t")  # the wait left nothing behind
     store.close()
+
+
+def test_delivery_json_is_the_documented_object():
+    from mqserver.broker.queue_consumer import Delivery
+    from mqserver.store import format as fmt
+    from protocols.msgout.api import Messages
+
+    ds = [Delivery("q", 7, "1.7.2", 2, 'say "hi"\n\\ é \x01 \u2028'.encode(), b"", 5),
+          Delivery("q", 8, None, 1, b"\xff\x00", fmt.encode_properties([("k", "v\"")]), 6)]
+    out = json.loads(Messages(ds, next_id=9).json())
+    assert out == {"next_id": 9, "messages": [
+        {"id": 7, "receipt": "1.7.2", "attempts": 2, "ts": 5,
+         "body": 'say "hi"\n\\ é \x01 \u2028', "headers": {}},
+        {"id": 8, "receipt": None, "attempts": 1, "ts": 6, "body_b64": "/wA=",
+         "headers": {"k": 'v"'}}]}
