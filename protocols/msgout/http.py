@@ -87,6 +87,8 @@ class MsgoutRequest(server.Request):
     def _refuse(self, exc):
         """Answer now, from the head alone, and close: the body is never read."""
         self._refused = True
+        # no "100 Continue" after the refusal: the client must not send the body
+        self.requestHeaders.removeHeader(b"expect")
         if self.content is not None and not isinstance(self.content, _Discard):
             self.content.close()
         self.content = _Discard()

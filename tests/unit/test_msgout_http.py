@@ -142,3 +142,13 @@ def test_delivery_json_is_the_documented_object():
          "body": 'say "hi"\n\\ é \x01 \u2028', "headers": {}},
         {"id": 8, "receipt": None, "attempts": 1, "ts": 6, "body_b64": "/wA=",
          "headers": {"k": 'v"'}}]}
+
+
+def test_a_refused_expect_100_continue_gets_no_continue(tmp_path):
+    clock, store, broker, s = site(tmp_path, max_body=1024)
+    declare(broker, "q")
+    t, ch = connect(s)
+    ch.dataReceived(b"POST /v1/queues/q/messages HTTP/1.1\r\nHost: x\r\n"
+                    b"Expect: 100-continue\r\nContent-Length: 5000\r\n\r\n")
+    assert t.value().startswith(b"HTTP/1.1 413 ") and b"100 Continue" not in t.value()
+    store.close()
