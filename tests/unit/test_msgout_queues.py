@@ -212,3 +212,25 @@ def test_ack_of_a_batch_with_a_repeated_and_a_foreign_receipt(tmp_path):
     clock.advance(60)  # nothing comes back: all were finished
     assert broker.queues.take("q", 5) == [] and broker.queues.take("r", 5) == []
     store.close()
+
+
+def test_persistent_queue_answers_after_fsync(tmp_path):
+    from mqserver.broker.broker import Broker
+    from mqserver.store.store import MessageStore
+    from tests.unit.test_store import ManualRunner
+
+    clock, runner = Clock(), ManualRunner()
+    store = MessageStore(str(tmp_path), clock, clock=clock.seconds, runner=runner)
+    broker = Broker(store, clock)
+    store.open()
+    broker.start()
+    runner.finish_all()
+    declare(broker, "p", persistent=True)
+    declare(broker, "f")
+    got_p, got_f = [], []
+    broker.queues.publish("p", [Message(b"x")]).addCallback(got_p.append)
+    broker.queues.publish("f", [Message(b"y")]).addCallback(got_f.append)
+    assert got_f and not got_p  # the persistent one waits for the fsync
+    runner.finish_all()
+    assert len(got_p) == 1
+    store.close()
