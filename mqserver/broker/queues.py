@@ -152,7 +152,8 @@ class QueueService:
             t = self.broker.topic(name)
             base = self.attrs(name) if t is not None else None
             attrs = check_attrs(spec, base)
-            if t is not None and base["mode"] != attrs["mode"]:
+            # a topic another protocol made gets its mode once; after that it stays
+            if t is not None and (t.attrs or {}).get(ATTR_KEY) and base["mode"] != attrs["mode"]:
                 raise InvalidRequest("a queue's mode cannot change")
         except Exception as e:
             return defer.fail(e)

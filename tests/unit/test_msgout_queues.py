@@ -27,6 +27,9 @@ def test_attributes_are_stored_and_survive_restart(tmp_path):
     assert a == {"mode": "topic", "ack": True, "ordered": True, "persistent": False,
                  "ack_timeout_ms": 500}
     assert isinstance(declare(broker, "q", mode="queue").value, InvalidRequest)
+    broker.create_topic("other")  # made by another protocol: its mode can be set once
+    assert declare(broker, "other", mode="topic")["mode"] == "topic"
+    assert isinstance(declare(broker, "other", mode="queue").value, InvalidRequest)
     assert isinstance(declare(broker, "q", bogus=1).value, InvalidRequest)
     assert isinstance(declare(broker, "q", ack_timeout_ms="5").value, InvalidRequest)
     store.close()
