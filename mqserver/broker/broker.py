@@ -14,6 +14,7 @@ from zope.interface import implementer
 from mqserver.broker.channel_registry import ChannelRegistry
 from mqserver.broker.cursor import TopicCursor
 from mqserver.broker.offsets import ConsumerOffsets
+from mqserver.broker.queues import QueueService
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
 from mqserver.broker.topics import TopicRegistry, create_body, validate_topic_name
 from mqserver.errors import InvalidRequest, NotMaster, TopicExists, TopicNotFound
@@ -48,6 +49,8 @@ class Broker:
     @ivar is_master: False on a replication slave, which refuses writes.
     @ivar offsets: the L{ConsumerOffsets} of consumer groups (loaded at L{start}).
     @ivar channels: the L{ChannelRegistry} (channel consumption, e.g. NSQ's).
+    @ivar queues: the L{QueueService} (msgout queue attributes, sessions, receipts and
+        push subscriptions; checkpointed as "msgout").
     @ivar extensions: protocol name -> per-broker object a protocol shares between its
         front doors (e.g. NSQ's TCP, HTTP and lookupd doors); the core never reads it.
     """
@@ -71,6 +74,8 @@ class Broker:
         self.offsets = ConsumerOffsets(store.path)
         self.channels = ChannelRegistry(self, reactor)
         self.extensions = {}
+        self.queues = QueueService(self)
+        self.register_state("msgout", self.queues)
         store.state = self
         store.add_arrival_listener(self._arrived)
 

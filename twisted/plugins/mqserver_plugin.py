@@ -49,3 +49,8 @@ lookupd_tcp = FrontDoor("lookupd_tcp", "protocols.nsq.lookupd", "tcp:4160:interf
                         order=32, config=_NSQ_KEYS)
 lookupd_http = FrontDoor("lookupd_http", "protocols.nsq.lookupd_http",
                          "tcp:4161:interface=127.0.0.1", order=33, config=_NSQ_KEYS)
+
+msgout = FrontDoor("msgout", "protocols.msgout.http", "tcp:8280:interface=127.0.0.1",
+                   order=40, config="protocols.msgout.config")
+console = FrontDoor("console", "protocols.console.factory", "tcp:12300:interface=127.0.0.1",
+                    order=41, config="protocols.console.config")
