@@ -14,6 +14,7 @@ from zope.interface import implementer
 from mqserver.broker.channel_registry import ChannelRegistry
 from mqserver.broker.cursor import TopicCursor
 from mqserver.broker.offsets import ConsumerOffsets
+from mqserver.broker.queues import QueueService
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
 from mqserver.broker.stats import Statistics
 from mqserver.broker.topics import TopicRegistry, create_body, validate_topic_name
@@ -21,6 +22,22 @@ from mqserver.errors import InvalidRequest, NotMaster, TopicExists, TopicNotFoun
 from mqserver.interfaces import IBroker
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
+
+
+#: A delayed message naming its queue in this property (RocketMQ's name for the queue a
+#: delayed message was sent to) is delivered to that queue when the delay fires.
+QUEUE_HINT_PROPERTY = b"REAL_QID"
+
+
+def _queue_hint(properties, queues):
+    """Return the queue named by C{properties}' L{QUEUE_HINT_PROPERTY} when it is one of
+    C{queues} queues, else None."""
+    if QUEUE_HINT_PROPERTY not in properties:
+        return None
+    for k, v in fmt.decode_properties(properties):
+        if k == QUEUE_HINT_PROPERTY:
+            return int(v) if v.isdigit() and int(v) < queues else None
+    return None
 
 
 @implementer(IBroker)
@@ -33,6 +50,8 @@ class Broker:
     @ivar is_master: False on a replication slave, which refuses writes.
     @ivar offsets: the L{ConsumerOffsets} of consumer groups (loaded at L{start}).
     @ivar channels: the L{ChannelRegistry} (channel consumption, e.g. NSQ's).
+    @ivar queues: the L{QueueService} (msgout queue attributes, sessions, receipts and
+        push subscriptions; checkpointed as "msgout").
     @ivar stats: the L{Statistics} every protocol counts into and reads.
     @ivar extensions: protocol name -> per-broker object a protocol shares between its
         front doors (e.g. NSQ's TCP, HTTP and lookupd doors); the core never reads it.
@@ -58,6 +77,8 @@ class Broker:
         self.channels = ChannelRegistry(self, reactor)
         self.stats = Statistics(self, reactor.seconds)
         self.extensions = {}
+        self.queues = QueueService(self)
+        self.register_state("msgout", self.queues)
         store.state = self
         store.add_arrival_listener(self._arrived)
 
@@ -285,7 +306,8 @@ class Broker:
                 for flag, sysf, rc, body, props in items
             ]
             t = self.registry.get(d.topic)
-            self.store.put_messages(d.topic, self._pick_queue(t, None), msgs).addErrback(
+            qid = _queue_hint(items[0][4], t.queues) if items else None
+            self.store.put_messages(d.topic, self._pick_queue(t, qid), msgs).addErrback(
                 lambda f, eid=d.event_id: self.log.failure("delay {id} failed", f, id=eid)
             )
             self.store.mark_dirty()

@@ -124,16 +124,18 @@ class ChannelRegistry:
         hold = self.holds.pop(topic, {})
         return {q: max(hold.get(q, 0), self.store.queue(topic, q).min_offset) for q in qids}
 
-    def create_channel(self, topic, name):
+    def create_channel(self, topic, name, positions=None):
         """Return the channel C{name} of C{topic}, creating it (the topic must exist;
-        raises L{TopicNotFound})."""
+        raises L{TopicNotFound}) at C{positions} (queue id -> queue offset) or, without
+        them, where NSQ starts a channel (the backlog for the first, new messages after)."""
         ch = self.get(topic, name)
         if ch is not None:
             return ch
         if self.broker.topic(topic) is None:
             raise TopicNotFound(topic)
-        return self._add(topic, name, self._start_positions(topic), None, False,
-                         is_ephemeral(name))
+        if positions is None:
+            positions = self._start_positions(topic)
+        return self._add(topic, name, positions, None, False, is_ephemeral(name))
 
     def _add(self, topic, name, positions, done, paused, ephemeral, entered_from=None):
         ch = Channel(self, topic, name, positions, done, paused, ephemeral, entered_from)

@@ -142,15 +142,20 @@ class OffsetConsumer(Consumer):
             self.on_rewind(positions)
 
 
-class ChannelConsumer:
-    """The L{Consumer} view of a core channel (whose own counters are read live)."""
+#: Channels msgout makes (``msgout:queue``, ``msgout:sub:<sub_id>``) start with this.
+MSGOUT_CHANNEL_PREFIX = "msgout:"
 
-    kind = CHANNEL
+
+class ChannelConsumer:
+    """The L{Consumer} view of a core channel (whose own counters are read live): kind
+    L{CHANNEL} (NSQ's), or L{MSGOUT} for the channels of msgout queues and topic-mode
+    subscriptions."""
 
     def __init__(self, channel):
         self.channel = channel
         self.name = channel.name
         self.topic = channel.topic
+        self.kind = MSGOUT if channel.name.startswith(MSGOUT_CHANNEL_PREFIX) else CHANNEL
 
     @property
     def out_msgs(self):
@@ -340,6 +345,11 @@ class Statistics:
             ch = self.broker.channels.get(topic, name)
             return ChannelConsumer(ch) if ch is not None else None
         c = self.consumers.get((kind, topic, name))
+        if c is None and kind == MSGOUT:
+            for n in (name, MSGOUT_CHANNEL_PREFIX + name, MSGOUT_CHANNEL_PREFIX + "sub:" + name):
+                ch = self.broker.channels.get(topic, n)
+                if ch is not None and n.startswith(MSGOUT_CHANNEL_PREFIX):
+                    return ChannelConsumer(ch)
         if c is None and kind == ROCKETMQ and (topic, name) in self.broker.offsets.table:
             c = self.group(name, topic)
         return c

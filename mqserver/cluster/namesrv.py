@@ -110,8 +110,7 @@ class RouteTable:
         now = self.now_ms()
         for addr, live in list(self.live.items()):
             if now - live.last_update_ms > self.expire_ms:
-                self.log.warn("broker {addr} silent for {ms} ms: dropped", addr=addr, ms=now - live.last_update_ms)
-                self.remove_address(addr)
+                self.remove_address(addr, f"expired, silent for {now - live.last_update_ms} ms", warn=True)
 
     # -- brokers ---------------------------------------------------------------------
 
@@ -133,6 +132,10 @@ class RouteTable:
             if addr == broker_addr and bid != broker_id:
                 del bd.addrs[bid]
         first = broker_addr not in self.live
+        old_addr = bd.addrs.get(broker_id)
+        if old_addr is not None and old_addr != broker_addr:
+            self.log.info("cluster {cluster} broker {name} id {id} address changed from {old} to {addr}",
+                          cluster=cluster, name=broker_name, id=broker_id, old=old_addr, addr=broker_addr)
         bd.addrs[broker_id] = broker_addr
         old = self.live.get(broker_addr)
         changed = first or old is None or old.data_version != (data_version or {})
@@ -173,22 +176,32 @@ class RouteTable:
 
     def unregister_broker(self, cluster, broker_name, broker_addr, broker_id):
         """Remove one broker address; the broker name goes when it has none left."""
-        self.live.pop(broker_addr, None)
+        known = self.live.pop(broker_addr, None) is not None
         bd = self.brokers.get(broker_name)
         if bd is not None:
             if bd.addrs.get(broker_id) == broker_addr:
                 del bd.addrs[broker_id]
+                known = True
             if not bd.addrs:
                 self._remove_name(broker_name)
-        self.log.info("broker {name} ({addr}) unregistered", name=broker_name, addr=broker_addr)
+        if known:
+            self.log.info("broker {name} ({addr}, id {id}) of cluster {cluster} unregistered",
+                          name=broker_name, addr=broker_addr, id=broker_id, cluster=cluster)
+        else:
+            self.log.info("unregistering broker {name} ({addr}) of cluster {cluster}: not registered",
+                          name=broker_name, addr=broker_addr, cluster=cluster)
 
-    def remove_address(self, broker_addr):
-        """Forget an address (expired, or its registering connection closed)."""
+    def remove_address(self, broker_addr, why="removed", warn=False):
+        """Forget an address (expired, or its registering connection closed), saying
+        C{why} in the log."""
         self.live.pop(broker_addr, None)
         for name, bd in list(self.brokers.items()):
             for bid, addr in list(bd.addrs.items()):
                 if addr == broker_addr:
                     del bd.addrs[bid]
+                    emit = self.log.warn if warn else self.log.info
+                    emit("broker {name} ({addr}, id {id}) of cluster {cluster} dropped: {why}",
+                         name=name, addr=addr, id=bid, cluster=bd.cluster, why=why)
             if not bd.addrs:
                 self._remove_name(name)
 
@@ -196,7 +209,7 @@ class RouteTable:
         """Drop the brokers that registered over C{connection}."""
         for addr, live in list(self.live.items()):
             if live.connection is connection:
-                self.remove_address(addr)
+                self.remove_address(addr, "its connection closed")
 
     def _remove_name(self, name):
         bd = self.brokers.pop(name, None)

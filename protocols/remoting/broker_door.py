@@ -28,6 +28,7 @@ from protocols.remoting.context import context_for
 from protocols.remoting.pulling import LongPolls
 from protocols.remoting.registrar import Registrar, parse_addrs
 from protocols.remoting.stats import group_consumer
+from protocols.remoting.transactions import Transactions
 from protocols.remoting.topicview import (
     DLQ_PREFIX, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX, TBW102, make_attrs, topic_config,
     write_queues,
@@ -80,6 +81,7 @@ class BrokerDoor(Factory):
         self._loops = []
         self.index = IndexService(os.path.join(self.store.path, "index"))
         self.store.add_dispatch_listener(self.index.dispatch)
+        self.transactions = Transactions(self, config)
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -103,7 +105,8 @@ class BrokerDoor(Factory):
                 lambda f: self.log.failure("creating TBW102 failed", f))
         self._check_topics()
         for interval, f in ((TICK_S, self._tick), (self.register_interval, self.registrar.register),
-                            (30.0, self._expire_clients)):
+                            (30.0, self._expire_clients),
+                            (self.transactions.check_interval, self.transactions.check)):
             loop = task.LoopingCall(f)
             loop.clock = self.reactor
             loop.start(interval, now=False).addErrback(lambda fl: self.log.failure("timer failed", fl))

@@ -20,14 +20,17 @@ from protocols.remoting.props import MAX_PROPERTIES_LENGTH
 from protocols.remoting.pulling import pull_once
 from protocols.remoting.sending import (
     build_messages, dlq_topic, host_bytes, offset_msg_ids, property_value, retry_copy,
-    retry_topic, send_header, header_int,
+    retry_topic, send_header, header_int, with_real_queue,
 )
 from protocols.remoting.server import (
     BadRequest, RemotingProtocol, error, field, int_field, json_body, ok,
 )
 from protocols.remoting.tolerant_json import loads_tolerant
+from protocols.remoting.transactions import is_prepared
 from protocols.remoting.topicview import PERM_READ, PERM_WRITE, RETRY_PREFIX, read_queues, valid_name, write_queues
 
+#: Java's and Go's BROKER_SUSPEND_MAX_TIME_MILLIS, for a pull that names no suspend time.
+SUSPEND_DEFAULT_MS = 20000
 _SEND_EXTRA = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 
 
@@ -52,6 +55,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "all_groups",
         codes.DELETE_SUBSCRIPTIONGROUP: "delete_group",
         **admin_stats.HANDLERS,
+        codes.END_TRANSACTION: "end_transaction",
     }
 
     def __init__(self, door):
@@ -106,6 +110,8 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
                 return self.door.ensure_topic(dlq_topic(group), 1).addCallback(
                     lambda t2: self._publish(cmd, t2.name, 0, msgs)).addErrback(broker_error, cmd, topic)
         if len(msgs) == 1:
+            if is_prepared(msgs[0]):
+                return self._prepare(cmd, topic, qid, msgs[0])
             level = property_value(msgs[0].properties, b"DELAY")
             if level is not None and level.isdigit() and int(level) > 0:
                 return self._delay(cmd, topic, qid, msgs, int(level))
@@ -121,6 +127,9 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
 
     def _delay(self, cmd, topic, qid, msgs, level):
+        # 4.9 parks it on SCHEDULE_TOPIC_XXXX with REAL_TOPIC and REAL_QID; the delivered
+        # copy keeps them (and DELAY) and goes to that queue.
+        msgs[0].properties = with_real_queue(msgs[0].properties, topic, qid)
         delay_ms = self.door.delay_ms(level)
         start = self.store.commitlog.end
         d = self.broker.delay(topic, delay_ms, msgs)
@@ -130,6 +139,18 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
             return ok(cmd, dict(_SEND_EXTRA, msgId=ids, queueId=qid, queueOffset=0))
 
         return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
+
+    def _prepare(self, cmd, topic, qid, msg):
+        d = self.door.transactions.prepare(topic, qid, msg)
+
+        def done(r):
+            ids = offset_msg_ids(self.store.store_host, r.log_offsets)
+            return ok(cmd, dict(_SEND_EXTRA, msgId=ids, queueId=qid, queueOffset=r.queue_offsets[0]))
+
+        return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
+
+    def end_transaction(self, cmd):
+        return self.door.transactions.end(self, cmd)
 
     def send_back(self, cmd):
         group = field(cmd, "group", "")
@@ -151,6 +172,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         else:
             level = delay_level if delay_level > 0 else 3 + view.reconsume_times
             d = self.door.ensure_topic(retry_topic(group), 1)
+            msg.properties = with_real_queue(msg.properties, retry_topic(group), 0)
             d.addCallback(lambda t: self.broker.delay(t.name, self.door.delay_ms(level), [msg]))
         return d.addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd, group))
 
@@ -191,7 +213,8 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         args = (topic, qid, offset, max_nums, tag_codes, group)
         result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
         if result.code == codes.PULL_NOT_FOUND and sys_flag & codes.PULL_FLAG_SUSPEND:
-            hold_ms = min(int_field(cmd, "suspendTimeoutMillis", 15000), self.door.long_poll_max_ms)
+            # held as long as the client asks (4.9), bounded by rocketmq.longPollMaxMs
+            hold_ms = min(int_field(cmd, "suspendTimeoutMillis", SUSPEND_DEFAULT_MS), self.door.long_poll_max_ms)
             if hold_ms > 0:
                 h = self.door.polls.park(self, cmd, args, hold_ms)
                 h.deferred = defer.Deferred()

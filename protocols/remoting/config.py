@@ -54,5 +54,8 @@ KEYS = {
     "rocketmq.registerIntervalMs": (int, 30000, lambda v: v >= 100, ">= 100"),
     "rocketmq.brokerExpireMs": (int, 120000, lambda v: v >= 100, ">= 100"),
     "rocketmq.scanIntervalMs": (int, 10000, lambda v: v >= 100, ">= 100"),
-    "rocketmq.longPollMaxMs": (int, 15000, lambda v: v >= 0, ">= 0"),
+    "rocketmq.longPollMaxMs": (int, 60000, lambda v: v >= 0, ">= 0"),
+    "rocketmq.transactionTimeoutMs": (int, 6000, lambda v: v >= 0, ">= 0"),
+    "rocketmq.transactionCheckMax": (int, 15, lambda v: v >= 0, ">= 0"),
+    "rocketmq.transactionCheckIntervalMs": (int, 60000, lambda v: v >= 10, ">= 10"),
 }

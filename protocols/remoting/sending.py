@@ -67,6 +67,17 @@ def property_value(props, name):
     return None
 
 
+_REAL = (b"REAL_TOPIC", b"REAL_QID")
+
+
+def with_real_queue(props, topic, qid):
+    """Return the stored property string C{props} with C{REAL_TOPIC}/C{REAL_QID} naming
+    (C{topic}, C{qid}), as 4.9 marks a delayed message."""
+    pairs = [(k, v) for k, v in fmt.decode_properties(props) if k not in _REAL]
+    pairs += [(b"REAL_TOPIC", topic.encode("utf-8")), (b"REAL_QID", str(qid).encode())]
+    return fmt.encode_properties(pairs)
+
+
 def build_messages(ext, body, born_host):
     """Return the L{Message}s of a send request (one, or a batch's)."""
     sys_flag = header_int(ext, "sysFlag", 0) & ~_HOST_FLAGS

@@ -198,7 +198,7 @@ def test_failing_callback_retries_then_dead_letter(rmq):
 def test_delay_level_one(rmq):
     """A DELAY=1 message reaches the consumer no earlier than 1 s after it was sent."""
     produce(rmq, "RTDelay", "--count", 1, "--group", "P12", "--body", "warm")
-    c = consume(rmq, "RTDelay", "--group", "CDelay", "--expect", 2)
+    c = consume(rmq, "RTDelay", "--group", "CDelay", "--expect", 2, "--props", "REAL_TOPIC,REAL_QID,DELAY")
     try:
         wait_members(rmq, "CDelay", 1)
         produce(rmq, "RTDelay", "--count", 1, "--group", "P12", "--delay", 1)
@@ -207,6 +207,9 @@ def test_delay_level_one(rmq):
         c.kill()
     assert len(got) == 1
     assert got[0]["recv_ms"] - got[0]["sent_ms"] >= 1000
+    # as the 4.9.4 broker delivers it (ScheduleMessageService.messageTimeup): on the queue
+    # it was sent to, REAL_TOPIC/REAL_QID naming it, DELAY still in the property string
+    assert got[0]["props"] == {"REAL_TOPIC": "RTDelay", "REAL_QID": str(got[0]["queue"]), "DELAY": "1"}
 
 
 def test_query_by_key_and_view_by_id(rmq):

@@ -187,3 +187,35 @@ def test_auto_create_disabled(tmp_path):
     finally:
         s.stop()
         s.close()
+
+
+def test_standalone_nameserver_logs_brokers_coming_and_going(tmp_path):
+    """``twistd mqnamesrv`` logs a broker's first registration, its UNREGISTER_BROKER and
+    the drop of a broker whose registering connection closed."""
+    ns = NamesrvProcess(tmp_path / "ns.log").start()
+    try:
+        body = json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": {},
+                           "dataVersion": {"counter": 1, "timestamp": 1}}, "filterServerList": []}).encode()
+        for name, addr, leave in (("bx", "127.0.0.1:10999", True), ("by", "127.0.0.1:10998", False)):
+            ext = {"brokerName": name, "brokerAddr": addr, "clusterName": "CX", "haServerAddr": "",
+                   "brokerId": 0, "compressed": "false"}
+            c = RemotingClient("127.0.0.1", ns.port)
+            assert c.call(codes.REGISTER_BROKER, ext, body).code == codes.SUCCESS
+            assert c.call(codes.REGISTER_BROKER, ext, body).code == codes.SUCCESS
+            if leave:
+                assert c.call(codes.UNREGISTER_BROKER, ext).code == codes.SUCCESS
+            c.close()
+        want = ["broker bx (127.0.0.1:10999, id 0) registered in cluster CX",
+                "broker bx (127.0.0.1:10999, id 0) of cluster CX unregistered",
+                "broker by (127.0.0.1:10998, id 0) registered in cluster CX",
+                "broker by (127.0.0.1:10998, id 0) of cluster CX dropped: its connection closed"]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            text = open(tmp_path / "ns.log", encoding="utf-8", errors="replace").read()
+            if want[-1] in text:
+                break
+            time.sleep(0.05)
+        got = [line.split("] ", 1)[1] for line in text.splitlines() if "RouteTable" in line]
+        assert got == want
+    finally:
+        ns.close()

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from mqserver.store.format import RecordView
+from mqserver.store.format import RecordView, decode_properties
 from protocols.remoting import codes
 from protocols.remoting.codec import decode_frame, encode
 from protocols.smss.client import SmssClient
-from tests.support.remoting_client import RemotingClient, heartbeat_body
+from tests.support.remoting_client import RemotingClient, heartbeat_body, records
 from tests.support.rmq import broker_port, rocket_server
 
 VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "vectors" / "rocketmq"
@@ -53,15 +53,6 @@ def send10(c, topic, body=b"hello", props="TAGS\x01TagA\x02KEYS\x01k1\x02", queu
         "producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
         "queueId": queue, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
         "properties": props, "reconsumeTimes": 0, "unitMode": "0", "batch": "0"}, body)
-
-
-def records(body):
-    out, pos = [], 0
-    while pos < len(body):
-        v = RecordView(body, pos)
-        out.append(v)
-        pos += v.size
-    return out
 
 
 # -- nameserver ----------------------------------------------------------------------
@@ -237,6 +228,42 @@ def test_long_poll_times_out_with_pull_not_found(br):
                                      "suspendTimeoutMillis": 15000, "subscription": "*", "subVersion": 0})
     assert r.code == codes.PULL_NOT_FOUND
     assert time.monotonic() - t0 >= 1.5  # held (this server caps holds at 2 s)
+
+
+def test_long_poll_holds_for_a_short_suspend_time(br):
+    """The hold is the client's suspendTimeoutMillis (here 300 ms), not the broker's cap."""
+    assert send10(br, "HoldShortT").code == codes.SUCCESS
+    t0 = time.monotonic()
+    op = br.send(codes.PULL_MESSAGE, {"consumerGroup": "G", "topic": "HoldShortT", "queueId": 0, "queueOffset": 1,
+                                      "maxMsgNums": 32, "sysFlag": 6, "commitOffset": -1,
+                                      "suspendTimeoutMillis": 300, "subscription": "*", "subVersion": 0})
+    r = br.recv(op, timeout=1.5)  # well before this server's 2 s cap
+    assert r.code == codes.PULL_NOT_FOUND
+    assert time.monotonic() - t0 >= 0.25  # held
+
+
+def test_delayed_message_is_delivered_as_4_9_4_does(br):
+    """DELAY=1 to queue 3: delivered to queue 3 with REAL_TOPIC/REAL_QID naming it and
+    DELAY kept (ScheduleMessageService.messageTimeup builds the property string before it
+    clears DELAY from the map), nothing on the other queues."""
+    r = br.call(codes.SEND_MESSAGE_V2, {"a": "PG", "b": "DelayT", "c": "TBW102", "d": "4", "e": "3", "f": "0",
+                                        "g": "1700000000000", "h": "0", "i": "DELAY\x011\x02UNIQ_KEY\x01D1\x02WAIT\x01true",
+                                        "j": "0", "k": "false"}, b"later")
+    assert r.code == codes.SUCCESS and r.ext_fields["queueId"] == "3"
+    deadline = time.monotonic() + 10
+    recs = []
+    while not recs and time.monotonic() < deadline:
+        p = br.call(codes.PULL_MESSAGE, {"consumerGroup": "GD", "topic": "DelayT", "queueId": 3, "queueOffset": 0,
+                                         "maxMsgNums": 32, "sysFlag": 6, "commitOffset": 0,
+                                         "suspendTimeoutMillis": 2000, "subscription": "*", "subVersion": 0})
+        recs = records(p.body) if p.code == codes.SUCCESS else []
+    assert [bytes(v.body) for v in recs] == [b"later"]
+    props = {k: v for k, v in decode_properties(recs[0].properties)}
+    assert (props[b"REAL_TOPIC"], props[b"REAL_QID"], props[b"DELAY"], props[b"UNIQ_KEY"]) == (
+        b"DelayT", b"3", b"1", b"D1")
+    assert recs[0].queue_id == 3
+    for q in range(3):
+        assert br.call(codes.GET_MAX_OFFSET, {"topic": "DelayT", "queueId": q}).ext_fields["offset"] == "0"
 
 
 def test_heartbeat_consumer_list_notify_and_locks(srv, br):

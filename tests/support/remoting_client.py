@@ -51,11 +51,39 @@ class RemotingClient:
     def call(self, code, ext=None, body=b"", timeout=10.0):
         return self.recv(self.send(code, ext, body), timeout)
 
+    def wait_request(self, code, timeout=10.0):
+        """Return the next server-initiated request with C{code}, waiting up to C{timeout}."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, c in enumerate(self.inbox):
+                if not c.is_response() and c.code == code:
+                    return self.inbox.pop(i)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no request {code}")
+            self.sock.settimeout(left)
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("closed")
+            self.inbox.extend(self.decoder.feed(data))
+
     def requests(self):
         """Return (and forget) the server-initiated requests received so far."""
         out = [c for c in self.inbox if not c.is_response()]
         self.inbox = [c for c in self.inbox if c.is_response()]
         return out
+
+
+def records(body):
+    """Return the stored records (L{RecordView}s) of a PULL/QUERY body."""
+    from mqserver.store.format import RecordView
+
+    out, pos = [], 0
+    while pos < len(body):
+        v = RecordView(body, pos)
+        out.append(v)
+        pos += v.size
+    return out
 
 
 def json_of(cmd):

@@ -123,6 +123,7 @@ def consume(a):
                 "len": len(msg.body), "queue": msg.queue_id, "offset": msg.queue_offset,
                 "reconsume": msg.reconsume_times, "recv_ms": now,
                 "sent_ms": int(sent) if sent else 0,
+                **({"props": {n: _text(msg.get_property(n)) for n in a.props.split(",")}} if a.props else {}),
             })
         if a.fail and msg.reconsume_times < a.fail:
             raise RuntimeError("failing on purpose")
@@ -148,6 +149,10 @@ def consume(a):
         hard_exit(0, after=15.0)
         c.shutdown()
     hard_exit(0)
+
+
+def _text(value):
+    return value.decode("latin-1") if isinstance(value, bytes) else value
 
 
 def pull(a):
@@ -192,6 +197,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--max-num", type=int, default=32)
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--props", default="", help="comma-separated property names to print")
     ap.add_argument("--full-body", action="store_true")
     ap.add_argument("--clean-shutdown", action="store_true")
     a = ap.parse_args()

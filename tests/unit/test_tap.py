@@ -36,9 +36,11 @@ def test_defaults_and_service_tree(tmp_path):
     root = makeService(o2)
     assert [s.name for s in root] == [
         "storage", "listen-smss", "listen-namesrv", "listen-broker", "listen-nsqd_tcp",
-        "listen-nsqd_http", "listen-lookupd_tcp", "listen-lookupd_http", "listen-metrics",
-        "listen-admin",
+        "listen-nsqd_http", "listen-lookupd_tcp", "listen-lookupd_http", "listen-msgout",
+        "listen-console", "listen-metrics", "listen-admin",
     ]
+    assert cfg.listen["msgout"] == "tcp:8280:interface=127.0.0.1"
+    assert cfg.listen["console"] == "tcp:12300:interface=127.0.0.1"
     assert cfg.listen["namesrv"] == "tcp:9876:interface=127.0.0.1"
     assert cfg.listen["broker"] == "tcp:10911:interface=127.0.0.1"
 

@@ -50,6 +50,10 @@ lookupd_tcp = FrontDoor("lookupd_tcp", "protocols.nsq.lookupd", "tcp:4160:interf
 lookupd_http = FrontDoor("lookupd_http", "protocols.nsq.lookupd_http",
                          "tcp:4161:interface=127.0.0.1", order=33, config=_NSQ_KEYS)
 
+msgout = FrontDoor("msgout", "protocols.msgout.http", "tcp:8280:interface=127.0.0.1",
+                   order=40, config="protocols.msgout.config")
+console = FrontDoor("console", "protocols.console.factory", "tcp:12300:interface=127.0.0.1",
+                    order=41, config="protocols.console.config")
 metrics = FrontDoor("metrics", "protocols.metrics.door", "tcp:9464:interface=127.0.0.1",
                     order=90, config="protocols.metrics.config")
 admin = FrontDoor("admin", "protocols.admin.door", "tcp:9465:interface=127.0.0.1",

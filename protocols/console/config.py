@@ -1,0 +1,8 @@
+"""The console front door's config keys (``console.*``), declared for
+L{mqserver.config.KeySet} by the ``console`` plugin."""
+
+KEYS = {
+    "console.maxLineLength": (int, 1 << 20, lambda v: 64 <= v <= 64 << 20, "64..67108864"),
+    "console.window": (int, 100, lambda v: 1 <= v <= 100_000, "1..100000"),
+    "console.peekMax": (int, 100, lambda v: 1 <= v <= 10_000, "1..10000"),
+}

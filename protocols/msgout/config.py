@@ -1,0 +1,10 @@
+"""The msgout HTTP front door's config keys (``msgout.*``), declared for
+L{mqserver.config.KeySet} by the ``msgout`` plugin."""
+
+KEYS = {
+    "msgout.maxBodySize": (int, 5 << 20, lambda v: 1024 <= v <= 1 << 30, "1024..1073741824"),
+    "msgout.maxFetch": (int, 1000, lambda v: 1 <= v <= 100_000, "1..100000"),
+    "msgout.maxWaitMs": (int, 60000, lambda v: 0 <= v <= 3_600_000, "0..3600000"),
+    "msgout.pushTimeoutMs": (int, 10000, lambda v: 100 <= v <= 600_000, "100..600000"),
+    "msgout.pushMaxBackoffMs": (int, 30000, lambda v: 10 <= v <= 3_600_000, "10..3600000"),
+}

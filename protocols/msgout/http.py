@@ -1,0 +1,195 @@
+"""The msgout HTTP front door (``listen.msgout``): a twisted.web site with one root
+resource (so one wrapper can guard every route) over L{MsgoutApi}.
+
+Oversize bodies, unknown routes and unknown queues are refused from the request head,
+before any of the body is buffered (L{MsgoutRequest.gotLength}).
+"""
+
+from twisted.internet import defer
+from twisted.web import http, resource, server
+
+from protocols.msgout.api import ApiError, Messages, MsgoutApi, dumps, split_path, status_of
+from protocols.msgout.push import PushManager
+
+_JSON_TYPE = b"application/json; charset=utf-8"
+
+
+def request_target(request):
+    """The method and path of a request whose head is in but whose body is not yet read,
+    or (None, None) when this Twisted does not expose them.
+
+    twisted.web sets C{method}/C{path} on the request only once the body is read; the
+    channel keeps the request line meanwhile. This is the one place that reads it."""
+    channel = request.channel
+    command = getattr(channel, "_command", None)
+    path = getattr(channel, "_path", None)
+    if isinstance(command, bytes) and isinstance(path, bytes):
+        return command, path
+    return None, None
+
+
+class _Discard:
+    """A content file that keeps nothing (for a refused body)."""
+
+    def write(self, data):
+        pass
+
+    def seek(self, *a):
+        pass
+
+    def tell(self):
+        return 0
+
+    def read(self, *a):
+        return b""
+
+    def close(self):
+        pass
+
+
+class MsgoutRequest(server.Request):
+    """A request that refuses its body before buffering it when it is too large, or
+    when its route or queue does not exist."""
+
+    _refused = False
+    _received = 0
+
+    def gotLength(self, length):
+        site = self.channel.site
+        api = site.api
+        why = None
+        if length is not None and length > api.max_body:
+            why = ApiError(413, f"body larger than {api.max_body} bytes")
+        else:
+            method, path = request_target(self)
+            if method is not None:
+                parts = split_path(path)
+                try:
+                    if parts is None:
+                        raise ApiError(400, "bad path")
+                    api.precheck(method, parts)
+                except Exception as e:
+                    why = e
+        if why is not None:
+            self._refuse(why)
+            return
+        super().gotLength(length)
+
+    def handleContentChunk(self, data):
+        if self._refused:
+            return
+        self._received += len(data)
+        if self._received > self.channel.site.api.max_body:
+            self._refuse(ApiError(413, "body too large"))
+            return
+        self.content.write(data)
+
+    def _refuse(self, exc):
+        """Answer now, from the head alone, and close: the body is never read."""
+        self._refused = True
+        # no "100 Continue" after the refusal: the client must not send the body
+        self.requestHeaders.removeHeader(b"expect")
+        if self.content is not None and not isinstance(self.content, _Discard):
+            self.content.close()
+        self.content = _Discard()
+        status, text = status_of(exc)
+        body = dumps({"error": text})
+        phrase = http.RESPONSES.get(status, b"Error")
+        head = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+                b"Connection: close\r\n\r\n" % (status, phrase, _JSON_TYPE, len(body)))
+        transport = self.channel.transport
+        transport.write(head + body)
+        transport.loseConnection()
+
+    def process(self):
+        if self._refused:
+            return
+        super().process()
+
+
+class MsgoutResource(resource.Resource):
+    """The root of every route: runs L{MsgoutApi.call} and writes its JSON."""
+
+    isLeaf = True
+
+    def __init__(self, api):
+        super().__init__()
+        self.api = api
+
+    def render(self, request):
+        parts = split_path(request.path)
+        if parts is None:
+            d = defer.succeed((400, {"error": "bad path"}))
+        else:
+            raw = request.content.read() if request.content is not None else b""
+            d = self.api.call(request.method, parts, raw)
+        if d.called:
+            result = []
+            d.addBoth(result.append)
+            return self._body(request, result[0])
+        request.notifyFinish().addErrback(lambda _: self._gone(d))
+        d.addCallback(self._finish, request)
+        return server.NOT_DONE_YET
+
+    @staticmethod
+    def _gone(d):
+        # the client left: stop a long poll (what it took goes back)
+        if not d.called:
+            d.cancel()
+
+    def _finish(self, result, request):
+        if request._disconnected:
+            status, data = result
+            receipts = data.receipts() if isinstance(data, Messages) else []
+            if receipts:
+                self.api.queues.nack(receipts)  # never seen: fail them back now
+            return
+        request.write(self._body(request, result))
+        request.finish()
+
+    @staticmethod
+    def _body(request, result):
+        status, data = result
+        request.setResponseCode(status)
+        request.setHeader(b"Content-Type", _JSON_TYPE)
+        body = dumps(data)
+        request.setHeader(b"Content-Length", b"%d" % len(body))
+        return body
+
+
+class MsgoutSite(server.Site):
+    """The msgout HTTP site; starts the push subscriptions once the reactor runs."""
+
+    noisy = False
+    requestFactory = MsgoutRequest
+
+    def __init__(self, api, pushes=None, root=None):
+        super().__init__(root if root is not None else MsgoutResource(api))
+        self.api = api
+        self.pushes = pushes
+        self._reactor = api.reactor
+
+    def log(self, request):
+        pass  # no access log: a line per request would cost more than the request
+
+    def startFactory(self):
+        super().startFactory()
+        if self.pushes is not None:
+            # after the broker has started (its channels are built then)
+            self._reactor.callLater(0, self.pushes.start)
+
+    def stopFactory(self):
+        if self.pushes is not None:
+            self.pushes.stop()
+        super().stopFactory()
+
+
+def make_factory(broker, config, reactor):
+    """Return the msgout HTTP site over C{broker}."""
+    api = MsgoutApi(broker, reactor, max_body=config["msgout.maxBodySize"],
+                    max_fetch=config["msgout.maxFetch"],
+                    max_wait_ms=config["msgout.maxWaitMs"])
+    pushes = PushManager(broker.queues, reactor,
+                         timeout=config["msgout.pushTimeoutMs"] / 1000.0,
+                         max_backoff=config["msgout.pushMaxBackoffMs"] / 1000.0)
+    return MsgoutSite(api, pushes)

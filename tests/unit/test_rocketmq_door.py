@@ -1,0 +1,180 @@
+"""The RocketMQ broker door in process: BrokerProtocol over StringTransport, the store and
+broker on a Clock (long polling times, the transaction check timer)."""
+
+import json
+import os
+
+import pytest
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+
+from mqserver.broker.broker import Broker
+from mqserver.config import build_config
+from mqserver.store.format import RecordView, decode_properties
+from mqserver.store.store import MessageStore
+from protocols.remoting import codes
+from protocols.remoting.broker_door import BrokerDoor
+from protocols.remoting.codec import FrameDecoder, encode
+from protocols.remoting.messages import RemotingCommand
+
+
+class Door:
+    """A broker door on a Clock with one client connection."""
+
+    def __init__(self, path, **rocketmq):
+        self.clock = Clock()
+        self.clock.advance(1_700_000_000)
+        self.store = MessageStore(str(path), self.clock, clock=self.clock.seconds, segment_size=1 << 20,
+                                  flush_level=0)
+        self.broker = Broker(self.store, self.clock)
+        config = build_config({"rocketmq": rocketmq})
+        self.door = BrokerDoor(self.broker, config, self.clock)
+        self.store.open()
+        self.broker.start()
+        self.door.startFactory()
+        self.conn = self.connect()
+        self.opaque = 0
+
+    def connect(self):
+        p = self.door.buildProtocol(None)
+        t = StringTransport()
+        p.makeConnection(t)
+        p.decoder_out = FrameDecoder()
+        return p
+
+    def send(self, code, ext, body=b"", conn=None, flag=0):
+        self.opaque += 1
+        cmd = RemotingCommand(code=code, language="JAVA", version=401, opaque=self.opaque, flag=flag,
+                              ext_fields={k: str(v) for k, v in ext.items()}, body=body)
+        (conn or self.conn).dataReceived(encode(cmd))
+        return self.opaque
+
+    def received(self, conn=None):
+        conn = conn or self.conn
+        data = conn.transport.value()
+        conn.transport.clear()
+        return conn.decoder_out.feed(data)
+
+    def call(self, code, ext, body=b"", conn=None):
+        op = self.send(code, ext, body, conn)
+        out = [c for c in self.received(conn) if c.is_response() and c.opaque == op]
+        assert len(out) == 1
+        return out[0]
+
+    def close(self):
+        self.door.stopFactory()
+        self.broker.stop()
+        self.store.close()
+
+
+@pytest.fixture
+def door(tmp_path):
+    d = Door(tmp_path / "s")
+    yield d
+    d.close()
+
+
+def send(d, topic, body=b"m", props="TAGS\x01A\x02", queue=0, conn=None):
+    return d.call(codes.SEND_MESSAGE, {"producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102",
+                                       "defaultTopicQueueNums": 4, "queueId": queue, "sysFlag": 0,
+                                       "bornTimestamp": 1, "flag": 0, "properties": props,
+                                       "reconsumeTimes": 0}, body, conn)
+
+
+def pull_fields(topic, offset, suspend_ms):
+    return {"consumerGroup": "G", "topic": topic, "queueId": 0, "queueOffset": offset, "maxMsgNums": 32,
+            "sysFlag": 6, "commitOffset": 0, "suspendTimeoutMillis": suspend_ms, "subscription": "*",
+            "subVersion": 0}
+
+
+# -- long polling (19.3) ---------------------------------------------------------------
+
+
+def test_long_poll_holds_for_the_clients_suspend_time(door):
+    assert send(door, "LP").code == codes.SUCCESS
+    door.send(codes.PULL_MESSAGE, pull_fields("LP", 1, 20000))  # Java's 20 s
+    door.clock.advance(19.9)
+    assert door.received() == []  # still held after the old fixed 15 s
+    door.clock.advance(0.2)
+    (r,) = door.received()
+    assert r.code == codes.PULL_NOT_FOUND
+
+
+def test_long_poll_is_bounded_by_long_poll_max(tmp_path):
+    d = Door(tmp_path / "s", longPollMaxMs=30000)
+    try:
+        send(d, "LP")
+        d.send(codes.PULL_MESSAGE, pull_fields("LP", 1, 90000))
+        d.clock.advance(29.9)
+        assert d.received() == []
+        d.clock.advance(0.2)
+        assert [c.code for c in d.received()] == [codes.PULL_NOT_FOUND]
+    finally:
+        d.close()
+
+
+def test_long_poll_answers_at_arrival(door):
+    send(door, "LP")
+    door.send(codes.PULL_MESSAGE, pull_fields("LP", 1, 20000))
+    door.clock.advance(5)
+    other = door.connect()
+    assert send(door, "LP", b"second", conn=other).code == codes.SUCCESS
+    (r,) = door.received()
+    assert r.code == codes.SUCCESS and bytes(RecordView(r.body).body) == b"second"
+
+
+# -- transactions (19.1): the check timer on a Clock --------------------------------------
+
+
+def test_check_timer_checks_after_timeout_then_discards(tmp_path):
+    d = Door(tmp_path / "s", transactionTimeoutMs=6000, transactionCheckIntervalMs=60000, transactionCheckMax=2)
+    try:
+        hb = {"clientID": "c1", "producerDataSet": [{"groupName": "PG"}], "consumerDataSet": []}
+        assert d.call(codes.HEART_BEAT, {}, json.dumps(hb).encode()).code == codes.SUCCESS
+        props = "TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U1\x02"
+        r = send(d, "TxT", b"half", props, queue=1)
+        assert r.code == codes.SUCCESS
+        assert d.store.find_queue("TxT", 1) is None or d.store.find_queue("TxT", 1).max_offset == 0
+        d.clock.advance(59.9)
+        assert d.received() == []
+        checks = []
+        for _ in range(3):
+            d.clock.advance(60)
+            checks += [c for c in d.received() if c.code == codes.CHECK_TRANSACTION_STATE]
+        assert [dict(decode_properties(RecordView(c.body).properties))[b"TRANSACTION_CHECK_TIMES"]
+                for c in checks] == [b"1", b"2"]
+        assert all(c.flag & codes.FLAG_ONEWAY for c in checks)
+        assert d.door.transactions.pending == {}
+        assert d.store.find_queue("TRANS_CHECK_MAX_TIME_TOPIC", 0).max_offset == 1
+        d.clock.advance(600)
+        assert d.received() == []
+    finally:
+        d.close()
+
+
+def test_pending_halves_are_rebuilt_by_replay_without_a_checkpoint(tmp_path):
+    """No checkpoint (a crash before the first one): the dispatch listener rebuilds the pending
+    halves from the half, copy and op records as the log is replayed."""
+    d = Door(tmp_path / "s", transactionTimeoutMs=1000, transactionCheckIntervalMs=1000)
+    props = "TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01{}\x02"
+    sent = [send(d, "TxR", u.encode(), props.format(u)) for u in ("A", "B", "C")]
+    d.clock.advance(2)  # checked once: every half has a copy now
+    a = d.door.transactions.pending[0]
+    end = {"producerGroup": "PG", "tranStateTableOffset": 0, "commitLogOffset": a.log_offset,
+           "commitOrRollback": 12, "fromTransactionCheck": "false", "msgId": "A"}
+    r = d.call(codes.END_TRANSACTION, end)  # the copy's log offset with the first half's queue offset
+    assert (r.code, r.remark) == (codes.SYSTEM_ERROR, "The transaction state table offset wrong")
+    # the producer's own END names the first half: it ends the transaction, copies and all
+    end["commitLogOffset"] = int(sent[0].ext_fields["msgId"][-16:], 16)
+    assert d.call(codes.END_TRANSACTION, end).code == codes.SUCCESS
+    end.update(tranStateTableOffset=a.qoffset, commitLogOffset=a.log_offset)
+    assert d.call(codes.END_TRANSACTION, end).code == codes.SYSTEM_ERROR  # already ended
+    before = {r: (h.qoffset, h.checks) for r, h in d.door.transactions.pending.items()}
+    assert sorted(before) == [1, 2] and {h[1] for h in before.values()} == {1}
+    d.close()
+    os.remove(tmp_path / "s" / "metadata.json")  # as if it crashed before its first checkpoint
+    d2 = Door(tmp_path / "s", transactionTimeoutMs=1000, transactionCheckIntervalMs=1000)
+    try:
+        assert {r: (h.qoffset, h.checks) for r, h in d2.door.transactions.pending.items()} == before
+    finally:
+        d2.close()
