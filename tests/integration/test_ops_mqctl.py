@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -22,7 +23,7 @@ LOOP = "tcp:0:interface=127.0.0.1"
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    listen = dict(nsq_listen(), smss=LOOP, broker=LOOP, admin=LOOP)
+    listen = dict(nsq_listen(), smss=LOOP, broker=LOOP, admin=LOOP, msgout=LOOP)
     s = ServerProcess(tmp_path_factory.mktemp("mqctl") / "broker", listen=listen).start()
     try:
         yield s
@@ -170,3 +171,28 @@ def test_no_broker_answers():
                        text=True, timeout=60, env={"PYTHONPATH": ROOT})
     assert p.returncode == 2
     assert p.stderr.startswith(f"mqctl: no broker answers at http://127.0.0.1:{port}")
+
+
+def msgout(srv, method, path, body=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{srv.ports['MsgoutSite']}{path}",
+                                 data=json.dumps(body).encode() if body is not None else None,
+                                 method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_rewind_msgout_subscription(srv):
+    """A msgout topic-mode subscription is a consumer of kind msgout: rewound to an
+    eventId, its next fetch starts there, nothing before it."""
+    msgout(srv, "PUT", "/v1/queues/news", {"mode": "topic"})
+    msgout(srv, "POST", "/v1/queues/news/messages",
+           {"messages": [{"body": "n1"}, {"body": "n2"}, {"body": "n3"}]})
+    got = msgout(srv, "POST", "/v1/queues/news/fetch", {"max": 10, "sub_id": "s1"})["messages"]
+    assert [m["body"] for m in got] == ["n1", "n2", "n3"]
+    msgout(srv, "POST", "/v1/ack", {"receipts": [m["receipt"] for m in got]})
+    rows = mqctl_json(srv, "consumers", "--topic", "news")
+    assert [(r["kind"], r["lag"], r["in_flight"]) for r in rows] == [("msgout", 0, 0)]
+    r = mqctl_json(srv, "rewind", "news@s1", "--kind", "msgout", "--event", str(got[1]["id"]))
+    assert r["lag"] == 2
+    again = msgout(srv, "POST", "/v1/queues/news/fetch", {"max": 10, "sub_id": "s1"})["messages"]
+    assert [m["body"] for m in again] == ["n2", "n3"]
