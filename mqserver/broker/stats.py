@@ -202,7 +202,7 @@ class _History:
         self._recent.append((clock(), {}))
         self._hourly.append((clock(), {}))
         self.day_marks = ({}, {})  # totals at yesterday's and today's first sample
-        self._day = time.gmtime(clock()).tm_yday
+        self._day = time.localtime(clock()).tm_yday
 
     def sample(self, counts):
         now = self._clock()

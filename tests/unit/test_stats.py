@@ -108,3 +108,21 @@ def test_cursor_consumer_rewind_and_lag(tmp_path):
     broker.stats.remove_consumer(c)
     assert broker.stats.find(SMSS, "w", "t") is None
     store.close()
+
+
+def test_day_marks_for_clusterlist(tmp_path):
+    """The first sample of a new day keeps the totals (msgPutTotalTodayMorning), and the
+    one before becomes yesterday's."""
+    clock = Clock()
+    clock.advance(1_000_000)
+    store, broker = open_broker(tmp_path, clock)
+    publish(broker, "t", [b"x"] * 2)
+    clock.advance(86400)
+    broker.stats.tick()
+    assert broker.stats.history.day_marks[1][("put", None)][0] == 2
+    publish(broker, "t", [b"y"])
+    clock.advance(86400)
+    broker.stats.tick()
+    yesterday, today = broker.stats.history.day_marks
+    assert (yesterday[("put", None)][0], today[("put", None)][0]) == (2, 3)
+    store.close()
