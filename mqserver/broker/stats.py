@@ -243,6 +243,7 @@ class Statistics:
         self.start_ms = int(clock() * 1000)
         self.consumers = {}
         self._doors = {}  # door name -> WeakKeyDictionary protocol -> peer address
+        self._replicas = {}  # feeds to slaves (insertion ordered)
         self.history = _History(clock)
         self.get_msgs = 0  # messages handed out by every consumer, for the rates
         self.get_bytes = 0
@@ -394,7 +395,7 @@ class Statistics:
                 "in_msgs": put_m, "in_bytes": put_b,
                 "out_msgs": get_m, "out_bytes": get_b, "rates": rates,
                 "topics": [self.topic_stats(n) for n in names],
-                "connections": self.connections()}
+                "connections": self.connections(), "replicas": self.replicas()}
 
     # -- replay --------------------------------------------------------------------------
 
@@ -442,6 +443,24 @@ class Statistics:
         positions = positions_at_event(self.store, c.topic, qids, event_id)
         c.rewind(positions)
         return positions
+
+    # -- replication ---------------------------------------------------------------------
+
+    def add_replica(self, feed):
+        """Count a master's feed to one slave (an object with C{peer} and
+        C{last_event_id}, the last eventId sent)."""
+        self._replicas[feed] = None
+
+    def remove_replica(self, feed):
+        """Forget a feed (its slave left)."""
+        self._replicas.pop(feed, None)
+
+    def replicas(self):
+        """Return [{slave, sent_event_id, lag_events}] of the slaves following this
+        master: how many eventIds each is behind the log."""
+        last = self.store.next_event_id - 1
+        return [{"slave": f.peer, "sent_event_id": f.last_event_id,
+                 "lag_events": max(0, last - f.last_event_id)} for f in list(self._replicas)]
 
     # -- front doors ---------------------------------------------------------------------
 

@@ -111,6 +111,12 @@ class BrokerCollector:
                                 value=1 if s["role"] == "slave" else 0)
         yield GaugeMetricFamily("mqserver_replication_applied_event_id",
                                 "The last eventId this broker holds", value=s["appliedEventId"])
+        slaves = GaugeMetricFamily("mqserver_replication_slave_lag_events",
+                                   "eventIds a slave following this master is behind",
+                                   labels=["slave"])
+        for r in self.broker.stats.replicas():
+            slaves.add_metric([r["slave"]], r["lag_events"])
+        yield slaves
         if s["role"] == "slave":
             yield GaugeMetricFamily("mqserver_replication_lag_ms",
                                     "Master write time to slave apply time of the last record",

@@ -369,7 +369,7 @@ class SmssServerProtocol(Protocol):
             reader = LogReader.after_event(self.broker.store, ev.event_id)
         except EventNotFound as e:
             return codec.err(str(e))
-        self.replica_feed = ReplicaFeed(self, reader)
+        self.replica_feed = ReplicaFeed(self, reader, ev.event_id)
         self.factory.replica_feeds += 1
         self.decoder.set_mode(codec.Mode.SINK)
         self.log.info("slave {peer} follows from eventId {eid}", peer=self._peer(), eid=ev.event_id)

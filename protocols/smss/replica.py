@@ -21,11 +21,14 @@ class ReplicaFeed:
     """Streams the commit log after an eventId to one slave.
 
     @ivar sent: records sent so far.
+    @ivar last_event_id: the eventId of the last record sent (the slave's lag in eventIds
+        is the log's last eventId minus this; see L{mqserver.broker.stats}).
+    @ivar peer: the slave's address.
     """
 
     log = Logger()
 
-    def __init__(self, proto, reader):
+    def __init__(self, proto, reader, after_event_id=0):
         self._proto = proto
         self._reader = reader
         self._store = proto.broker.store
@@ -35,10 +38,14 @@ class ReplicaFeed:
         self._pump_call = None
         self._alive = IdleAlive(self._reactor, proto.factory.alive_interval, self._send_alive)
         self.sent = 0
+        self.last_event_id = after_event_id
+        peer = proto.transport.getPeer()
+        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
 
     def start(self):
         """Register as the connection's producer and start sending."""
         self._active = True
+        self._proto.broker.stats.add_replica(self)
         self._proto.transport.registerProducer(self, True)
         self._store.add_append_listener(self._wake)
         self._alive.start()
@@ -62,6 +69,7 @@ class ReplicaFeed:
                 frames.append(wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)))
                 frames.append(block)
             self.sent += len(views)
+            self.last_event_id = views[-1].event_id
             self._proto.transport.write(b"".join(frames))
             self._alive.wrote()
         # More may be waiting: yield to the reactor between rounds.
@@ -88,6 +96,7 @@ class ReplicaFeed:
     def stop(self):
         """Stop streaming (the connection is gone)."""
         self._active = False
+        self._proto.broker.stats.remove_replica(self)
         self._store.remove_append_listener(self._wake)
         self._alive.stop()
         if self._pump_call is not None and self._pump_call.active():

@@ -2,6 +2,7 @@
 real broker: topic and queue counters, consumers, connections per door, store histograms
 and sizes, replication."""
 
+import time
 import urllib.request
 
 import pytest
@@ -79,3 +80,29 @@ def test_other_paths_are_not_found(srv):
         assert e.code == 404
     else:
         raise AssertionError("expected 404")
+
+
+def test_replication_lag_on_master_and_slave(server_factory):
+    """A master shows each following slave's lag in eventIds; the slave its role and its
+    lag in ms (and the master's eventIds it applied)."""
+    listen = {"smss": LOOP, "metrics": LOOP}
+    master = server_factory("m", listen=listen)
+    slave = server_factory("s", listen=listen, extra_args=[
+        "--role", "slave", "--master", f"127.0.0.1:{master.smss_port}"])
+    with SmssClient("127.0.0.1", master.smss_port) as c:
+        c.create("rep")
+        c.publish("rep", [b"a", b"b", b"c"])
+        head = c.topic_info("$replication")["appliedEventId"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        s = scrape(slave)
+        m = scrape(master)
+        lag = [v for (name, _), v in m.items() if name == "mqserver_replication_slave_lag_events"]
+        if s[("mqserver_replication_applied_event_id", ())] == head and lag == [0]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"slave not caught up: {s}, {m}")
+    assert s[("mqserver_replication_is_slave", ())] == 1
+    assert ("mqserver_replication_lag_ms", ()) in s
+    assert m[("mqserver_replication_is_slave", ())] == 0
