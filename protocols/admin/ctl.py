@@ -189,6 +189,9 @@ def cmd_stats(api, args):
              f"{r['get_10s']}/s (10 s), {r['get_60s']}/s (1 min), {r['get_600s']}/s (10 min)", ""]
     doors = [{"door": d, "n": len(a), "addrs": " ".join(a)} for d, a in s["connections"].items()]
     lines.append(table(doors, [("DOOR", "door"), ("CONNECTIONS", "n"), ("CLIENTS", "addrs")]))
+    if s.get("replicas"):
+        lines += ["", table(s["replicas"], [("SLAVE", "slave"), ("SENT EVENTID", "sent_event_id"),
+                                            ("LAG (EVENTIDS)", "lag_events")])]
     return s, "\n".join(lines)
 
 
