@@ -76,7 +76,8 @@ def main():
                 cpu, o = run(tree, args.requests, args.opcodes)
                 results[label].append(cpu)
                 ops[label] = o
-                print(f"round {i + 1} {label}: " + "  ".join(f"{k} {v:.2f} µs" for k, v in cpu.items()),
+                figures = "  ".join(f"{k} {v:.2f} µs" for k, v in cpu.items())
+                print(f"round {i + 1} {label}: {figures}",
                       flush=True)
         print(f"\nbroker CPU µs per round trip, {args.rounds} runs each (best of 3 inside a run);"
               " the machine may be shared")

@@ -325,7 +325,8 @@ class Statistics:
         """Return the L{OffsetConsumer} of (group, topic), registering it."""
         c = self.consumers.get((kind, topic, group))
         if c is None:
-            c = self.consumers[(kind, topic, group)] = OffsetConsumer(self.broker, kind, group, topic)
+            c = OffsetConsumer(self.broker, kind, group, topic)
+            self.consumers[(kind, topic, group)] = c
         return c
 
     def all_consumers(self, topic=None, kind=None):

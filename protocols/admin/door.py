@@ -73,7 +73,8 @@ class AdminResource(resource.Resource):
         except ApiError as e:
             return self._error(request, e.status, str(e))
         if isinstance(result, defer.Deferred):
-            result.addCallbacks(lambda r: self._finish(request, 200, r), lambda f: self._failed(request, f))
+            result.addCallbacks(lambda r: self._finish(request, 200, r),
+                                lambda f: self._failed(request, f))
             return server.NOT_DONE_YET
         return self._answer(request, 200, result)
 

@@ -54,7 +54,8 @@ class BrokerCollector:
     def _consumers(self):
         labels = ["kind", "topic", "consumer"]
         out_m = CounterMetricFamily("mqserver_consumer_messages_out",
-                                    "Messages handed to consumers (redeliveries too)", labels=labels)
+                                    "Messages handed to consumers (redeliveries too)",
+                                    labels=labels)
         out_b = CounterMetricFamily("mqserver_consumer_bytes_out",
                                     "Record bytes handed to consumers", labels=labels)
         req = CounterMetricFamily("mqserver_consumer_requeues",

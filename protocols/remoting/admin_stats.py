@@ -135,7 +135,8 @@ class StatsHandlers:
         for c in clients.values():
             for topic, sub in c.subscriptions.items():
                 subs[topic] = subscription_data(topic, sub)
-        body = {"connectionSet": [_connection(c.connection, cid) for cid, c in sorted(clients.items())],
+        conns = [_connection(c.connection, cid) for cid, c in sorted(clients.items())]
+        body = {"connectionSet": conns,
                 "consumeFromWhere": first.consume_from_where or "CONSUME_FROM_LAST_OFFSET",
                 "consumeType": first.consume_type or "CONSUME_PASSIVELY",
                 "messageModel": first.message_model or "CLUSTERING",
@@ -168,8 +169,8 @@ class StatsHandlers:
         force = bool_field(cmd, "isForce")
         t = self.broker.topic(topic)
         if t is None:
-            return error(cmd, codes.SYSTEM_ERROR,
-                         f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
+            return error(cmd, codes.SYSTEM_ERROR, "[reset-offset] reset offset failed, "
+                                                  f"no topic in this broker. topic={topic}")
         committed = self.broker.offsets.table.get((topic, group))
         if committed is None:
             return error(cmd, codes.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
