@@ -12,7 +12,7 @@ from twisted.web import resource, server
 from mqserver.errors import BrokerError, InvalidTopicName
 from mqserver.store.store import Message
 
-from protocols.nsq.codec import is_valid_name
+from protocols.nsq.codec import is_valid_name, is_valid_topic
 from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, result_body
 from protocols.nsq.node import VERSION, find_listening_port, get_node
 from protocols.nsq.stats import stats_json, stats_text
@@ -31,7 +31,7 @@ def _topic(request, code="INVALID_TOPIC"):
     t = _arg(request, "topic")
     if not t:
         raise HttpError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(t):
+    if not is_valid_topic(t):
         raise HttpError(400, code)
     return t
 

@@ -29,7 +29,7 @@ from protocols.remoting.stats import Stats
 from protocols.remoting.transactions import Transactions
 from protocols.remoting.topicview import (
     DLQ_PREFIX, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX, TBW102, make_attrs, topic_config,
-    write_queues,
+    valid_group, write_queues,
 )
 
 TOPIC_FILE = "topic.json"
@@ -206,7 +206,7 @@ class BrokerDoor(Factory):
 
     def group_config(self, group):
         cfg = self.consumers.group_configs.get(group)
-        if cfg is None and self.auto_create_group and group:
+        if cfg is None and self.auto_create_group and valid_group(group):
             cfg = self.consumers.ensure_group(group, self.max_reconsume)
         return cfg
 
