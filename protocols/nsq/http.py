@@ -72,6 +72,8 @@ class NsqdHttpResource(resource.Resource):
         }
 
     def render(self, request):
+        if self.node.tls_required and not request.isSecure():
+            return self._tls_required(request)
         path = request.path.rstrip(b"/") or b"/"
         if path.startswith(b"/config/"):
             verb = request.method if request.method in (b"GET", b"PUT") else b"GET"
@@ -96,6 +98,15 @@ class NsqdHttpResource(resource.Resource):
         if not f.check(BrokerError):
             self.node.log.failure("nsqd HTTP request failed", f)
         return HttpError(500, "INTERNAL_ERROR")
+
+    def _tls_required(self, request):
+        # nsqd --tls-required: its plain HTTP port answers every request so and names
+        # the HTTPS port (here: this door when it listens on ssl:, else none, 0).
+        port = self.node.http_port if self.node.http_tls else 0
+        request.setResponseCode(403)
+        request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
+        request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
+        return b'{"message": "TLS_REQUIRED", "https_port": %d}' % port
 
     def _finish(self, request, result):
         if request._disconnected:
@@ -280,4 +291,6 @@ class NsqdHttpSite(server.Site):
 
 def make_factory(broker, config, reactor):
     """Return the nsqd HTTP site of C{broker}'s shared node."""
-    return NsqdHttpSite(get_node(broker, config, reactor))
+    node = get_node(broker, config, reactor)
+    node.http_tls = (getattr(config, "listen", {}).get("nsqd_http") or "").startswith("ssl:")
+    return NsqdHttpSite(node)
