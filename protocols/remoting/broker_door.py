@@ -26,6 +26,7 @@ from protocols.remoting.context import context_for
 from protocols.remoting.pulling import LongPolls
 from protocols.remoting.registrar import Registrar, parse_addrs
 from protocols.remoting.stats import Stats
+from protocols.remoting.acl import make_acl
 from protocols.remoting.transactions import Transactions
 from protocols.remoting.topicview import (
     DLQ_PREFIX, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX, TBW102, make_attrs, topic_config,
@@ -79,6 +80,7 @@ class BrokerDoor(Factory):
         self._topic_fingerprint = None
         self._loops = []
         self.index = IndexService(os.path.join(self.store.path, "index"))
+        self.acl = make_acl(config, reactor)
         self.store.add_dispatch_listener(self.index.dispatch)
         self.transactions = Transactions(self, config)
 
