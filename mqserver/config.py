@@ -23,6 +23,12 @@ class ConfigError(BrokerError):
 MASTER_ENDPOINT_PREFIXES = ("tcp:", "tls:", "ssl:", "unix:")
 
 
+def _valid_networks(v):
+    from mqserver.security import valid_networks
+
+    return valid_networks(v)
+
+
 def _is_master(v):
     if v.startswith(MASTER_ENDPOINT_PREFIXES):
         return True
@@ -38,6 +44,7 @@ SCHEMA = {
     "masterTls": (bool, False, None, None),
     "masterCa": (str, "", None, None),
     "event": (int, 0, lambda v: v >= 0, ">= 0"),
+    "security.allow": (list, [], _valid_networks, "a list of CIDRs (e.g. 10.0.0.0/8, ::1/128)"),
     "store.path": (str, "data", None, None),
     "store.maxLogSize": (int, 1 << 30, lambda v: 4096 <= v <= 1 << 30, "4096..1073741824"),
     "store.flushLevel": (int, 1, lambda v: v in (0, 1, 2), "0, 1 or 2"),

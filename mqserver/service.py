@@ -12,6 +12,7 @@ from twisted.logger import Logger
 
 from mqserver import speedups
 from mqserver.broker.broker import Broker
+from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store.flush import ThreadRunner
 from mqserver.store.store import MessageStore
 
@@ -134,13 +135,18 @@ class BrokerService(service.MultiService):
         self.storage = StorageService(config, reactor)
         self.storage.setName("storage")
         self.storage.setServiceParent(self)
+        allow = config["security.allow"]
+        self.allow = AllowList(allow, reactor.seconds) if allow else None
 
     def add_listener(self, name, factory):
         """Listen for C{factory} on the endpoint configured for front door C{name}."""
         desc = self.config.listen.get(name)
         if desc is None:
             return None
-        svc = ListenerService(endpoints.serverFromString(self._reactor, desc), factory)
+        endpoint = endpoints.serverFromString(self._reactor, desc)
+        if self.allow is not None:  # security.allow: refused at accept, on every door
+            endpoint = AllowListEndpoint(endpoint, self.allow, name)
+        svc = ListenerService(endpoint, factory)
         svc.setName(f"listen-{name}")
         svc.setServiceParent(self)
         return svc

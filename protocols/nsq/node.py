@@ -154,6 +154,10 @@ def find_listening_port(reactor, factory):
     from twisted.internet import tcp
 
     for reader in reactor.getReaders():
-        if isinstance(reader, tcp.Port) and reader.factory is factory:
-            return reader.getHost().port
+        if isinstance(reader, tcp.Port):
+            f = reader.factory
+            while f is not factory and getattr(f, "wrappedFactory", None) is not None:
+                f = f.wrappedFactory  # an ssl: listener wraps the door's factory
+            if f is factory:
+                return reader.getHost().port
     return None

@@ -98,6 +98,9 @@ def test_nsq_http_doors_over_https(srv, certs):
     status, _, body = http(port, "GET", "/stats?format=json&topic=tls_h", ssl_context=ctx)
     assert status == 200 and json.loads(body)["topics"][0]["message_count"] == 1
     assert http(srv.ports["LookupdHttpSite"], "GET", "/ping", ssl_context=ctx)[::2] == (200, b"OK")
+    # the doors behind TLS still learn their ports (lookupd advertises them)
+    info = json.loads(http(port, "GET", "/info", ssl_context=ctx)[2])
+    assert (info["tcp_port"], info["http_port"]) == (srv.ports["NsqdFactory"], port)
 
 
 def test_lookupd_tcp_over_tls(srv, certs):
