@@ -40,41 +40,32 @@ def authd_log(port):
     return json.loads(http(port, "GET", "/log")[2])
 
 
-def start(tmp_path_factory, name, **nsq):
+def running(tmp_path_factory, name, **nsq):
+    """A broker with every NSQ door and the C{nsq.*} settings C{nsq}, for a fixture."""
     s = ServerProcess(tmp_path_factory.mktemp(name) / "data", config={"nsq": nsq},
                       listen=nsq_listen()).start()
-    return s
+    try:
+        yield s
+    finally:
+        s.stop()
+        s.close()
 
 
 @pytest.fixture(scope="module")
 def tls_srv(tmp_path_factory, certs):
-    s = start(tmp_path_factory, "nsqtls", tlsCert=certs.cert, tlsKey=certs.key)
-    try:
-        yield s
-    finally:
-        s.stop()
-        s.close()
+    yield from running(tmp_path_factory, "nsqtls", tlsCert=certs.cert, tlsKey=certs.key)
 
 
 @pytest.fixture(scope="module")
 def required_srv(tmp_path_factory, certs):
-    s = start(tmp_path_factory, "nsqtlsreq", tlsCert=certs.cert, tlsKey=certs.key, tlsRequired=True)
-    try:
-        yield s
-    finally:
-        s.stop()
-        s.close()
+    yield from running(tmp_path_factory, "nsqtlsreq", tlsCert=certs.cert, tlsKey=certs.key,
+                       tlsRequired=True)
 
 
 @pytest.fixture(scope="module")
 def auth_srv(tmp_path_factory, certs, authd):
-    s = start(tmp_path_factory, "nsqauth", tlsCert=certs.cert, tlsKey=certs.key,
-              authHttpAddresses=[f"127.0.0.1:{authd}"])
-    try:
-        yield s
-    finally:
-        s.stop()
-        s.close()
+    yield from running(tmp_path_factory, "nsqauth", tlsCert=certs.cert, tlsKey=certs.key,
+                       authHttpAddresses=[f"127.0.0.1:{authd}"])
 
 
 def read_frame(sock):
@@ -120,17 +111,13 @@ def test_identify_tls_v1_upgrades_the_connection(tls_srv, certs):
 
 
 def test_tls_v1_is_not_granted_without_a_certificate(tmp_path_factory):
-    s = start(tmp_path_factory, "nsqnotls")
-    try:
+    for s in running(tmp_path_factory, "nsqnotls"):
         c = V2(s.ports["NsqdFactory"])
         c.send(encode_command("IDENTIFY", body=b'{"feature_negotiation":true,"tls_v1":true}'))
         assert json.loads(c.frame()[1])["tls_v1"] is False
         c.send(b"AUTH\n" + struct.pack(">I", 1) + b"x")
         assert c.frame() == (1, b"E_AUTH_DISABLED AUTH disabled")
         c.close()
-    finally:
-        s.stop()
-        s.close()
 
 
 def test_pynsq_tls_v1_publish_and_consume(tls_srv, certs):

@@ -4,25 +4,13 @@ defence behind every protocol's name rules (issue 16.5)."""
 import os
 
 import pytest
-from twisted.internet.task import Clock
 
-from mqserver.broker.broker import Broker
 from mqserver.errors import StoreError
 from mqserver.store import format as fmt
-from mqserver.store.store import Message, MessageStore, safe_dir_name
+from mqserver.store.store import Message, safe_dir_name
+from tests.unit.test_broker_recovery import open_broker as open_store
 
-NOW = 1_700_000_000.0
 UNSAFE = ["", ".", "..", "../x", "a/b", "/etc", "a\\b", "a\0b", ".trash", "x" * 256, "é" * 128]
-
-
-def open_store(path):
-    clock = Clock()
-    clock.advance(NOW)
-    store = MessageStore(str(path), clock, segment_size=4096, cq_entries_per_file=10,
-                         clock=lambda: NOW)
-    broker = Broker(store, clock)
-    store.open()
-    return store, broker
 
 
 def outcome(d):
