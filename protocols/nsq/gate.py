@@ -5,6 +5,10 @@ the protocol's C{_run} is then replaced, per connection, by L{SecurityGate._gate
 so an open node's publish path does no extra work.
 """
 
+from dataclasses import replace
+
+from twisted.internet.interfaces import ISSLTransport
+
 from mqserver.sendnow import WriteCork
 
 from protocols.nsq import errors as E
@@ -29,8 +33,8 @@ class SecurityGate:
 
     def _install_gate(self):
         node = self.node
-        if getattr(self.transport, "TLS", False):
-            self.tls = True  # an ssl: listener
+        if ISSLTransport.providedBy(self.transport):
+            self.tls = True  # an ssl: listener: TLS from the first byte
         if (node.tls_required and not self.tls) or node.auth is not None:
             self._run = self._gated_run
 
@@ -61,6 +65,14 @@ class SecurityGate:
         type(self)._run(self, cmd)
 
     # -- TLS -----------------------------------------------------------------------------
+
+    def identify_server(self):
+        """The server settings IDENTIFY negotiates against: no second TLS layer on a
+        connection that already runs TLS."""
+        server = self.node.server
+        if self.tls and server.tls_available:
+            return replace(server, tls_available=False)
+        return server
 
     def _start_tls(self):
         """Switch to TLS now: what was written so far goes out in the clear first."""

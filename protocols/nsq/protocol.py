@@ -386,7 +386,7 @@ class NsqdProtocol(SecurityGate, Protocol):
         pass
 
     def do_identify(self, cmd):
-        result = negotiate(cmd.body, self.node.server, self.settings)
+        result = negotiate(cmd.body, self.identify_server(), self.settings)
         self.settings = s = result.client
         self.identified = True
         self.msg_timeout = s.msg_timeout_ms / 1000.0

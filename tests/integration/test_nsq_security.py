@@ -40,10 +40,10 @@ def authd_log(port):
     return json.loads(http(port, "GET", "/log")[2])
 
 
-def running(tmp_path_factory, name, **nsq):
+def running(tmp_path_factory, name, listen=None, **nsq):
     """A broker with every NSQ door and the C{nsq.*} settings C{nsq}, for a fixture."""
     s = ServerProcess(tmp_path_factory.mktemp(name) / "data", config={"nsq": nsq},
-                      listen=nsq_listen()).start()
+                      listen=dict(nsq_listen(), **(listen or {}))).start()
     try:
         yield s
     finally:
@@ -117,6 +117,19 @@ def test_tls_v1_is_not_granted_without_a_certificate(tmp_path_factory):
         assert json.loads(c.frame()[1])["tls_v1"] is False
         c.send(b"AUTH\n" + struct.pack(">I", 1) + b"x")
         assert c.frame() == (1, b"E_AUTH_DISABLED AUTH disabled")
+        c.close()
+
+
+def test_no_second_tls_layer_on_an_ssl_listener(tmp_path_factory, certs):
+    """On an ssl: nsqd_tcp listener the connection is TLS already: tls_v1 is answered
+    false and, with tlsRequired, commands are accepted at once."""
+    for s in running(tmp_path_factory, "nsqssl", {"nsqd_tcp": certs.endpoint()},
+                     tlsCert=certs.cert, tlsKey=certs.key, tlsRequired=True):
+        c = V2(s.ports["NsqdFactory"], ssl_context=certs.client_context())
+        c.send(encode_command("IDENTIFY", body=b'{"feature_negotiation":true,"tls_v1":true}'))
+        assert json.loads(c.frame()[1])["tls_v1"] is False
+        c.send(encode_command("PUB", "t_ssl", body=b"m"))
+        assert c.frame() == (0, b"OK")
         c.close()
 
 
