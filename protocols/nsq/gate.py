@@ -13,7 +13,7 @@ from mqserver.sendnow import WriteCork
 
 from protocols.nsq import errors as E
 from protocols.nsq.codec import response
-from protocols.nsq.messages import Dpub, Identify, Mpub, Pub, Sub
+from protocols.nsq.messages import Dpub, Identify, Invalid, Mpub, Pub, Sub
 
 _AUTHED = (Pub, Mpub, Dpub, Sub)
 
@@ -43,6 +43,9 @@ class SecurityGate:
             self._held.append(cmd)
             return
         kind = type(cmd)
+        if kind is Invalid and not cmd.in_sync:
+            type(self)._run(self, cmd)  # framing lost (bad magic, bad size): that error first
+            return
         if self.node.tls_required and not self.tls and kind is not Identify:
             # nsqd checks the TLS policy before anything else but IDENTIFY.
             self._fail(E.tls_required(cmd.verb))

@@ -175,6 +175,9 @@ def test_tls_required_refuses_commands_before_the_upgrade(required_srv, certs):
     c.send(b"NOP\n")
     assert c.frame() == (1, b"E_INVALID cannot NOP in current state (TLS required)")
     c.close()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        raw.sendall(b"  V3")  # a wrong magic is still E_BAD_PROTOCOL
+        assert read_frame(raw) == (1, b"E_BAD_PROTOCOL")
     s, _ = upgraded(port, certs)
     try:
         s.sendall(encode_mpub("t_req", [b"x"]))
