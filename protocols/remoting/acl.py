@@ -276,7 +276,8 @@ class PlainAcl:
         if acct.white(ip):
             return
         need = resources(cmd)  # parse() runs before validate() in the broker
-        if not hmac.compare_digest(sign(acct.secret_key, ext, cmd.body), ext.get("Signature", "")):
+        offered = ext.get("Signature", "").encode("utf-8", "replace")
+        if not hmac.compare_digest(sign(acct.secret_key, ext, cmd.body).encode(), offered):
             raise AclError(f"Check signature failed for accessKey={ak}",
                            "validate(PlainPermissionManager.java:683)")
         if need.get(TRACE_TOPIC) == PUB:

@@ -93,6 +93,9 @@ def test_unsigned_unknown_and_badly_signed(tmp_path):
     bad = signed(10, send, b"body")
     bad.body = b"other body"
     assert "Check signature failed for accessKey=RocketMQ" in refusal(acl, bad)
+    odd = signed(10, send)
+    odd.ext_fields["Signature"] = "sïgnature"  # not ASCII: refused, not a crash
+    assert "Check signature failed" in refusal(acl, odd)
     acl.validate(signed(10, send, b"body"), "127.0.0.1")
     acl.validate(RemotingCommand(code=10, ext_fields=send), "10.10.103.9")  # global white
     acl.validate(RemotingCommand(code=17, ext_fields={"AccessKey": "rocketmq2"}), "192.168.1.4")
