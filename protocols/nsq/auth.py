@@ -20,6 +20,8 @@ log = Logger()
 
 #: Seconds an auth server has to answer (nsqd's http-client request timeout is 5 s).
 QUERY_TIMEOUT = 5.0
+#: The largest auth server reply read; a longer one is an invalid answer.
+MAX_REPLY = 1 << 20
 _PERMISSIONS = ("subscribe", "publish")
 
 
@@ -114,6 +116,22 @@ def auth_url(address, remote_ip, tls, secret, common_name=""):
     return f"{base}?{query}"
 
 
+def _read_bounded(resp, limit):
+    """Return a Deferred with the body of C{resp}, failing (and dropping the connection)
+    as soon as more than C{limit} bytes arrive."""
+    import treq
+
+    chunks, size = [], [0]
+
+    def collect(data):
+        size[0] += len(data)
+        if size[0] > limit:
+            raise AuthReplyError(f"reply longer than {limit} bytes")
+        chunks.append(data)
+
+    return treq.collect(resp, collect).addCallback(lambda _: b"".join(chunks))
+
+
 class AuthClient:
     """Asks the configured auth servers, starting at a random one, each in turn."""
 
@@ -151,7 +169,7 @@ class AuthClient:
     def _ask(self, url):
         resp = yield self._client().get(url, headers={"Accept": "application/vnd.nsq; version=1.0"},
                                         timeout=QUERY_TIMEOUT)
-        body = yield resp.content()
+        body = yield _read_bounded(resp, MAX_REPLY)
         if resp.code != 200:
             raise AuthReplyError(f"got response {resp.code} {body[:200]!r}")
         return parse_reply(body, self.reactor.seconds())

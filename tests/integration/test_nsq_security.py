@@ -236,6 +236,7 @@ def test_auth_required_and_checked(auth_srv, authd):
     (b"none", b"E_UNAUTHORIZED AUTH no authorizations found"),
     (b"bad-ttl", b"E_AUTH_FAILED AUTH failed"),
     (b"unknown", b"E_AUTH_FAILED AUTH failed"),
+    (b"huge", b"E_AUTH_FAILED AUTH failed"),
 ])
 def test_auth_refusals(auth_srv, secret, frame):
     c = V2(auth_srv.ports["NsqdFactory"])

@@ -48,6 +48,8 @@ class Auth(resource.Resource):
         args = {k.decode(): v[0].decode() for k, v in request.args.items()}
         self.queries.append(args)
         secret = args.get("secret", "")
+        if secret == "huge":  # more than the broker reads of a reply
+            return b'{"ttl": 60, "identity": "' + b"x" * (2 << 20) + b'"}'
         if secret == "short":
             n = sum(1 for q in self.queries if q.get("secret") == "short")
             reply = SHORT[min(n, len(SHORT)) - 1]
