@@ -123,6 +123,16 @@ def token_matches(expected, offered):
     return hmac.compare_digest(expected, offered or b"")
 
 
+def bearer_authorized(request, token):
+    """True when C{request} (a twisted.web request, from its headers alone) carries
+    C{Authorization: Bearer <token>}, or when no token is set."""
+    if not token:
+        return True
+    header = request.getHeader(b"authorization") or b""
+    scheme, _, offered = header.partition(b" ")
+    return scheme.lower() == b"bearer" and token_matches(token, offered.strip())
+
+
 class _Unauthorized(resource.Resource):
     isLeaf = True
 
@@ -144,11 +154,7 @@ class BearerTokenResource(resource.Resource):
         self.token = token
 
     def authorized(self, request):
-        if not self.token:
-            return True
-        header = request.getHeader(b"authorization") or b""
-        scheme, _, offered = header.partition(b" ")
-        return scheme.lower() == b"bearer" and token_matches(self.token, offered.strip())
+        return bearer_authorized(request, self.token)
 
     def getChildWithDefault(self, path, request):
         if not self.authorized(request):
