@@ -17,7 +17,8 @@ from tests.support.remoting_client import RemotingClient
 from tests.support.server import ServerProcess
 from tests.support.tls import Certs
 
-DOORS = ("smss", "namesrv", "broker", "nsqd_tcp", "nsqd_http", "lookupd_tcp", "lookupd_http")
+DOORS = ("smss", "namesrv", "broker", "nsqd_tcp", "nsqd_http", "lookupd_tcp", "lookupd_http",
+         "msgout", "console")
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +110,19 @@ def test_lookupd_tcp_over_tls(srv, certs):
         with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
             s.sendall(b"  V1PING\n")
             assert s.recv(100) == b"\x00\x00\x00\x02OK"
+
+
+def test_msgout_over_https_and_console_over_tls(srv, certs):
+    ctx = certs.client_context()
+    port = srv.ports["MsgoutSite"]
+    assert http(port, "PUT", "/v1/queues/tls_q", b"{}", ssl_context=ctx,
+                headers={"Content-Type": "application/json"})[0] == 200
+    status, _, body = http(port, "GET", "/v1/queues/tls_q", ssl_context=ctx)
+    assert status == 200 and json.loads(body)["name"] == "tls_q"
+    with socket.create_connection(("127.0.0.1", srv.ports["ConsoleFactory"]), timeout=5) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            s.sendall(b"QUIT\n")
+            assert s.recv(100) == b"OK bye\r\n"
 
 
 def wait_for(predicate, timeout=20.0):
