@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: install java run test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-audit audit audit-zip clean
+.PHONY: install java run test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-audit audit audit-zip clean
 
 $(STAMP): setup.cfg setup.py pyproject.toml $(wildcard */*/*.c) mqserver/_bytes.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,9 @@ bench-rocketmq: $(STAMP)
 # NSQ bench_writer / bench_reader / one-per-round-trip figures (docs/nsq.md)
 bench-nsq: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/nsq_bench.py $(ARGS)
+
+bench-security: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) bench/security_bench.py $(ARGS)
 
 # The audit job on a data directory: make audit DATA=data OUT=audit-report [ARGS=--compare ...]
 DATA ?= data

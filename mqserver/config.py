@@ -19,12 +19,32 @@ class ConfigError(BrokerError):
     """The configuration is invalid; the text names the key."""
 
 
+#: Client endpoint strings a slave may name its master by (see protocols.smss.follower).
+MASTER_ENDPOINT_PREFIXES = ("tcp:", "tls:", "ssl:", "unix:")
+
+
+def _valid_networks(v):
+    from mqserver.security import valid_networks
+
+    return valid_networks(v)
+
+
+def _is_master(v):
+    if v.startswith(MASTER_ENDPOINT_PREFIXES):
+        return True
+    return ":" in v and v.rpartition(":")[2].isdigit()
+
+
 #: The core's keys: dotted key -> (type, default, check or None, what the check wants).
 SCHEMA = {
     "port": (int, None, lambda v: 0 <= v <= 65535, "a port number"),
     "role": (str, "master", lambda v: v in ("master", "slave"), "master or slave"),
-    "master": (str, "", lambda v: v == "" or (":" in v and v.rpartition(":")[2].isdigit()), "HOST:PORT"),
+    "master": (str, "", lambda v: v == "" or _is_master(v),
+               "HOST:PORT or a client endpoint string (tcp:, tls:, unix:)"),
+    "masterTls": (bool, False, None, None),
+    "masterCa": (str, "", None, None),
     "event": (int, 0, lambda v: v >= 0, ">= 0"),
+    "security.allow": (list, [], _valid_networks, "a list of CIDRs (e.g. 10.0.0.0/8, ::1/128)"),
     "store.path": (str, "data", None, None),
     "store.maxLogSize": (int, 1 << 30, lambda v: 4096 <= v <= 1 << 30, "4096..1073741824"),
     "store.flushLevel": (int, 1, lambda v: v in (0, 1, 2), "0, 1 or 2"),

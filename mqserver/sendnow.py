@@ -10,7 +10,7 @@ order on the connection is the one the caller wrote in.
 
 from twisted.internet import tcp
 
-__all__ = ["send_now", "Cork"]
+__all__ = ["send_now", "Cork", "WriteCork"]
 
 
 def _fast_path_supported():
@@ -81,3 +81,35 @@ class Cork:
             self._parts.append(data)
         elif transport is not None:
             send_now(transport, data)
+
+    def flush(self, transport):
+        """Send what was gathered so far at once (e.g. the last clear-text reply
+        before the connection starts TLS); gathering goes on."""
+        parts = self._parts
+        if parts:
+            data = b"".join(parts)
+            parts.clear()
+            send_now(transport, data)
+
+
+class WriteCork(Cork):
+    """A L{Cork} that writes through C{transport.write} only, for a connection that
+    started TLS in the middle (C{startTLS} keeps the transport's type, and
+    L{send_now} would write clear text straight to its socket)."""
+
+    __slots__ = ()
+
+    def received(self, transport, handle, data):
+        self._parts = parts = []
+        try:
+            handle(data)
+        finally:
+            self._parts = None
+            if parts and transport is not None:
+                transport.write(b"".join(parts))
+
+    def write(self, transport, data):
+        if self._parts is not None:
+            self._parts.append(data)
+        elif transport is not None:
+            transport.write(data)

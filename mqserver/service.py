@@ -12,6 +12,7 @@ from twisted.logger import Logger
 
 from mqserver import speedups
 from mqserver.broker.broker import Broker
+from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store.flush import ThreadRunner
 from mqserver.store.store import MessageStore
 
@@ -154,6 +155,8 @@ class BrokerService(service.MultiService):
         self.storage = StorageService(config, reactor)
         self.storage.setName("storage")
         self.storage.setServiceParent(self)
+        allow = config["security.allow"]
+        self.allow = AllowList(allow, reactor.seconds) if allow else None
 
     def add_listener(self, name, factory):
         """Listen for C{factory} on the endpoint configured for front door C{name}."""
@@ -161,7 +164,10 @@ class BrokerService(service.MultiService):
         if desc is None:
             return None
         count_connections(factory, name, self.storage.broker.stats)
-        svc = ListenerService(endpoints.serverFromString(self._reactor, desc), factory)
+        endpoint = endpoints.serverFromString(self._reactor, desc)
+        if self.allow is not None:  # security.allow: refused at accept, on every door
+            endpoint = AllowListEndpoint(endpoint, self.allow, name)
+        svc = ListenerService(endpoint, factory)
         svc.setName(f"listen-{name}")
         svc.setServiceParent(self)
         return svc

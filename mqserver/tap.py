@@ -15,6 +15,10 @@ class Options(usage.Options):
     config (C{NAME=off} turns a front door off).
     """
 
+    optFlags = [
+        ["master-tls", None, "A slave reaches its master over TLS (sets masterTls)."],
+    ]
+
     optParameters = [
         ["config", "c", None, "Path of config.yaml (default: built-in defaults)."],
         ["data", "d", None, "Data directory (overrides store.path)."],
@@ -42,6 +46,8 @@ class Options(usage.Options):
         for key in ("role", "master"):
             if self[key] is not None:
                 overrides[key] = self[key]
+        if self["master-tls"]:
+            overrides["masterTls"] = True
         if self["event"] is not None:
             try:
                 overrides["event"] = int(self["event"])

@@ -14,6 +14,7 @@ whole retained log.
 
 import os
 import shutil
+import tempfile
 import time
 import zlib
 from dataclasses import dataclass
@@ -106,6 +107,22 @@ class NullState:
         pass
 
 
+#: The longest file name the usual file systems take (NAME_MAX), in bytes.
+MAX_DIR_NAME = 255
+
+
+def safe_dir_name(name):
+    """True when C{name} (str) can be one directory name under C{consumequeue/}: 1..255
+    UTF-8 bytes, no C{/}, C{\\} or NUL, and no leading dot (so not C{.}, C{..} nor
+    C{.trash})."""
+    if not name or name[0] == "." or "/" in name or "\\" in name or "\0" in name:
+        return False
+    try:
+        return len(name.encode("utf-8")) <= MAX_DIR_NAME
+    except UnicodeEncodeError:  # lone surrogates
+        return False
+
+
 class MessageStore:
     """The storage engine. Runs on the reactor thread; fsync runs on the runner's thread.
 
@@ -193,12 +210,23 @@ class MessageStore:
 
     # -- queues --------------------------------------------------------------------------
 
+    def _topic_dir(self, topic):
+        """Return the consume-queue directory of C{topic}: the last line of defence
+        behind each protocol's name rules and the broker's, so that no name ever
+        leaves C{consumequeue/} or clashes with its C{.trash}."""
+        if not safe_dir_name(topic):
+            raise StoreError(f"unsafe topic name {topic!r}")
+        return os.path.join(self._cq_root, topic)
+
     def queue(self, topic, queue_id):
-        """Return the L{ConsumeQueue} of (topic, queue id), opening it when needed."""
+        """Return the L{ConsumeQueue} of (topic, queue id), opening it when needed.
+
+        @raise StoreError: C{topic} cannot be a directory name (see L{safe_dir_name}).
+        """
         key = (topic, queue_id)
         q = self._queues.get(key)
         if q is None:
-            directory = os.path.join(self._cq_root, topic, str(queue_id))
+            directory = os.path.join(self._topic_dir(topic), str(int(queue_id)))
             q = self._queues[key] = ConsumeQueue(
                 directory, self.cq_entries, self._fds, self._tails.add
             )
@@ -214,7 +242,10 @@ class MessageStore:
 
     def queues_of(self, topic):
         """Return the open queue ids of C{topic} that have a directory on disk."""
-        d = os.path.join(self._cq_root, topic)
+        try:
+            d = self._topic_dir(topic)
+        except StoreError:
+            return []
         try:
             return sorted(int(n) for n in os.listdir(d) if n.isdigit())
         except FileNotFoundError:
@@ -225,12 +256,15 @@ class MessageStore:
         aside at once, so a topic of the same name can start afresh, and removed later."""
         for key in [k for k in self._queues if k[0] == topic]:
             self._tails.discard(self._queues.pop(key))
-        d = os.path.join(self._cq_root, topic)
+        if not safe_dir_name(topic):
+            return defer.succeed(None)  # it never had a directory (see queue)
+        d = self._topic_dir(topic)
         self._fds.forget_under(d)
         if os.path.isdir(d):
             trash = os.path.join(self._cq_root, ".trash")
             os.makedirs(trash, exist_ok=True)
-            dest = os.path.join(trash, f"{topic}.{self.next_event_id}")
+            # A fresh short name: "<topic>.<eventId>" outgrows NAME_MAX for long names.
+            dest = os.path.join(tempfile.mkdtemp(dir=trash), "q")
             os.rename(d, dest)
             self._dirty = True
             return self.runner.run(shutil.rmtree, dest, True)
@@ -289,6 +323,10 @@ class MessageStore:
         # ConsumeQueue.write).
         tail = self._topic_tails.get(topic)
         if tail is None:
+            # First write of this name: no record (admin records too, which a slave
+            # applies straight from its master) carries a name unfit for a directory.
+            if not safe_dir_name(topic):
+                raise StoreError(f"unsafe topic name {topic!r}")
             tbytes = topic.encode("utf-8")
             tail = self._topic_tails[topic] = bytes((len(tbytes),)) + tbytes
         now = int(self._clock() * 1000) if now_ms is None else now_ms
@@ -685,7 +723,7 @@ class MessageStore:
             self._restart_state(snap)
             self.next_event_id = 1
             start = log.min_offset
-            # The second pass drops the same topics again under the same trash names.
+            # The second pass drops the same topics again: start it with an empty trash.
             shutil.rmtree(os.path.join(self._cq_root, ".trash"), ignore_errors=True)
             self._replay(start, True)
         # Entries that point past the end of the log (a power loss can leave consume
@@ -739,7 +777,11 @@ class MessageStore:
         if view.magic == fmt.ADMIN_MAGIC:
             self._apply_admin(view, True)
             return
-        q = self.queue(view.topic, view.queue_id)
+        try:
+            q = self.queue(view.topic, view.queue_id)
+        except StoreError as e:  # written by an older version that let such names in
+            self.log.error("record at {offset} not indexed: {e}", offset=view.offset, e=e)
+            return
         entry = fmt.CQ_ENTRY.pack(view.offset, view.size, fmt.tag_hash_of(view.properties))
         q.write(view.queue_offset, entry)
         for cb in self._dispatch_listeners:

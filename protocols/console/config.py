@@ -5,4 +5,6 @@ KEYS = {
     "console.maxLineLength": (int, 1 << 20, lambda v: 64 <= v <= 64 << 20, "64..67108864"),
     "console.window": (int, 100, lambda v: 1 <= v <= 100_000, "1..100000"),
     "console.peekMax": (int, 100, lambda v: 1 <= v <= 10_000, "1..10000"),
+    # the first line must be "AUTH <token>" when set (docs/security.md)
+    "console.token": (str, "", None, None),
 }

@@ -17,6 +17,7 @@ from zope.interface import implementer
 
 from mqserver.broker.queue_consumer import cursor_deliveries
 from mqserver.errors import BrokerError
+from mqserver.security import LineTokenGate
 from mqserver.store.store import Message
 
 HELP = ("commands: HELP | STATS | TOPICS | INFO <t> | PUB <t> <text> | PEEK <t> [n] | "
@@ -120,6 +121,7 @@ class ConsoleProtocol(LineReceiver):
         self.queues = factory.broker.queues
         self.reactor = factory.reactor
         self.MAX_LENGTH = factory.max_line
+        self.gate = LineTokenGate(getattr(factory, "token", ""))
         self.consumers = {}  # (queue, sub_id or None, "sub"|"fetch") -> QueueConsumer
         self.followers = []
         self.tail = None
@@ -177,6 +179,12 @@ class ConsoleProtocol(LineReceiver):
             self.sendLine(b"OK tail ended")
             return
         if not line.strip():
+            return
+        if not self.gate.passed:  # console.token: AUTH <token> first, else closed
+            reply, keep = self.gate.check(line)
+            self.sendLine(reply)
+            if not keep:
+                self.transport.loseConnection()
             return
         cmd, _, rest = line.strip().partition(b" ")
         self.dispatch(cmd.upper(), rest)

@@ -7,4 +7,6 @@ KEYS = {
     "msgout.maxWaitMs": (int, 60000, lambda v: 0 <= v <= 3_600_000, "0..3600000"),
     "msgout.pushTimeoutMs": (int, 10000, lambda v: 100 <= v <= 600_000, "100..600000"),
     "msgout.pushMaxBackoffMs": (int, 30000, lambda v: 10 <= v <= 3_600_000, "10..3600000"),
+    # requests must carry "Authorization: Bearer <token>" when set (docs/security.md)
+    "msgout.token": (str, "", None, None),
 }

@@ -8,6 +8,8 @@ before any of the body is buffered (L{MsgoutRequest.gotLength}).
 from twisted.internet import defer
 from twisted.web import http, resource, server
 
+from mqserver.security import BearerTokenResource, bearer_authorized
+
 from protocols.msgout.api import ApiError, Messages, MsgoutApi, dumps, split_path, status_of
 from protocols.msgout.push import PushManager
 
@@ -58,7 +60,9 @@ class MsgoutRequest(server.Request):
         site = self.channel.site
         api = site.api
         why = None
-        if length is not None and length > api.max_body:
+        if not bearer_authorized(self, site.token):  # refused before any body is read
+            why = ApiError(401, "unauthorized")
+        elif length is not None and length > api.max_body:
             why = ApiError(413, f"body larger than {api.max_body} bytes")
         else:
             method, path = request_target(self)
@@ -163,8 +167,10 @@ class MsgoutSite(server.Site):
     noisy = False
     requestFactory = MsgoutRequest
 
-    def __init__(self, api, pushes=None, root=None):
-        super().__init__(root if root is not None else MsgoutResource(api))
+    def __init__(self, api, pushes=None, root=None, token=""):
+        root = root if root is not None else MsgoutResource(api)
+        super().__init__(BearerTokenResource(root, token) if token else root)
+        self.token = token
         self.api = api
         self.pushes = pushes
         self._reactor = api.reactor
@@ -192,4 +198,4 @@ def make_factory(broker, config, reactor):
     pushes = PushManager(broker.queues, reactor,
                          timeout=config["msgout.pushTimeoutMs"] / 1000.0,
                          max_backoff=config["msgout.pushMaxBackoffMs"] / 1000.0)
-    return MsgoutSite(api, pushes)
+    return MsgoutSite(api, pushes, token=config["msgout.token"])

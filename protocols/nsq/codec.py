@@ -22,7 +22,7 @@ from .messages import (Auth, Cls, Command, Dpub, Fin, Identify, Invalid, Mpub, N
 from .wire import MAGIC_V2, MSG_ID_LENGTH, U32
 
 __all__ = [
-    "CommandDecoder", "is_valid_name", "parse_base10",
+    "CommandDecoder", "is_valid_name", "is_valid_topic", "parse_base10",
     "response", "error", "message_frame", "message_frames", "OK", "CLOSE_WAIT", "HEARTBEAT",
     "FrameReader", "decode_message", "encode_command", "encode_mpub",
 ]
@@ -40,6 +40,12 @@ def is_valid_name(name: bytes | str) -> bool:
     if isinstance(name, str):
         name = name.encode("utf-8", "surrogateescape")
     return 0 < len(name) <= 64 and _NAME_RE.fullmatch(name) is not None
+
+
+def is_valid_topic(name: bytes | str) -> bool:
+    """L{is_valid_name} without a leading ``.``: our topic names are also directory
+    names (nsqd's are not), so ``.``, ``..`` and hidden names are refused as invalid."""
+    return is_valid_name(name) and name[:1] not in (b".", ".")
 
 
 def parse_base10(raw: bytes) -> int | None:
@@ -247,7 +253,7 @@ class CommandDecoder:
         raw = data[4:nl]
         topic = self._pub_topics.get(raw)
         if topic is None:
-            if not is_valid_name(raw):
+            if not is_valid_topic(raw):
                 return None  # also a \r or a second parameter: both are refused
             topic = raw.decode("ascii")
             if len(self._pub_topics) < 1024:
@@ -332,7 +338,7 @@ class CommandDecoder:
 
     @staticmethod
     def _topic_name(verb: str, raw: bytes) -> str:
-        if not is_valid_name(raw):
+        if not is_valid_topic(raw):
             raise E.bad_topic(verb, raw)
         return raw.decode("ascii")
 

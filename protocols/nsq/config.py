@@ -9,4 +9,20 @@ KEYS = {
     "nsq.maxRdyCount": (int, 2500, lambda v: 1 <= v <= 1_000_000, "1..1000000"),
     "nsq.maxMsgSize": (int, 1048576, lambda v: 1 <= v <= 64 << 20, "1..67108864"),
     "nsq.maxBodySize": (int, 5242880, lambda v: 1 <= v <= 1 << 30, "1..1073741824"),
+    # nsqd's --tls-cert/--tls-key (IDENTIFY tls_v1), --tls-required, --auth-http-address
+    "nsq.tlsCert": (str, "", None, None),
+    "nsq.tlsKey": (str, "", None, None),
+    "nsq.tlsRequired": (bool, False, None, None),
+    "nsq.authHttpAddresses": (list, [], lambda v: all(isinstance(a, str) and a for a in v),
+                              "a list of host:port strings or URLs"),
 }
+
+
+def validate(values):
+    """nsqd's start-up checks: a certificate needs its key, TLS-required needs both."""
+    from mqserver.config import ConfigError
+
+    if bool(values["nsq.tlsCert"]) != bool(values["nsq.tlsKey"]):
+        raise ConfigError("config keys 'nsq.tlsCert' and 'nsq.tlsKey' go together")
+    if values["nsq.tlsRequired"] and not values["nsq.tlsCert"]:
+        raise ConfigError("config key 'nsq.tlsRequired' needs 'nsq.tlsCert' and 'nsq.tlsKey'")

@@ -12,7 +12,7 @@ from twisted.web import resource, server
 from mqserver.errors import BrokerError, InvalidTopicName
 from mqserver.store.store import Message
 
-from protocols.nsq.codec import is_valid_name
+from protocols.nsq.codec import is_valid_name, is_valid_topic
 from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, result_body
 from protocols.nsq.node import VERSION, find_listening_port, get_node
 from protocols.nsq.stats import stats_json, stats_text
@@ -44,7 +44,7 @@ def _topic(request, code="INVALID_TOPIC"):
     t = _arg(request, "topic")
     if not t:
         raise HttpError(400, "MISSING_ARG_TOPIC")
-    if not is_valid_name(t):
+    if not is_valid_topic(t):
         raise HttpError(400, code)
     return t
 
@@ -86,6 +86,8 @@ class NsqdHttpResource(resource.Resource):
         }
 
     def render(self, request):
+        if self.node.tls_required and not request.isSecure():
+            return self._tls_required(request)
         path = request.path.rstrip(b"/") or b"/"
         if path.startswith(b"/config/"):
             verb = request.method if request.method in (b"GET", b"PUT") else b"GET"
@@ -110,6 +112,15 @@ class NsqdHttpResource(resource.Resource):
         if not f.check(BrokerError):
             self.node.log.failure("nsqd HTTP request failed", f)
         return HttpError(500, "INTERNAL_ERROR")
+
+    def _tls_required(self, request):
+        # nsqd --tls-required: its plain HTTP port answers every request so and names
+        # the HTTPS port (here: this door when it listens on ssl:, else none, 0).
+        port = self.node.http_port if self.node.http_tls else 0
+        request.setResponseCode(403)
+        request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
+        request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
+        return b'{"message": "TLS_REQUIRED", "https_port": %d}' % port
 
     def _finish(self, request, result):
         if request._disconnected:
@@ -308,4 +319,6 @@ class NsqdHttpSite(server.Site):
 
 def make_factory(broker, config, reactor):
     """Return the nsqd HTTP site of C{broker}'s shared node."""
-    return NsqdHttpSite(get_node(broker, config, reactor))
+    node = get_node(broker, config, reactor)
+    node.http_tls = (getattr(config, "listen", {}).get("nsqd_http") or "").startswith("ssl:")
+    return NsqdHttpSite(node)

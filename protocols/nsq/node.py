@@ -15,9 +15,21 @@ from twisted.python.failure import Failure
 from mqserver.cluster.lookupd import LookupRegistry
 from mqserver.errors import TopicExists
 
+from protocols.nsq.auth import AuthClient
 from protocols.nsq.identify import ServerSettings
 
 VERSION = "1.3.0"
+
+
+def tls_options(cert, key):
+    """Return the server TLS options of PEM files C{cert} (with its chain) and C{key},
+    or None when they are not set."""
+    if not cert:
+        return None
+    from twisted.internet import ssl
+
+    with open(key, "rb") as k, open(cert, "rb") as c:
+        return ssl.PrivateCertificate.loadPEM(k.read() + b"\n" + c.read()).options()
 
 
 class NsqNode:
@@ -36,10 +48,17 @@ class NsqNode:
         self.broker = broker
         self.reactor = reactor
         self.config = config
+        self.tls_options = tls_options(config["nsq.tlsCert"], config["nsq.tlsKey"])
+        self.tls_required = config["nsq.tlsRequired"]
+        self.http_tls = False  # the nsqd HTTP door listens on ssl: (set by its factory)
+        addresses = config["nsq.authHttpAddresses"]
+        self.auth = AuthClient(addresses, reactor) if addresses else None
         self.server = ServerSettings(
             version=VERSION,
             max_rdy_count=config["nsq.maxRdyCount"],
             msg_timeout_ms=config["nsq.msgTimeout"],
+            tls_available=self.tls_options is not None,
+            auth_required=self.auth is not None,
         )
         self.max_msg_size = config["nsq.maxMsgSize"]
         self.max_body_size = config["nsq.maxBodySize"]
@@ -135,6 +154,10 @@ def find_listening_port(reactor, factory):
     from twisted.internet import tcp
 
     for reader in reactor.getReaders():
-        if isinstance(reader, tcp.Port) and reader.factory is factory:
-            return reader.getHost().port
+        if isinstance(reader, tcp.Port):
+            f = reader.factory
+            while f is not factory and getattr(f, "wrappedFactory", None) is not None:
+                f = f.wrappedFactory  # an ssl: listener wraps the door's factory
+            if f is factory:
+                return reader.getHost().port
     return None

@@ -29,6 +29,7 @@ from protocols.nsq.compress import (CompressionError, DeflateCompressor, Deflate
                                     SnappyCompressor, SnappyDecompressor)
 from protocols.nsq.errors import NsqError
 from protocols.nsq.frames import delivery_frames
+from protocols.nsq.gate import SecurityGate
 from protocols.nsq.identify import ClientSettings, negotiate
 from protocols.nsq.messages import (Auth, Cls, Dpub, Fin, Identify, Invalid, Mpub, Nop, Pub,
                                     Rdy, Req, Sub, Touch)
@@ -65,7 +66,7 @@ def parse_message_id(msg_id):
 
 
 @implementer(IPushProducer)
-class NsqdProtocol(Protocol):
+class NsqdProtocol(SecurityGate, Protocol):
     """One V2 client connection (producer, consumer or both).
 
     Consumer attributes read by the channel: C{rdy}, C{in_flight}, C{msg_timeout},
@@ -73,6 +74,7 @@ class NsqdProtocol(Protocol):
     """
 
     log = Logger()
+    _ALLOWED = _ALLOWED
 
     def __init__(self, factory):
         node = factory.node
@@ -125,6 +127,7 @@ class NsqdProtocol(Protocol):
             pass
         self.transport.registerProducer(self, True)
         self._arm_heartbeat()
+        self._install_gate()
 
     def connectionLost(self, reason):
         self._dead = True
@@ -383,20 +386,25 @@ class NsqdProtocol(Protocol):
         pass
 
     def do_identify(self, cmd):
-        result = negotiate(cmd.body, self.node.server, self.settings)
+        result = negotiate(cmd.body, self.identify_server(), self.settings)
         self.settings = s = result.client
         self.identified = True
         self.msg_timeout = s.msg_timeout_ms / 1000.0
         self.sample_rate = s.sample_rate
         self._arm_heartbeat()
         reply = response(result.reply())
-        if not (result.snappy or result.deflate):
+        if not (result.tls_v1 or result.snappy or result.deflate):
             self._answer(reply)
             return
 
         def upgrade():
             self._flush()
             self._write(reply)
+            if result.tls_v1:  # the reply in the clear, then OK through TLS
+                self._start_tls()
+                self._write(OK)
+                if not (result.snappy or result.deflate):
+                    return
             if result.snappy:
                 self.snappy = True
                 self._compressor, self._decompressor = SnappyCompressor(), SnappyDecompressor()
@@ -411,9 +419,6 @@ class NsqdProtocol(Protocol):
                 self.reactor.callLater(0, self.dataReceived, leftover)
 
         self._answer(upgrade)
-
-    def do_auth(self, cmd):
-        raise E.auth_disabled()
 
     def do_sub(self, cmd):
         if self.settings.heartbeat_interval_ms <= 0:
@@ -504,7 +509,7 @@ class NsqdProtocol(Protocol):
                       cmd.defer_ms)
 
     _handlers = {
-        Invalid: do_invalid, Nop: do_nop, Identify: do_identify, Auth: do_auth, Sub: do_sub,
+        Invalid: do_invalid, Nop: do_nop, Identify: do_identify, Auth: SecurityGate.do_auth, Sub: do_sub,
         Rdy: do_rdy, Fin: do_fin, Req: do_req, Touch: do_touch, Cls: do_cls, Pub: do_pub,
         Mpub: do_mpub, Dpub: do_dpub,
     }

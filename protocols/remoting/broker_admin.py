@@ -7,7 +7,7 @@ from mqserver.errors import InvalidRequest, InvalidTopicName, NotMaster, StoreEr
 from protocols.remoting import codes
 from protocols.remoting.server import BadRequest, bool_field, error, field, int_field, json_body, ok
 from protocols.remoting.tolerant_json import loads_tolerant
-from protocols.remoting.topicview import make_attrs, valid_name
+from protocols.remoting.topicview import make_attrs, valid_group, valid_name
 
 
 def broker_error(f, cmd, topic=None):
@@ -63,6 +63,8 @@ class AdminHandlers:
             return error(cmd, codes.SYSTEM_ERROR, "subscription group body is not JSON")
         if not cfg.get("groupName"):
             return error(cmd, codes.SYSTEM_ERROR, "groupName is required")
+        if not valid_group(str(cfg["groupName"])):
+            return error(cmd, codes.SYSTEM_ERROR, f"group[{cfg['groupName']}] is illegal")
         return self.door.set_group_config(cfg).addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd,))
 
     def all_groups(self, cmd):

@@ -28,10 +28,11 @@ from protocols.remoting.context import context_for
 from protocols.remoting.pulling import LongPolls
 from protocols.remoting.registrar import Registrar, parse_addrs
 from protocols.remoting.stats import group_consumer
+from protocols.remoting.acl import make_acl
 from protocols.remoting.transactions import Transactions
 from protocols.remoting.topicview import (
     DLQ_PREFIX, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX, TBW102, make_attrs, topic_config,
-    write_queues,
+    valid_group, write_queues,
 )
 
 TOPIC_FILE = "topic.json"
@@ -80,6 +81,7 @@ class BrokerDoor(Factory):
         self._topic_fingerprint = None
         self._loops = []
         self.index = IndexService(os.path.join(self.store.path, "index"))
+        self.acl = make_acl(config, reactor)
         self.store.add_dispatch_listener(self.index.dispatch)
         self.transactions = Transactions(self, config)
 
@@ -207,7 +209,7 @@ class BrokerDoor(Factory):
 
     def group_config(self, group):
         cfg = self.consumers.group_configs.get(group)
-        if cfg is None and self.auto_create_group and group:
+        if cfg is None and self.auto_create_group and valid_group(group):
             cfg = self.consumers.ensure_group(group, self.max_reconsume)
         return cfg
 

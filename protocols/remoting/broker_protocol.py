@@ -66,6 +66,8 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
 
     def connectionMade(self):
         self.born_host = host_bytes(self.transport.getPeer())
+        if self.door.acl is not None:
+            self.door.acl.guard(self)  # RocketMQ plain ACL: every request is checked first
 
     def connectionLost(self, reason):
         super().connectionLost(reason)

@@ -58,4 +58,24 @@ KEYS = {
     "rocketmq.transactionTimeoutMs": (int, 6000, lambda v: v >= 0, ">= 0"),
     "rocketmq.transactionCheckMax": (int, 15, lambda v: v >= 0, ">= 0"),
     "rocketmq.transactionCheckIntervalMs": (int, 60000, lambda v: v >= 10, ">= 10"),
+    # the broker's plain ACL (aclEnable in broker.conf; the file in plain_acl.yml format)
+    "rocketmq.aclEnable": (bool, False, None, None),
+    "rocketmq.aclFile": (str, "", None, None),
+    "rocketmq.aclCheckIntervalMs": (int, 5000, lambda v: v >= 0, ">= 0"),
 }
+
+
+def validate(values):
+    """ACL needs its file, which must load (a broken one stops the start, as in 4.9)."""
+    from mqserver.config import ConfigError
+
+    if not values["rocketmq.aclEnable"]:
+        return
+    if not values["rocketmq.aclFile"]:
+        raise ConfigError("config key 'rocketmq.aclEnable' needs 'rocketmq.aclFile' (a plain_acl.yml)")
+    from protocols.remoting.acl import AclConfigError, load_file
+
+    try:
+        load_file(values["rocketmq.aclFile"])
+    except (OSError, ValueError, AclConfigError) as e:
+        raise ConfigError(f"config key 'rocketmq.aclFile': {e}") from None

@@ -15,6 +15,13 @@ PERM_WRITE = 2
 PERM_READ = 4
 _NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_NAME = 127
+MAX_GROUP = 255
+
+
+def valid_group(name):
+    """Return True when C{name} passes the RocketMQ clients' group name rule (the
+    characters of a topic, at most 255): its retry topic becomes a directory name."""
+    return bool(name) and len(name) <= MAX_GROUP and bool(_NAME.match(name))
 
 
 def valid_name(name):

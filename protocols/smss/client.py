@@ -31,14 +31,17 @@ class SmssError(Exception):
 class SmssClient:
     """Blocking client for one smss connection.
 
-    ``timeout`` (seconds) bounds the connect and every wait for a reply.
+    ``timeout`` (seconds) bounds the connect and every wait for a reply; an
+    ``ssl_context`` (L{ssl.SSLContext}) speaks TLS to an ``ssl:`` listener.
     Topic, who and trace arguments accept str (sent as UTF-8) or bytes.
     """
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0):
+    def __init__(self, host: str, port: int, timeout: float = 10.0, ssl_context=None):
         self.timeout = timeout
         self._sock = socket.create_connection((host, port), timeout=timeout)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:  # an ssl: listener (the TLS handshake comes first)
+            self._sock = ssl_context.wrap_socket(self._sock, server_hostname=host)
         self._decoder = ResponseDecoder()
         self._events = deque()
         self._subscription = None

@@ -10,11 +10,12 @@ import json
 import struct
 
 from twisted.application.internet import ClientService, backoffPolicy
-from twisted.internet.endpoints import clientFromString
+from twisted.internet.endpoints import clientFromString, wrapClientTLS
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
 from mqserver.broker.topics import Topic
+from mqserver.config import MASTER_ENDPOINT_PREFIXES
 from mqserver.replication.applier import Applier
 from mqserver.store import format as fmt
 
@@ -145,6 +146,8 @@ class FollowerProtocol(Protocol):
 
     def connectionLost(self, reason):
         self.applier.connected = False
+        # Says why, e.g. a TLS master whose certificate the CA does not vouch for.
+        self.log.info("connection to the master lost: {why}", why=reason.getErrorMessage())
         if self._idle_call is not None and self._idle_call.active():
             self._idle_call.cancel()
         self._idle_call = None
@@ -165,12 +168,32 @@ class FollowerFactory(Factory):
         return FollowerProtocol(self)
 
 
+def master_endpoint(reactor, config):
+    """Return the client endpoint of the master: C{master} as HOST:PORT over TCP, or over
+    TLS when C{masterTls} is set (the certificate checked for HOST against the CA file
+    C{masterCa}, else the system's trust roots); or C{master} as a Twisted client
+    endpoint string (C{tls:HOST:PORT:trustRoots=DIR}, C{tcp:...}, C{unix:...})."""
+    master = config["master"]
+    if master.startswith(MASTER_ENDPOINT_PREFIXES):
+        return clientFromString(reactor, master)
+    host, _, port = master.rpartition(":")
+    endpoint = clientFromString(reactor, f"tcp:host={host}:port={port}:timeout=5")
+    if not config["masterTls"]:
+        return endpoint
+    from twisted.internet import ssl
+
+    trust = ssl.platformTrust()
+    if config["masterCa"]:
+        with open(config["masterCa"], "rb") as f:
+            trust = ssl.Certificate.loadPEM(f.read())
+    return wrapClientTLS(ssl.optionsForClientTLS(host, trustRoot=trust), endpoint)
+
+
 def make_follower(broker, config, reactor):
     """Return the service that follows the master named in C{config}."""
-    host, _, port = config["master"].rpartition(":")
     applier = Applier(broker)
     factory = FollowerFactory(applier, reactor, config["event"], config["timeout.server.alive"] / 1000.0)
-    endpoint = clientFromString(reactor, f"tcp:host={host}:port={port}:timeout=5")
+    endpoint = master_endpoint(reactor, config)
     service = ClientService(
         endpoint, factory, retryPolicy=backoffPolicy(initialDelay=1.0, maxDelay=5.0), clock=reactor
     )

@@ -36,8 +36,10 @@ class NsqPorts:
 class V2:
     """A raw nsqd V2 connection (magic sent) with a frame reader."""
 
-    def __init__(self, port, timeout=10.0):
+    def __init__(self, port, timeout=10.0, ssl_context=None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        if ssl_context is not None:  # an ssl: listener
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.sock.sendall(b"  V2")
         self.reader = FrameReader()
         self.pending = []
@@ -83,11 +85,14 @@ class V2:
         self.sock.close()
 
 
-def http(port, method, path, body=None, timeout=10.0):
-    """Return (status, headers, body bytes) of one HTTP request."""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method)
+def http(port, method, path, body=None, timeout=10.0, ssl_context=None, headers=None):
+    """Return (status, headers, body bytes) of one HTTP request (HTTPS with an
+    C{ssl_context})."""
+    scheme = "https" if ssl_context is not None else "http"
+    req = urllib.request.Request(f"{scheme}://127.0.0.1:{port}{path}", data=body, method=method,
+                                 headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=ssl_context) as r:
             return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
     except urllib.error.HTTPError as e:
         return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()

@@ -11,9 +11,11 @@ from protocols.remoting.messages import RemotingCommand
 
 
 class RemotingClient:
-    def __init__(self, host, port, timeout=10.0, language="JAVA", version=401):
+    def __init__(self, host, port, timeout=10.0, language="JAVA", version=401, ssl_context=None):
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
         self.decoder = FrameDecoder()
         self.opaque = 0
         self.language = language

@@ -58,6 +58,8 @@ def produce(a):
 
     p = Producer(a.group, timeout=a.send_timeout)
     p.set_namesrv_addr(a.namesrv)
+    if a.access_key:  # RocketMQ ACL: the client signs every request
+        p.set_session_credentials(a.access_key, a.secret_key, "ALIYUN")
     p.start()
     done = threading.Semaphore(0)
     if a.mode == "batch":
@@ -68,7 +70,11 @@ def produce(a):
     for i in range(a.count if a.mode != "batch" else 0):
         m = make_message(a, i)
         if a.mode == "sync":
-            r = p.send_sync(m)
+            try:
+                r = p.send_sync(m)
+            except Exception as e:  # e.g. refused by the broker's ACL
+                emit({"i": i, "error": str(e)})
+                continue
             emit({"i": i, "status": int(r.status), "id": r.msg_id, "offset": r.offset})
         elif a.mode == "oneway":
             p.send_oneway(m)
@@ -101,6 +107,8 @@ def consume(a):
     model = MessageModel.BROADCASTING if a.broadcast else MessageModel.CLUSTERING
     c = PushConsumer(a.group, orderly=a.orderly, message_model=model)
     c.set_namesrv_addr(a.namesrv)
+    if a.access_key:
+        c.set_session_credentials(a.access_key, a.secret_key, "ALIYUN")
     if a.instance:
         c.set_instance_name(a.instance)
     if a.threads:
@@ -200,6 +208,8 @@ def main():
     ap.add_argument("--props", default="", help="comma-separated property names to print")
     ap.add_argument("--full-body", action="store_true")
     ap.add_argument("--clean-shutdown", action="store_true")
+    ap.add_argument("--access-key", default="")
+    ap.add_argument("--secret-key", default="")
     a = ap.parse_args()
     {"produce": produce, "consume": consume, "pull": pull}[a.command](a)
 

@@ -10,7 +10,7 @@ import time
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_STARTED = re.compile(r"(\w+) starting on (\d+)")
+_STARTED = re.compile(r"(\w+)(?: \(TLS\))? starting on (\d+)")
 
 
 def _door_names():

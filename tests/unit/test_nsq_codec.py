@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols.nsq import errors as E
-from protocols.nsq.codec import CommandDecoder, encode_command, encode_mpub, is_valid_name
+from protocols.nsq.codec import CommandDecoder, encode_command, encode_mpub, is_valid_name, is_valid_topic
 from protocols.nsq.messages import (Auth, Cls, Dpub, Fin, Identify, Invalid, Mpub, Nop, Pub,
                                     Rdy, Req, Sub, Touch)
 
@@ -216,7 +216,18 @@ def test_mpub_many_messages_split_anywhere():
 
 # -- names --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", [b"t", b"a" * 64, b"a" * 54 + b"#ephemeral", b".-_",
+@pytest.mark.parametrize("verb", ["PUB", "SUB"])
+def test_leading_dot_topic_is_a_bad_topic(verb):
+    """A topic is also a directory name here: ".", ".." and ".x" (valid for nsqd) are
+    E_BAD_TOPIC; a channel never becomes a path, so it keeps nsqd's rule."""
+    assert is_valid_name(b"..") and not is_valid_topic(b"..")
+    raw = b"SUB .. ..\n" if verb == "SUB" else encode_command("PUB", "..", body=b"m")
+    err = only_error(raw).error
+    assert err.data == b"E_BAD_TOPIC " + verb.encode() + b' topic name ".." is not valid' and err.fatal
+    assert decode(b"SUB t ..\n") == [Sub("t", "..")]
+
+
+@pytest.mark.parametrize("name", [b"t", b"a" * 64, b"a" * 54 + b"#ephemeral", b"_.-",
                                   b"Topic_09.x-y", b"c#ephemeral"])
 def test_valid_names(name):
     """1..64 bytes of [.a-zA-Z0-9_-], optional #ephemeral counted in the 64, are valid."""
