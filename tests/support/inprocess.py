@@ -102,6 +102,7 @@ class Node:
         """Build and start the factory a front door's C{make_factory} returns."""
         f = make_factory(self.broker, self.config, self.clock)
         self.add_factory(f)
+        self.clock.advance(0)  # what a factory does on the reactor's first turn
         return f
 
     def add_factory(self, factory):
