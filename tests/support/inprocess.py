@@ -10,6 +10,7 @@ connection and runs C{connectionLost}, as a socket would.
 
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisconnection
+from twisted.trial.unittest import SynchronousTestCase
 
 from mqserver.broker.broker import Broker
 from mqserver.config import build_config
@@ -18,6 +19,14 @@ from mqserver.store.store import MessageStore
 
 #: The clock's start: a plausible "now", so timestamps are not near 0.
 NOW = 1_700_000_000.0
+
+# trial's Deferred assertions, for pytest tests: the result of a Deferred that has fired
+# (fails the test when it has not, or failed), the Failure of one that failed with one of
+# the given exception types, and "has not fired yet".
+_trial = SynchronousTestCase()
+result_of = _trial.successResultOf
+failure_of = _trial.failureResultOf
+no_result = _trial.assertNoResult
 
 
 class HeldRunner(SyncRunner):

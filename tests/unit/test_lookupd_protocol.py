@@ -72,7 +72,7 @@ def test_pipelined_commands_in_one_read(node):
     (b"REGISTER bad!name\n", b"E_BAD_TOPIC REGISTER topic name 'bad!name' is not valid"),
     (b"BOGUS\n", b"E_INVALID invalid command BOGUS"),
     (IDENTIFY, b"E_INVALID cannot IDENTIFY again"),
-])
+], ids=["bad-topic", "unknown-verb", "second-identify"])
 def test_fatal_error_after_good_commands_closes(node, bad, error):
     c = node.connect(node.factory, PEER)
     c.send(b"  V1" + IDENTIFY + b"REGISTER t\n" + bad + b"REGISTER u\n")

@@ -103,7 +103,7 @@ def test_one_way_request_is_never_answered(node):
 @pytest.mark.parametrize("bad", [
     struct.pack(">II", 4 + 3, 3) + b"{x}",  # undecodable JSON header
     struct.pack(">I", 16 << 20),  # over the 16 MiB frame limit, refused before its bytes
-])
+], ids=["bad-json-header", "over-16MiB"])
 def test_bad_frame_after_good_ones_answers_them_then_closes(node, bad):
     c = node.connect(node.factory)
     c.send(request(codes.SEND_MESSAGE, 1, send_fields("T"), b"a") + bad
