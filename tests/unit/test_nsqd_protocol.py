@@ -2,6 +2,7 @@
 pipelining, errors mid-stream, connection loss with work in flight, heartbeats and
 message timeouts. Expected bytes are those of nsq-protocol.md §2.3."""
 
+import json
 import struct
 
 import pytest
@@ -233,3 +234,31 @@ def test_frames_wait_for_the_output_buffer_timeout_while_rdy_has_room(node):
     assert c.take() == b""
     node.clock.advance(0.01)
     assert [m.body for m in messages(c.take())] == [b"1"]
+
+
+@pytest.mark.parametrize("codec", ["snappy", "deflate"])
+def test_compressed_pipelined_commands_fed_one_byte_at_a_time(node, codec):
+    """After the upgrade (the client waits for IDENTIFY's reply, as clients do), a
+    compressed stream of several commands, split at every byte, answers in order through
+    the compressor: snappy's observed upgrade bytes (§5.1), then OK per PUB."""
+    from protocols.nsq import compress
+
+    if codec == "snappy":
+        enc, dec = compress.SnappyCompressor(), compress.SnappyDecompressor()
+        upgrade = bytes.fromhex("ff060000734e61507059" "010e0000" "26982bcf") + OK
+    else:
+        enc, dec = compress.DeflateCompressor(6), compress.DeflateDecompressor()
+        upgrade = None  # deflate's bytes depend on the zlib build; they inflate to OK
+    body = b'{"feature_negotiation":true,"%s":true}' % codec.encode()
+    c = node.connect(node.factory)
+    c.send(MAGIC + b"IDENTIFY\n" + struct.pack(">I", len(body)) + body)
+    out = c.take()
+    (size,) = struct.unpack_from(">I", out)
+    ((kind, reply),) = frames(out[:4 + size])
+    assert kind == 0 and json.loads(reply)[codec] is True
+    if upgrade is not None:
+        assert out[4 + size:] == upgrade
+    assert dec.decompress(out[4 + size:]) == OK
+    c.send_bytewise(enc.compress(pub(b"t", b"1") + b"NOP\n" + pub(b"t", b"2")))
+    assert dec.decompress(c.take()) == OK + OK
+    assert node.store.queue("t", 0).max_offset == 2
