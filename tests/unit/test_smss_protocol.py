@@ -235,3 +235,29 @@ def test_ack_and_end_returns_to_requests_with_pipelined_request(node):
     c.send(cc.encode_ack(1) + ALIVE_REQ)
     assert c.take() == ALIVE
     assert c.connected
+
+
+def test_replica_stream_blocks_alive_and_loss(node):
+    """REPLICA (fed bytewise) streams the log as §8.2 blocks, the PUB block laid out as
+    §15's example; an idle feed gets ALIVE; the loss of the slave ends the feed."""
+    f = smss(node)
+    node.connect(f).send(CREATE_ORDER + PUB_ORDER_HELLO)
+    r = node.connect(f)
+    r.send_bytewise(cc.encode_replica(0))
+    out = r.take()
+    (create, pub) = events(out, cc.Expect.REPLICA)
+    assert out.endswith(OK + struct.pack("<I", 59) + pub.raw), "B = 59, as in §15"
+    ms = b"%d" % (node.clock.seconds() * 1000)
+    line = ms + b"\t1\t2\t" + ms + b"\torder\t14\n"
+    assert create.raw.startswith(b"(\x00\x00\x00" + ms + b"\t2\t1\t")
+    assert pub.raw == struct.pack("<I", 41) + line + record(b"hello") + b"\n"
+    assert f.replica_feeds == 1
+    node.clock.advance(30)
+    assert r.take() == ALIVE
+    node.connect(f).send(cc.encode_pub(b"order", record(b"live")))
+    node.clock.advance(0)
+    (live,) = events(r.take(), cc.Expect.REPLICA)
+    assert live.raw.endswith(record(b"live") + b"\n")
+    r.lose()
+    assert f.replica_feeds == 0
+    assert node.pending_calls() == []
