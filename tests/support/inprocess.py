@@ -8,6 +8,9 @@ through L{StringTransportWithDisconnection}, so C{loseConnection} really ends th
 connection and runs C{connectionLost}, as a socket would.
 """
 
+from contextlib import contextmanager
+
+import pytest
 from twisted.internet import defer
 from twisted.internet.testing import MemoryReactorClock, StringTransportWithDisconnection
 from twisted.trial.unittest import SynchronousTestCase
@@ -140,3 +143,40 @@ class Node:
         """The timers still armed on the clock, by function name (sorted)."""
         return sorted(getattr(c.func, "__qualname__", repr(c.func))
                       for c in self.clock.getDelayedCalls())
+
+
+@contextmanager
+def running(path, door=None, **kw):
+    """A L{Node} in C{path} (keywords as L{Node} takes them) with C{door}'s factory, if
+    given, started as C{node.factory}; closed at the end, which must leave no timer
+    armed on the clock."""
+    node = Node(path, **kw)
+    if door is not None:
+        node.factory = node.door(door)
+    try:
+        yield node
+    finally:
+        node.close()
+    assert node.pending_calls() == [], "timers left behind"
+
+
+def door_fixtures(door=None):
+    """Return the pytest fixtures C{node} and C{held} of a test module, each a running
+    L{Node} in the test's C{tmp_path} with C{door}'s factory as C{node.factory}:
+    C{node} writes at flush level 1 (answers at once), C{held} at flush level 2 with
+    every fsync held until C{held.runner.release()}.
+
+    Use: C{node, held = door_fixtures(make_factory)} at module level."""
+
+    @pytest.fixture
+    def node(tmp_path):
+        with running(tmp_path / "data", door) as n:
+            yield n
+
+    @pytest.fixture
+    def held(tmp_path):
+        with running(tmp_path / "data", door, flush_level=2, hold_disk=True) as n:
+            n.runner.release()  # what the door wrote when it started (RocketMQ's TBW102)
+            yield n
+
+    return node, held

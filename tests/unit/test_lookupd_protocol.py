@@ -11,7 +11,7 @@ from twisted.internet.address import IPv4Address
 from mqserver.cluster.lookupd import INACTIVE_TIMEOUT
 from protocols.nsq.lookupd import make_factory
 from protocols.nsq.node import get_node
-from tests.support.inprocess import Node
+from tests.support.inprocess import running
 
 PEER = IPv4Address("TCP", "127.0.0.1", 40000)
 INFO = json.dumps({"broadcast_address": "127.0.0.1", "tcp_port": 5150, "http_port": 5151,
@@ -36,12 +36,9 @@ def replies(data):
 
 @pytest.fixture
 def node(tmp_path):
-    n = Node(tmp_path / "data")
-    n.factory = n.door(make_factory)
-    n.registry = get_node(n.broker, n.config, n.clock).lookupd
-    yield n
-    n.close()
-    assert n.pending_calls() == []
+    with running(tmp_path / "data", make_factory) as n:
+        n.registry = get_node(n.broker, n.config, n.clock).lookupd
+        yield n
 
 
 def producers(node, topic):

@@ -9,7 +9,7 @@ import pytest
 
 from protocols.nsq.factory import make_factory
 from protocols.nsq.frames import FrameReader, decode_message
-from tests.support.inprocess import NOW, Node
+from tests.support.inprocess import NOW, door_fixtures
 
 MAGIC = b"  V2"
 # nsq-protocol.md §2.3
@@ -38,27 +38,7 @@ def messages(data):
     return out
 
 
-def _node(tmp_path, **kw):
-    n = Node(tmp_path / "data", **kw)
-    n.factory = n.door(make_factory)
-    return n
-
-
-@pytest.fixture
-def node(tmp_path):
-    n = _node(tmp_path)
-    yield n
-    n.close()
-    assert n.pending_calls() == []
-
-
-@pytest.fixture
-def held(tmp_path):
-    """Flush level 2 with fsyncs held until runner.release()."""
-    n = _node(tmp_path, flush_level=2, hold_disk=True)
-    yield n
-    n.close()
-    assert n.pending_calls() == []
+node, held = door_fixtures(make_factory)
 
 
 def connect(node):

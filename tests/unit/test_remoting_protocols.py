@@ -13,7 +13,7 @@ from protocols.remoting.broker_door import make_factory as broker_factory
 from protocols.remoting.codec import FrameDecoder, encode
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.namesrv import NamesrvFactory, make_table
-from tests.support.inprocess import Node
+from tests.support.inprocess import door_fixtures, running
 
 # rocketmq-remoting.md §1.3: a C++ client's GET_ROUTEINFO_BY_TOPIC header, newline included
 CPP_ROUTE_HEADER = (b'{"code":105,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":'
@@ -45,27 +45,7 @@ def pull_fields(topic, offset, suspend_ms):
             "suspendTimeoutMillis": suspend_ms, "subscription": "*", "subVersion": 0}
 
 
-def _node(tmp_path, **kw):
-    n = Node(tmp_path / "data", **kw)
-    n.factory = n.door(broker_factory)
-    return n
-
-
-@pytest.fixture
-def node(tmp_path):
-    n = _node(tmp_path)
-    yield n
-    n.close()
-    assert n.pending_calls() == []
-
-
-@pytest.fixture
-def held(tmp_path):
-    n = _node(tmp_path, flush_level=2, hold_disk=True)
-    n.runner.release()  # TBW102's creation
-    yield n
-    n.close()
-    assert n.pending_calls() == []
+node, held = door_fixtures(broker_factory)
 
 
 def test_send_fed_one_byte_at_a_time(node):
@@ -203,11 +183,11 @@ REGISTER = {"brokerName": "b1", "brokerAddr": "127.0.0.1:10911", "clusterName": 
 
 @pytest.fixture
 def namesrv(tmp_path):
-    n = Node(tmp_path / "data")
-    n.factory = n.add_factory(NamesrvFactory(make_table(n.config, n.clock)))
-    yield n
-    n.close()
-    assert n.pending_calls() == []
+    def door(broker, config, reactor):
+        return NamesrvFactory(make_table(config, reactor))
+
+    with running(tmp_path / "data", door) as n:
+        yield n
 
 
 def test_namesrv_cpp_route_request_fed_one_byte_at_a_time(namesrv):

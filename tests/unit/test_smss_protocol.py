@@ -9,7 +9,7 @@ import pytest
 from protocols.smss import client_codec as cc
 from protocols.smss.factory import SmssFactory, make_factory
 from protocols.smss.messages import Batch, ErrResponse, OkResponse
-from tests.support.inprocess import Node
+from tests.support.inprocess import door_fixtures
 
 # smss-protocol.md §15
 CREATE_ORDER = bytes.fromhex("02050000000000000000000000000000000000006f72646572"
@@ -32,21 +32,7 @@ def err(text):
     return struct.pack("<HH6x", 400, len(text)) + text
 
 
-@pytest.fixture
-def node(tmp_path):
-    n = Node(tmp_path / "data")
-    yield n
-    n.close()
-    assert n.pending_calls() == []
-
-
-@pytest.fixture
-def held(tmp_path):
-    """A node at flush level 2 whose fsyncs wait for the test (runner.release())."""
-    n = Node(tmp_path / "data", flush_level=2, hold_disk=True)
-    yield n
-    n.close()
-    assert n.pending_calls() == []
+node, held = door_fixtures()
 
 
 def smss(node, **kw):
@@ -143,10 +129,17 @@ def publish(node, factory, *bodies):
     p.lose()
 
 
-def test_batch_bytes_and_acks_one_at_a_time(node):
-    f = smss(node)
+def order_with(node, *bodies, **settings):
+    """The smss factory (with C{settings}), with topic "order" holding C{bodies}."""
+    f = smss(node, **settings)
     node.connect(f).send(CREATE_ORDER)
-    publish(node, f, b"hello", b"b2")
+    if bodies:
+        publish(node, f, *bodies)
+    return f
+
+
+def test_batch_bytes_and_acks_one_at_a_time(node):
+    f = order_with(node, b"hello", b"b2")
     c = subscribe(node, f, batch=1)
     out = c.take()
     assert out[:10] == bytes.fromhex("c8000100" "2d000000" "0000"), "count 1, body 45 (§15)"
@@ -161,9 +154,7 @@ def test_batch_bytes_and_acks_one_at_a_time(node):
 
 
 def test_ack_timeout_closes_and_frees_the_name_and_the_batch(node):
-    f = smss(node)
-    node.connect(f).send(CREATE_ORDER)
-    publish(node, f, b"hello")
+    f = order_with(node, b"hello")
     c = subscribe(node, f, ack_timeout_ns=2_000_000_000)
     assert isinstance(events(c.take(), cc.Expect.SUB)[0], Batch)
     node.clock.advance(1.9)
@@ -178,9 +169,7 @@ def test_ack_timeout_closes_and_frees_the_name_and_the_batch(node):
 
 
 def test_connection_lost_with_an_unacked_batch_releases_the_claim(node):
-    f = smss(node)
-    node.connect(f).send(CREATE_ORDER)
-    publish(node, f, b"hello")
+    f = order_with(node, b"hello")
     c = subscribe(node, f)
     assert c.take()
     taken = subscribe(node, f)
@@ -193,8 +182,7 @@ def test_connection_lost_with_an_unacked_batch_releases_the_claim(node):
 
 
 def test_alive_on_an_idle_stream_only_when_no_batch_waits(node):
-    f = smss(node, alive_interval=5.0)
-    node.connect(f).send(CREATE_ORDER)
+    f = order_with(node, alive_interval=5.0)
     c = subscribe(node, f)
     assert c.take() == b""
     node.clock.advance(4.9)
@@ -214,8 +202,7 @@ def test_alive_on_an_idle_stream_only_when_no_batch_waits(node):
 
 
 def test_topic_deleted_while_subscribed_ends_the_stream_then_requests_work(node):
-    f = smss(node)
-    node.connect(f).send(CREATE_ORDER)
+    f = order_with(node)
     c = subscribe(node, f)
     d = node.connect(f)
     d.send(cc.encode_delete(b"order"))
@@ -227,9 +214,7 @@ def test_topic_deleted_while_subscribed_ends_the_stream_then_requests_work(node)
 
 
 def test_ack_and_end_returns_to_requests_with_pipelined_request(node):
-    f = smss(node)
-    node.connect(f).send(CREATE_ORDER)
-    publish(node, f, b"hello")
+    f = order_with(node, b"hello")
     c = subscribe(node, f)
     assert c.take()
     c.send(cc.encode_ack(1) + ALIVE_REQ)
@@ -240,8 +225,7 @@ def test_ack_and_end_returns_to_requests_with_pipelined_request(node):
 def test_replica_stream_blocks_alive_and_loss(node):
     """REPLICA (fed bytewise) streams the log as §8.2 blocks, the PUB block laid out as
     §15's example; an idle feed gets ALIVE; the loss of the slave ends the feed."""
-    f = smss(node)
-    node.connect(f).send(CREATE_ORDER + PUB_ORDER_HELLO)
+    f = order_with(node, b"hello")
     r = node.connect(f)
     r.send_bytewise(cc.encode_replica(0))
     out = r.take()
