@@ -157,7 +157,8 @@ def running(path, door=None, **kw):
         yield node
     finally:
         node.close()
-    assert node.pending_calls() == [], "timers left behind"
+    left = node.pending_calls()
+    assert left == [], f"timers left behind: {left}"
 
 
 def door_fixtures(door=None):
