@@ -35,8 +35,13 @@ def test_restart_keeps_channels_positions_and_pause(server_factory):
     http(ports.http, "POST", "/channel/pause?topic=rs&channel=paused")
     http(ports.http, "POST", "/topic/create?topic=rs_paused_topic")
     http(ports.http, "POST", "/topic/pause?topic=rs_paused_topic")
-    c.send(b"NOP\n")
-    time.sleep(0.3)  # let the FINs land before the signal
+    # a failing FIN is answered after the FINs before it are done: they landed
+    # (messages the freed RDY let through may come first)
+    c.send(b"FIN 0000000000000000\n")
+    frame = c.frame()
+    while frame[0] == 2:
+        frame = c.frame()
+    assert frame == (1, b"E_FIN_FAILED FIN 0000000000000000 failed ID not in flight")
     c.close()
     p.close()
     s.stop()

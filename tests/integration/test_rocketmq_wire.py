@@ -17,6 +17,7 @@ from protocols.remoting.codec import decode_frame, encode
 from protocols.smss.client import SmssClient
 from tests.support.remoting_client import RemotingClient, heartbeat_body, records
 from tests.support.rmq import broker_port, rocket_server
+from tests.support.smss import wait_until
 
 VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "vectors" / "rocketmq"
 pytestmark = pytest.mark.timeout(120)
@@ -58,6 +59,12 @@ def send10(c, topic, body=b"hello", props="TAGS\x01TagA\x02KEYS\x01k1\x02", queu
 # -- nameserver ----------------------------------------------------------------------
 
 
+def ok_route(ns, topic):
+    """The route response of C{topic} when it is a success, else None."""
+    r = ns.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+    return r if r.code == codes.SUCCESS else None
+
+
 def test_route_of_unknown_topic_is_topic_not_exist(ns):
     r = ns.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"})
     assert r.code == codes.TOPIC_NOT_EXIST
@@ -67,9 +74,8 @@ def test_route_of_unknown_topic_is_topic_not_exist(ns):
 
 def test_route_cluster_info_and_topic_list(ns, br, srv):
     assert send10(br, "RouteT").code == codes.SUCCESS
-    time.sleep(0.3)  # the broker re-registers in the next reactor turn
-    r = ns.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "RouteT"})
-    assert r.code == codes.SUCCESS
+    # the broker re-registers with the new topic in a later reactor turn
+    r = wait_until(lambda: ok_route(ns, "RouteT"), 10, "the route of RouteT")
     route = json.loads(r.body)
     addr = f"127.0.0.1:{broker_port(srv)}"
     assert route["brokerDatas"] == [{"brokerAddrs": {"0": addr}, "brokerName": "broker-a", "cluster": "DefaultCluster"}]
@@ -480,7 +486,9 @@ def test_golden_java_and_go_frames(srv):
         for cmd, resp in _replay(br, broker_frames):
             assert acceptable(cmd, resp), (cmd.code, resp.code, resp.remark)
         assert sum(1 for f in broker_frames if f.is_oneway()) == 1
-        time.sleep(0.3)
+        for f in frames:
+            if f.code in ns_codes:  # routes appear once the broker has re-registered
+                wait_until(lambda f=f: ok_route(ns, f.ext_fields["topic"]), 10, "a route")
         for cmd, resp in _replay(ns, [f for f in frames if f.code in ns_codes]):
             assert resp.code == codes.SUCCESS
     finally:

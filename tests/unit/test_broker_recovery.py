@@ -8,6 +8,7 @@ from twisted.internet.task import Clock
 from mqserver.broker.broker import Broker
 from mqserver.store import format as fmt
 from mqserver.store.store import Message, MessageStore
+from tests.support.inprocess import result_of
 
 NOW = 1_700_000_000.0
 
@@ -22,30 +23,23 @@ def open_broker(path):
     return store, broker
 
 
-def fired(d):
-    out = []
-    d.addBoth(out.append)
-    assert out and not hasattr(out[0], "raiseException"), out
-    return out[0]
-
-
 def test_full_rebuild_keeps_topics_whose_create_retention_removed(tmp_path):
     """A full rebuild (a consume queue lost) after retention removed a topic's CREATE
     record keeps the topic and its retained messages, and still applies later deletes."""
     store, broker = open_broker(tmp_path)
-    fired(broker.create_topic("old"))
-    fired(broker.create_topic("gone"))
+    result_of(broker.create_topic("old"))
+    result_of(broker.create_topic("gone"))
     for i in range(100):
-        fired(broker.publish("old", [Message(body=b"m%03d" % i + b"x" * 100)]))
-    fired(broker.delete_topic("gone"))
-    fired(store.checkpoint())
+        result_of(broker.publish("old", [Message(body=b"m%03d" % i + b"x" * 100)]))
+    result_of(broker.delete_topic("gone"))
+    result_of(store.checkpoint())
     segs = list(store.commitlog.segments)
     past = NOW - 30 * 86400
     for seg in segs:
         os.utime(os.path.join(tmp_path, "commitlog", fmt.segment_name(seg)), (past, past))
     assert store.clean(7 * 86400) >= 1
     assert store.commitlog.min_offset > 0, "the CREATE records are gone from the log"
-    fired(store.checkpoint())
+    result_of(store.checkpoint())
     store.close()
     # Lose a consume queue: recovery must rebuild from the (partial) log.
     shutil.rmtree(tmp_path / "consumequeue" / "old")

@@ -182,6 +182,7 @@ class _Flood(protocol.Protocol):
         self.next = 0
         for _ in range(self.burst):
             self._one()
+        self.factory.burst_sent.set()
         self.factory.reactor.callLater(0, self._more)
 
     def _one(self):
@@ -202,10 +203,12 @@ def test_send_now_keeps_byte_order_when_the_socket_is_full():
     reactor = EPollReactor()
     factory = protocol.Factory.forProtocol(_Flood)
     factory.reactor = reactor
+    factory.burst_sent = threading.Event()
     port = reactor.listenTCP(0, factory, interface="127.0.0.1")
 
     def read_all(s):
-        time.sleep(0.1)  # let the server fill the socket buffer and queue the rest
+        # read only once the server has filled the socket buffer and queued the rest
+        assert factory.burst_sent.wait(10), "the server never sent its burst"
         parts = []
         while True:
             chunk = s.recv(1 << 20)

@@ -1,13 +1,16 @@
-"""Unit tests of the message store on real files (no reactor: SyncRunner, a fixed clock)."""
+"""Unit tests of the message store on real files: SyncRunner and a fixed clock, no
+reactor (but for the thread runner, run on the real reactor through pytest-twisted)."""
 
 import os
 
 import pytest
+import pytest_twisted
 from twisted.internet.task import Clock
 
 from mqserver.errors import StoreError
 from mqserver.store import format as fmt
 from mqserver.store.store import Message, MessageStore
+from tests.support.inprocess import failure_of, result_of
 
 
 def open_store(path, **kw):
@@ -16,15 +19,6 @@ def open_store(path, **kw):
     s = MessageStore(str(path), Clock(), clock=lambda: 1_700_000_000.0, **kw)
     s.open()
     return s
-
-
-def result_of(d):
-    out = []
-    d.addBoth(out.append)
-    assert out, "deferred did not fire"
-    if hasattr(out[0], "raiseException"):
-        out[0].raiseException()
-    return out[0]
 
 
 def read_all(store, topic, qid=0):
@@ -98,12 +92,9 @@ def test_fsync_failure_fails_the_put_and_hides_the_message(tmp_path):
         raise OSError(5, "Input/output error")
 
     s = open_store(tmp_path, flush_level=2, fsync=bad_fsync)
-    d = s.put_messages("t", 0, [Message(body=b"lost")])
-    with pytest.raises(StoreError):
-        result_of(d)
+    failure_of(s.put_messages("t", 0, [Message(body=b"lost")]), StoreError)
     assert s.read_entries("t", 0, 0, 10) == b""
-    with pytest.raises(StoreError):
-        result_of(s.put_messages("t", 0, [Message(body=b"later")]))
+    failure_of(s.put_messages("t", 0, [Message(body=b"later")]), StoreError)
 
 
 def test_find_event(tmp_path):
@@ -316,3 +307,25 @@ def test_read_records_of_a_queue_interleaved_with_others(tmp_path):
     entries = s.read_entries("b", 0, 3, 4)
     buf, locs = s.read_records(entries)
     assert [fmt.RecordView(buf, p).body[:4] for p, _ in locs] == [b"b003", b"b004", b"b005", b"b006"]
+
+
+@pytest_twisted.inlineCallbacks
+def test_thread_runner_runs_off_the_reactor_thread_and_answers_on_it():
+    """The disk runner calls on its own thread; its Deferreds fire on the reactor's
+    (pytest-twisted runs the real reactor while the test waits)."""
+    import threading
+
+    from twisted.internet import reactor
+
+    from mqserver.store.flush import ThreadRunner
+
+    runner = ThreadRunner(reactor)
+    runner.start()
+    try:
+        ran_on = yield runner.run(threading.current_thread)
+        assert ran_on is not threading.current_thread()
+        assert threading.current_thread() is threading.main_thread()
+        with pytest.raises(ZeroDivisionError):
+            yield runner.run(lambda: 1 / 0)
+    finally:
+        runner.stop()

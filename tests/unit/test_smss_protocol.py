@@ -1,0 +1,247 @@
+"""SmssServerProtocol in process (StringTransport, a Clock, a real store): partial frames,
+pipelining, errors mid-stream, connection loss with work in flight, the subscription's
+timers. Expected bytes are the worked examples of smss-protocol.md §15."""
+
+import struct
+
+import pytest
+
+from protocols.smss import client_codec as cc
+from protocols.smss.factory import SmssFactory, make_factory
+from protocols.smss.messages import Batch, ErrResponse, OkResponse
+from tests.support.inprocess import door_fixtures
+
+# smss-protocol.md §15
+CREATE_ORDER = bytes.fromhex("02050000000000000000000000000000000000006f72646572"
+                             "0000000000000000")
+PUB_ORDER_HELLO = bytes.fromhex("01050" "00d00000000000000000000000000000000"
+                                "6f72646572" "050000000000000068656c6c6f")
+OK = bytes.fromhex("c8000000000000000000")
+ALIVE_REQ = bytes([0x11]) + bytes(19)
+ALIVE = bytes.fromhex("c9000000000000000000")
+SUBEND = bytes.fromhex("ff000000000000000000")
+TOPIC_NOT_EXIST = bytes.fromhex("90010f00000000000000") + b"topic not exist"
+
+
+def record(body):
+    """One §5 message record without headers."""
+    return struct.pack("<II", len(body), 0) + body
+
+
+def err(text):
+    return struct.pack("<HH6x", 400, len(text)) + text
+
+
+node, held = door_fixtures()
+
+
+def smss(node, **kw):
+    if kw:
+        return node.add_factory(SmssFactory(node.broker, node.clock, **kw))
+    return node.door(make_factory)
+
+
+def events(data, expect=cc.Expect.SIMPLE):
+    return cc.ResponseDecoder(expect).feed(data)
+
+
+def test_spec_create_and_pub_fed_one_byte_at_a_time(node):
+    c = node.connect(smss(node))
+    c.send_bytewise(CREATE_ORDER)
+    assert c.take() == OK
+    c.send_bytewise(PUB_ORDER_HELLO)
+    assert c.take() == OK
+    assert c.connected
+    assert node.store.queue("order", 0).max_offset == 1
+
+
+def test_pipelined_requests_answered_in_order_in_one_read(node):
+    c = node.connect(smss(node))
+    c.send(CREATE_ORDER + PUB_ORDER_HELLO + cc.encode_pub(b"nope", record(b"x"))
+           + ALIVE_REQ + PUB_ORDER_HELLO)
+    assert c.take() == OK + OK + TOPIC_NOT_EXIST + ALIVE + OK
+    assert c.connected
+
+
+def test_unknown_command_is_answered_and_the_connection_stays(node):
+    c = node.connect(smss(node))
+    c.send(bytes([0x2a]) + bytes(19) + ALIVE_REQ)
+    assert c.take() == err(b"don't support action") + ALIVE
+    assert c.connected
+
+
+def test_bad_frame_after_good_ones_answers_them_then_err_and_closes(node):
+    c = node.connect(smss(node))
+    bad = struct.pack("<BHI12xB", 1, 2000, 9, 0)  # topic length over the 1024 limit
+    c.send(CREATE_ORDER + PUB_ORDER_HELLO + bad + ALIVE_REQ)
+    assert c.take() == OK + OK + err(b"topic length 2000 over limit 1024")
+    assert not c.connected
+    assert node.store.queue("order", 0).max_offset == 1
+
+
+def test_payload_too_small_is_skipped_and_the_stream_stays_in_sync(node):
+    c = node.connect(smss(node))
+    small = struct.pack("<BHI12xB", 1, 5, 8, 0) + b"order" + bytes(8)
+    c.send_bytewise(CREATE_ORDER + small + ALIVE_REQ)
+    assert c.take() == OK + err(b"invalid request, payload size must be more than 8") + ALIVE
+    assert c.connected
+
+
+def test_pipelined_answers_wait_for_the_fsync_of_the_pub_ahead(held):
+    c = held.connect(smss(held))
+    c.send(CREATE_ORDER)
+    held.runner.release()
+    assert c.take() == OK
+    c.send(PUB_ORDER_HELLO + ALIVE_REQ)
+    assert c.take() == b"", "ALIVE must not overtake the PUB waiting for its fsync"
+    held.runner.release()
+    assert c.take() == OK + ALIVE
+
+
+def test_connection_lost_with_a_pub_waiting_for_fsync(held):
+    c = held.connect(smss(held))
+    c.send(CREATE_ORDER)
+    held.runner.release()
+    c.take()
+    c.send(PUB_ORDER_HELLO)
+    c.lose()
+    held.runner.release()
+    assert c.take() == b"", "nothing is written to a closed connection"
+    # The write was not taken back: a new connection can read the message.
+    c2 = held.connect(smss(held))
+    c2.send(cc.encode_sub(b"order", 0, batch=5, who=b"g"))
+    (batch,) = events(c2.take(), cc.Expect.SUB)
+    assert [m.body for m in batch.messages] == [b"hello"]
+
+
+def subscribe(node, factory, who=b"g1", batch=1, ack_timeout_ns=None, event_id=0):
+    c = node.connect(factory)
+    c.send(cc.encode_sub(b"order", event_id, batch=batch, ack_timeout_ns=ack_timeout_ns,
+                         who=who))
+    return c
+
+
+def publish(node, factory, *bodies):
+    p = node.connect(factory)
+    for body in bodies:
+        p.send(cc.encode_pub(b"order", record(body)))
+    assert events(p.take()) == [OkResponse(None)] * len(bodies)
+    p.lose()
+
+
+def order_with(node, *bodies, **settings):
+    """The smss factory (with C{settings}), with topic "order" holding C{bodies}."""
+    f = smss(node, **settings)
+    node.connect(f).send(CREATE_ORDER)
+    if bodies:
+        publish(node, f, *bodies)
+    return f
+
+
+def test_batch_bytes_and_acks_one_at_a_time(node):
+    f = order_with(node, b"hello", b"b2")
+    c = subscribe(node, f, batch=1)
+    out = c.take()
+    assert out[:10] == bytes.fromhex("c8000100" "2d000000" "0000"), "count 1, body 45 (§15)"
+    assert out[10 + 32:] == record(b"hello")
+    ts, eid = struct.unpack_from("<qq", out, 10)
+    assert (ts, eid) == (int(node.clock.seconds() * 1000), 2), "eventId 1 is the CREATE"
+    c.send(cc.encode_ack(0)[:1])
+    assert c.take() == b""
+    c.send(cc.encode_ack(0)[1:])
+    (batch,) = events(c.take(), cc.Expect.SUB)
+    assert [m.body for m in batch.messages] == [b"b2"]
+
+
+def test_ack_timeout_closes_and_frees_the_name_and_the_batch(node):
+    f = order_with(node, b"hello")
+    c = subscribe(node, f, ack_timeout_ns=2_000_000_000)
+    assert isinstance(events(c.take(), cc.Expect.SUB)[0], Batch)
+    node.clock.advance(1.9)
+    assert c.connected
+    node.clock.advance(0.2)
+    assert not c.connected
+    # the claim went with the connection: the same group can subscribe again, and the
+    # un-acked message is sent again from where it resumes
+    c2 = subscribe(node, f)
+    (batch,) = events(c2.take(), cc.Expect.SUB)
+    assert [m.body for m in batch.messages] == [b"hello"]
+
+
+def test_connection_lost_with_an_unacked_batch_releases_the_claim(node):
+    f = order_with(node, b"hello")
+    c = subscribe(node, f)
+    assert c.take()
+    taken = subscribe(node, f)
+    assert events(taken.take()) == [ErrResponse("g1 regiester exist")]
+    c.lose()
+    assert node.pending_calls() == [], "the subscription's timers went with it"
+    c2 = subscribe(node, f)
+    (batch,) = events(c2.take(), cc.Expect.SUB)
+    assert [m.body for m in batch.messages] == [b"hello"]
+
+
+def test_alive_on_an_idle_stream_only_when_no_batch_waits(node):
+    f = order_with(node, alive_interval=5.0)
+    c = subscribe(node, f)
+    assert c.take() == b""
+    node.clock.advance(4.9)
+    assert c.take() == b""
+    node.clock.advance(0.1)
+    assert c.take() == ALIVE
+    node.clock.advance(5)
+    assert c.take() == ALIVE
+    publish(node, f, b"hello")
+    node.clock.advance(0)  # arrivals are read on the next turn
+    assert isinstance(events(c.take(), cc.Expect.SUB)[0], Batch)
+    node.clock.advance(2.9)  # ack timeout is 3 s: still waiting, and no ALIVE meanwhile
+    assert c.take() == b""
+    c.send(cc.encode_ack(0))
+    node.clock.advance(5)
+    assert c.take() == ALIVE
+
+
+def test_topic_deleted_while_subscribed_ends_the_stream_then_requests_work(node):
+    f = order_with(node)
+    c = subscribe(node, f)
+    d = node.connect(f)
+    d.send(cc.encode_delete(b"order"))
+    assert d.take() == OK
+    assert c.take() == SUBEND
+    c.send(ALIVE_REQ)
+    assert c.take() == ALIVE
+    assert c.connected
+
+
+def test_ack_and_end_returns_to_requests_with_pipelined_request(node):
+    f = order_with(node, b"hello")
+    c = subscribe(node, f)
+    assert c.take()
+    c.send(cc.encode_ack(1) + ALIVE_REQ)
+    assert c.take() == ALIVE
+    assert c.connected
+
+
+def test_replica_stream_blocks_alive_and_loss(node):
+    """REPLICA (fed bytewise) streams the log as §8.2 blocks, the PUB block laid out as
+    §15's example; an idle feed gets ALIVE; the loss of the slave ends the feed."""
+    f = order_with(node, b"hello")
+    r = node.connect(f)
+    r.send_bytewise(cc.encode_replica(0))
+    out = r.take()
+    (create, pub) = events(out, cc.Expect.REPLICA)
+    assert out.endswith(OK + struct.pack("<I", 59) + pub.raw), "B = 59, as in §15"
+    ms = b"%d" % (node.clock.seconds() * 1000)
+    line = ms + b"\t1\t2\t" + ms + b"\torder\t14\n"
+    assert create.raw.startswith(b"(\x00\x00\x00" + ms + b"\t2\t1\t")
+    assert pub.raw == struct.pack("<I", 41) + line + record(b"hello") + b"\n"
+    assert f.replica_feeds == 1
+    node.clock.advance(30)
+    assert r.take() == ALIVE
+    node.connect(f).send(cc.encode_pub(b"order", record(b"live")))
+    node.clock.advance(0)
+    (live,) = events(r.take(), cc.Expect.REPLICA)
+    assert live.raw.endswith(record(b"live") + b"\n")
+    r.lose()
+    assert f.replica_feeds == 0
+    assert node.pending_calls() == []
