@@ -35,20 +35,25 @@ class Refused(Exception):
 class Api:
     """A blocking client of the admin API."""
 
-    def __init__(self, url, timeout=10.0):
+    def __init__(self, url, timeout=10.0, token=""):
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.headers = {"Content-Type": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
 
     def call(self, method, path, body=None, **query):
         q = {k: v for k, v in query.items() if v is not None}
         url = self.url + path + ("?" + urllib.parse.urlencode(q) if q else "")
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(url, data=data, method=method, headers=self.headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 return json.loads(r.read())
         except urllib.error.HTTPError as e:
+            if e.code == 401:
+                raise Refused("unauthorized (HTTP 401): the admin door wants its token "
+                              "(admin.token): pass --token or set MQCTL_TOKEN") from None
             try:
                 text = json.loads(e.read()).get("error", e.reason)
             except ValueError:
@@ -199,6 +204,8 @@ def build_parser():
     p = argparse.ArgumentParser(prog="mqctl", description="Operate a running mqserver broker.")
     p.add_argument("--url", default=os.environ.get("MQCTL_URL", DEFAULT_URL),
                    help=f"admin API address (default {DEFAULT_URL}, or MQCTL_URL)")
+    p.add_argument("--token", default=os.environ.get("MQCTL_TOKEN", ""),
+                   help="the admin door's bearer token (admin.token), or MQCTL_TOKEN")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("topics", help="list topics").set_defaults(fn=cmd_topics)
@@ -236,7 +243,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    api = Api(args.url)
+    api = Api(args.url, token=args.token)
     try:
         data, text = args.fn(api, args)
     except NoBroker as e:

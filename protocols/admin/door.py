@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from twisted.web import resource, server
 
 from mqserver.errors import BrokerError, TopicExists, TopicNotFound
+from mqserver.security import BearerTokenResource
 
 from protocols.admin import messages
 
@@ -224,6 +225,8 @@ class AdminSite(server.Site):
 
 def make_factory(broker, config, reactor):
     """Return the admin API site of C{broker}."""
-    site = AdminSite(AdminResource(broker, config["admin.maxPeek"]))
+    root = AdminResource(broker, config["admin.maxPeek"])
+    token = config["admin.token"]
+    site = AdminSite(BearerTokenResource(root, token) if token else root)
     site.displayTracebacks = False
     return site

@@ -1,15 +1,18 @@
 """Optional tokens on the doors without authentication of their own (issue 16.4):
-msgout's HTTP API asks for a bearer token (refused from the request head, before any
-body is read) and the console for an AUTH line, on the real server."""
+msgout's HTTP API and the admin API ask for a bearer token (msgout refuses from the
+request head, before any body is read), mqctl sends it, and the console asks for an
+AUTH line, on the real server."""
 
 import json
 import socket
+import subprocess
+import sys
 
 import pytest
 
 from tests.support.msgout import LOOPBACK, Console
 from tests.support.nsq import http
-from tests.support.server import ServerProcess
+from tests.support.server import ROOT, ServerProcess
 
 TOKEN = "t0ken-for-tests"
 
@@ -17,8 +20,9 @@ TOKEN = "t0ken-for-tests"
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     s = ServerProcess(tmp_path_factory.mktemp("tokens") / "broker",
-                      listen={"msgout": LOOPBACK, "console": LOOPBACK},
-                      config={"msgout": {"token": TOKEN}, "console": {"token": TOKEN}}).start()
+                      listen={"msgout": LOOPBACK, "console": LOOPBACK, "admin": LOOPBACK},
+                      config={"msgout": {"token": TOKEN}, "console": {"token": TOKEN},
+                              "admin": {"token": TOKEN}}).start()
     try:
         yield s
     finally:
@@ -57,3 +61,22 @@ def test_console_wants_auth_first(srv):
     c.send(b"QUIT")
     assert c.line() == b"OK bye"
     c.close()
+
+
+def test_admin_api_and_mqctl_want_the_bearer_token(srv):
+    """The admin API refuses requests without admin.token; mqctl passes it with --token
+    (or MQCTL_TOKEN) and says the broker refused without it."""
+    port = srv.ports["AdminSite"]
+    assert http(port, "GET", "/topics")[0] == 401
+    assert http(port, "GET", "/topics", headers={"Authorization": "Bearer nope"})[0] == 401
+    assert http(port, "GET", "/topics", headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200
+
+    def mqctl(*args, env=None):
+        cmd = [sys.executable, "-m", "protocols.admin.ctl", "--url", f"http://127.0.0.1:{port}", *args]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                              env=dict({"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin"}, **(env or {})))
+
+    refused = mqctl("topics")
+    assert refused.returncode == 1 and "unauthorized (HTTP 401)" in refused.stderr
+    assert mqctl("--token", TOKEN, "topics").returncode == 0
+    assert mqctl("topics", env={"MQCTL_TOKEN": TOKEN}).returncode == 0
