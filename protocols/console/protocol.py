@@ -32,6 +32,11 @@ HELP = ("commands: HELP | STATS | TOPICS | INFO <t> | PUB <t> <text> | PEEK <t> 
         "NACK <receipt>... | QUIT")
 
 
+#: Replies waiting for a write (and what waits behind them) past which the connection
+#: stops reading until they drain: a client pipelining without reading is bounded.
+MAX_PENDING = 512
+
+
 class CommandError(Exception):
     """A bad command or argument: answered with C{ERR <text>}."""
 
@@ -136,6 +141,7 @@ class ConsoleProtocol(LineReceiver):
         #: holds the reply once it is ready (empty until then)
         self.answers = deque()
         self.closing = False  # QUIT or an over-long line: closes after the replies
+        self._reading_held = False  # MAX_PENDING reached: the transport is paused
         self.commands = {
             b"HELP": self.do_help, b"STATS": self.do_stats, b"TOPICS": self.do_topics,
             b"INFO": self.do_info, b"PUB": self.do_pub, b"PEEK": self.do_peek,
@@ -151,6 +157,7 @@ class ConsoleProtocol(LineReceiver):
 
     def connectionLost(self, reason):
         self.factory.connections.discard(self)
+        self.answers.clear()  # nobody to write them to
         self._stop_following()
         for c in self.consumers.values():
             c.close(fail_back=True)
@@ -240,6 +247,9 @@ class ConsoleProtocol(LineReceiver):
         """Hold the reply's place for Deferred C{d}, which fires with its line."""
         slot = []
         self.answers.append(slot)
+        if len(self.answers) > MAX_PENDING and not self._reading_held:
+            self._reading_held = True
+            self.transport.pauseProducing()
 
         def ready(line):
             slot.append(line + b"\r\n")
@@ -260,6 +270,9 @@ class ConsoleProtocol(LineReceiver):
             answers.popleft()
         if out:
             self.transport.writeSequence(out)
+        if self._reading_held and len(answers) <= MAX_PENDING // 2 and not self.closing:
+            self._reading_held = False
+            self.transport.resumeProducing()
         if answers:
             return
         if self.closing:

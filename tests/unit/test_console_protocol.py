@@ -138,3 +138,16 @@ def test_over_long_line_after_a_pending_pub_closes_after_its_reply(held):
     held.runner.release()
     assert c.take() == b"OK 2\r\nERR line longer than %d bytes\r\n" % held.factory.max_line
     assert not c.connected
+
+
+def test_a_client_pipelining_without_end_is_read_no_further_until_replies_drain(held):
+    from protocols.console.protocol import MAX_PENDING
+
+    declared(held, "q")
+    c = held.connect(held.factory)
+    c.send(b"PUB q m\r\n" * (MAX_PENDING + 1))
+    assert c.take() == b""
+    assert c.transport.producerState == "paused", "reading stops past MAX_PENDING"
+    held.runner.release()
+    assert c.take().count(b"\r\n") == MAX_PENDING + 1
+    assert c.transport.producerState == "producing"
