@@ -141,7 +141,9 @@ class ConsoleProtocol(LineReceiver):
         #: holds the reply once it is ready (empty until then)
         self.answers = deque()
         self.closing = False  # QUIT or an over-long line: closes after the replies
-        self._reading_held = False  # MAX_PENDING reached: the transport is paused
+        #: why the transport is not read: "output" (its write buffer is full),
+        #: "pending" (MAX_PENDING replies wait), "closing"
+        self._holds = set()
         self.commands = {
             b"HELP": self.do_help, b"STATS": self.do_stats, b"TOPICS": self.do_topics,
             b"INFO": self.do_info, b"PUB": self.do_pub, b"PEEK": self.do_peek,
@@ -164,18 +166,36 @@ class ConsoleProtocol(LineReceiver):
         self.consumers.clear()
 
     def pauseProducing(self):
+        # The client does not read: run no more commands (LineReceiver parses no lines
+        # while paused) and read no more, so nothing piles up on either side.
         self.paused = True
+        self._hold("output")
         for c in self.consumers.values():
             c.window_saved, c.window = c.window, 0
 
     def resumeProducing(self):
         self.paused = False
+        self._release("output")
         for c in self.consumers.values():
             if hasattr(c, "window_saved"):
                 c.window = c.window_saved
                 del c.window_saved
             c.channel.schedule_pump()
         self._kick_followers()
+        self.dataReceived(b"")  # the lines that came while paused
+
+    def _hold(self, why):
+        """Stop reading the connection for reason C{why}."""
+        if not self._holds:
+            self.transport.pauseProducing()
+        self._holds.add(why)
+
+    def _release(self, why):
+        """Read again once no reason holds it."""
+        if why in self._holds:
+            self._holds.discard(why)
+            if not self._holds:
+                self.transport.resumeProducing()
 
     def _kick_followers(self):
         for f in self.followers + ([self.tail] if self.tail else []):
@@ -193,7 +213,7 @@ class ConsoleProtocol(LineReceiver):
         """Close once every reply before this point is written; read nothing more."""
         self.closing = True
         if self.answers:
-            self.transport.pauseProducing()
+            self._hold("closing")
         else:
             self.transport.loseConnection()
 
@@ -247,9 +267,8 @@ class ConsoleProtocol(LineReceiver):
         """Hold the reply's place for Deferred C{d}, which fires with its line."""
         slot = []
         self.answers.append(slot)
-        if len(self.answers) > MAX_PENDING and not self._reading_held:
-            self._reading_held = True
-            self.transport.pauseProducing()
+        if len(self.answers) > MAX_PENDING:
+            self._hold("pending")
 
         def ready(line):
             slot.append(line + b"\r\n")
@@ -270,9 +289,8 @@ class ConsoleProtocol(LineReceiver):
             answers.popleft()
         if out:
             self.transport.writeSequence(out)
-        if self._reading_held and len(answers) <= MAX_PENDING // 2 and not self.closing:
-            self._reading_held = False
-            self.transport.resumeProducing()
+        if len(answers) <= MAX_PENDING // 2:
+            self._release("pending")
         if answers:
             return
         if self.closing:

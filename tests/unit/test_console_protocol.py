@@ -151,3 +151,16 @@ def test_a_client_pipelining_without_end_is_read_no_further_until_replies_drain(
     held.runner.release()
     assert c.take().count(b"\r\n") == MAX_PENDING + 1
     assert c.transport.producerState == "producing"
+
+
+def test_a_client_that_does_not_read_is_not_read_and_is_answered_on_resume(node):
+    c = node.connect(node.factory)
+    c.protocol.pauseProducing()  # what the transport does when its write buffer is full
+    assert c.transport.producerState == "paused", "no reading while it cannot write"
+    c.send(b"STATS\r\nHELP\r\n")
+    assert c.take() == b""
+    c.protocol.resumeProducing()
+    assert c.transport.producerState == "producing"
+    lines = c.take().split(b"\r\n")
+    assert lines[0].startswith(b"OK topics=") and lines[1].startswith(b"OK commands:")
+    assert lines[2:] == [b""] and c.connected
