@@ -44,6 +44,9 @@ class ChannelRegistry:
         self._scan_call = None
         self._restored = []
         self._started = False
+        #: set by L{stop}: no channel arms a timer after it (connections close after the
+        #: services stop, and their fail-backs must not run against a stopped broker)
+        self.stopped = False
 
     # -- checkpoint ----------------------------------------------------------------------
 
@@ -97,10 +100,14 @@ class ChannelRegistry:
             self.store.mark_dirty()
 
     def stop(self):
-        """Cancel the scan timer."""
+        """Cancel the scan timer and every channel's pending pump; arm nothing after."""
+        self.stopped = True
         if self._scan_call is not None and self._scan_call.active():
             self._scan_call.cancel()
         self._scan_call = None
+        for by_name in self.channels.values():
+            for ch in by_name.values():
+                ch.cancel_pump()
 
     # -- lookup --------------------------------------------------------------------------
 
@@ -225,7 +232,7 @@ class ChannelRegistry:
     def arm(self, ch):
         """Watch C{ch}'s in-flight and deferred messages until it has none."""
         self._active.add(ch)
-        if self._scan_call is None:
+        if self._scan_call is None and not self.stopped:
             self._scan_call = self.reactor.callLater(SCAN_INTERVAL, self._scan)
 
     def _scan(self):

@@ -196,14 +196,24 @@ class Channel:
 
     def schedule_pump(self):
         """Deliver soon (coalesces many triggers in one reactor turn into one pass)."""
-        if self._pump_call is None and not self.deleted:
+        if self._pump_call is None and not self.deleted and not self.registry.stopped:
             self._pump_call = self.reactor.callLater(0, self.pump)
+
+    def cancel_pump(self):
+        """Cancel the pump L{schedule_pump} armed, if any."""
+        if self._pump_call is not None and self._pump_call.active():
+            self._pump_call.cancel()
+        self._pump_call = None
 
     def pump(self):
         """Give ready consumers as many messages as their free RDY slots allow, in
         round-robin chunks of L{SHARE_CHUNK} when several are ready (so they share)."""
-        self._pump_call = None
-        if self.paused or self.deleted or self.topic in self.registry.paused_topics:
+        if self._pump_call is not None:
+            # called directly (a FETCH) with one armed: this pass does its work, and a
+            # call left armed but unreferenced could not be cancelled at stop
+            self.cancel_pump()
+        if (self.paused or self.deleted or self.registry.stopped
+                or self.topic in self.registry.paused_topics):
             return
         ready = [c for c in self.consumers if c.can_receive and c.rdy > c.in_flight]
         if not ready:
@@ -393,7 +403,5 @@ class Channel:
     def close(self):
         """Stop for good (deleted): consumers are the caller's business."""
         self.deleted = True
-        if self._pump_call is not None and self._pump_call.active():
-            self._pump_call.cancel()
-        self._pump_call = None
+        self.cancel_pump()
         self.registry.broker.close_cursor(self.cursor)

@@ -4,11 +4,17 @@ Every reply starts with C{OK} or C{ERR <reason>}. A message is
 C{MSG <queue> <id> <receipt> <attempts> <bytes>} followed by its body and CRLF (the byte
 count tells where the body ends; C{-} stands for no receipt). Lines end with LF or CRLF.
 
+Replies carry no tag, so they go out in the order of the commands even when one waits
+(a PUB to a persistent queue is answered after its fsync): what is written while a reply
+is pending waits behind it. Pushed messages (SUB, TAIL) go out between replies, never
+inside one.
+
 What this connection holds un-acked (FETCH and SUB) goes back to its queue at once when
 the connection drops; receipts can be acked from any connection (or over HTTP).
 """
 
 import shlex
+from collections import deque
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
@@ -16,7 +22,7 @@ from twisted.protocols.basic import LineReceiver
 from zope.interface import implementer
 
 from mqserver.broker.queue_consumer import cursor_deliveries
-from mqserver.errors import BrokerError
+from mqserver.errors import BrokerError, TopicNotFound
 from mqserver.security import LineTokenGate
 from mqserver.store.store import Message
 
@@ -24,6 +30,11 @@ HELP = ("commands: HELP | STATS | TOPICS | INFO <t> | PUB <t> <text> | PEEK <t> 
         "TAIL <t> | FETCH <q> [n] [FROM earliest|latest|<id>] [ID <sub_id>] | "
         "SUB <q>... [FROM latest|earliest|<id>] [ID <sub_id>] | ACK <receipt>... | "
         "NACK <receipt>... | QUIT")
+
+
+#: Replies waiting for a write (and what waits behind them) past which the connection
+#: stops reading until they drain: a client pipelining without reading is bounded.
+MAX_PENDING = 512
 
 
 class CommandError(Exception):
@@ -82,8 +93,8 @@ class _Follower:
 
     def _run(self):
         self._call = None
-        if self.proto.paused or self.cursor is None:
-            return
+        if self.proto.paused or self.proto.answers or self.cursor is None:
+            return  # kicked again when the transport or the pending replies let it
         ds = cursor_deliveries(self.name, self.cursor, self.CHUNK)
         for d in ds:
             self.proto.send_message(d)
@@ -126,6 +137,13 @@ class ConsoleProtocol(LineReceiver):
         self.followers = []
         self.tail = None
         self.paused = False
+        #: output waiting behind a reply not ready yet, in order: bytes, or a list that
+        #: holds the reply once it is ready (empty until then)
+        self.answers = deque()
+        self.closing = False  # QUIT or an over-long line: closes after the replies
+        #: why the transport is not read: "output" (its write buffer is full),
+        #: "pending" (MAX_PENDING replies wait), "closing"
+        self._holds = set()
         self.commands = {
             b"HELP": self.do_help, b"STATS": self.do_stats, b"TOPICS": self.do_topics,
             b"INFO": self.do_info, b"PUB": self.do_pub, b"PEEK": self.do_peek,
@@ -141,23 +159,45 @@ class ConsoleProtocol(LineReceiver):
 
     def connectionLost(self, reason):
         self.factory.connections.discard(self)
+        self.answers.clear()  # nobody to write them to
         self._stop_following()
         for c in self.consumers.values():
             c.close(fail_back=True)
         self.consumers.clear()
 
     def pauseProducing(self):
+        # The client does not read: run no more commands (LineReceiver parses no lines
+        # while paused) and read no more, so nothing piles up on either side.
         self.paused = True
+        self._hold("output")
         for c in self.consumers.values():
             c.window_saved, c.window = c.window, 0
 
     def resumeProducing(self):
         self.paused = False
+        self._release("output")
         for c in self.consumers.values():
             if hasattr(c, "window_saved"):
                 c.window = c.window_saved
                 del c.window_saved
             c.channel.schedule_pump()
+        self._kick_followers()
+        self.dataReceived(b"")  # the lines that came while paused
+
+    def _hold(self, why):
+        """Stop reading the connection for reason C{why}."""
+        if not self._holds:
+            self.transport.pauseProducing()
+        self._holds.add(why)
+
+    def _release(self, why):
+        """Read again once no reason holds it."""
+        if why in self._holds:
+            self._holds.discard(why)
+            if not self._holds:
+                self.transport.resumeProducing()
+
+    def _kick_followers(self):
         for f in self.followers + ([self.tail] if self.tail else []):
             f.kick()
 
@@ -165,12 +205,23 @@ class ConsoleProtocol(LineReceiver):
         pass
 
     def lineLengthExceeded(self, line):
-        self.transport.write(b"ERR line longer than %d bytes\r\n" % self.MAX_LENGTH)
-        self.transport.loseConnection()
+        if not self.closing:
+            self.sendLine(b"ERR line longer than %d bytes" % self.MAX_LENGTH)
+            self._close_when_answered()
+
+    def _close_when_answered(self):
+        """Close once every reply before this point is written; read nothing more."""
+        self.closing = True
+        if self.answers:
+            self._hold("closing")
+        else:
+            self.transport.loseConnection()
 
     # -- dispatch (the one place every command goes through) ------------------------------
 
     def lineReceived(self, line):
+        if self.closing:
+            return
         if line.endswith(b"\r"):
             line = line[:-1]
         if self.tail is not None:  # any input ends a TAIL
@@ -200,10 +251,60 @@ class ConsoleProtocol(LineReceiver):
         except CommandError as e:
             self._err(str(e))
         except BrokerError as e:
-            self._err(str(e) or type(e).__name__)
+            self.sendLine(self._error_line(e))
+
+    def write(self, data):
+        """Send C{data} now, or behind the replies still pending."""
+        if self.answers:
+            self.answers.append(data)
+        else:
+            self.transport.write(data)
 
     def sendLine(self, line):
-        self.transport.write(line + b"\r\n")
+        self.write(line + b"\r\n")
+
+    def _later(self, d):
+        """Hold the reply's place for Deferred C{d}, which fires with its line."""
+        slot = []
+        self.answers.append(slot)
+        if len(self.answers) > MAX_PENDING:
+            self._hold("pending")
+
+        def ready(line):
+            slot.append(line + b"\r\n")
+            self._flush()
+
+        d.addErrback(self._failed).addCallback(ready)
+
+    def _flush(self):
+        """Write the pending output up to the first reply not ready yet."""
+        answers, out = self.answers, []
+        while answers:
+            head = answers[0]
+            if type(head) is list:
+                if not head:
+                    break
+                head = head[0]
+            out.append(head)
+            answers.popleft()
+        if out:
+            self.transport.writeSequence(out)
+        if len(answers) <= MAX_PENDING // 2:
+            self._release("pending")
+        if answers:
+            return
+        if self.closing:
+            self.transport.loseConnection()
+        else:
+            self._kick_followers()
+
+    @staticmethod
+    def _error_line(e):
+        if isinstance(e, TopicNotFound):
+            text = "unknown queue " + str(e)
+        else:
+            text = str(e) or type(e).__name__
+        return b"ERR " + text.replace("\n", " ").encode("utf-8", "replace")
 
     def _err(self, text):
         self.sendLine(b"ERR " + text.replace("\n", " ").encode("utf-8", "replace"))
@@ -212,11 +313,11 @@ class ConsoleProtocol(LineReceiver):
         self.sendLine(b"OK " + text.encode("utf-8", "replace") if text else b"OK")
 
     def _failed(self, f):
+        """The ERR line of a failed Deferred command."""
         if f.check(BrokerError):
-            self._err(str(f.value) or f.type.__name__)
-        else:
-            self.log.failure("console command failed", f)
-            self._err("internal error")
+            return self._error_line(f.value)
+        self.log.failure("console command failed", f)
+        return b"ERR internal error"
 
     @staticmethod
     def _args(rest):
@@ -229,7 +330,10 @@ class ConsoleProtocol(LineReceiver):
         """Write one message: the MSG line, then the body and CRLF."""
         head = "MSG %s %d %s %d %d\r\n" % (d.queue, d.id, d.receipt or "-", d.attempts,
                                            len(d.body))
-        self.transport.writeSequence((head.encode("utf-8"), d.body, b"\r\n"))
+        if self.answers:  # one entry: nothing can land inside the frame
+            self.answers.append(b"".join((head.encode("utf-8"), d.body, b"\r\n")))
+        else:
+            self.transport.writeSequence((head.encode("utf-8"), d.body, b"\r\n"))
 
     # -- commands ------------------------------------------------------------------------
 
@@ -272,7 +376,7 @@ class ConsoleProtocol(LineReceiver):
             raise CommandError("usage: PUB <topic> <text>")
         d = self.queues.publish(name.decode("utf-8", "replace"),
                                 [Message(text, born_ts=self.broker.now_ms())])
-        d.addCallbacks(lambda ids: self._ok(str(ids[0])), self._failed)
+        self._later(d.addCallback(lambda ids: b"OK %d" % ids[0]))
 
     def do_peek(self, rest):
         args = self._args(rest)
@@ -374,7 +478,7 @@ class ConsoleProtocol(LineReceiver):
 
     def do_quit(self, rest):
         self._ok("bye")
-        self.transport.loseConnection()
+        self._close_when_answered()
 
     def _stop_following(self):
         for f in self.followers:

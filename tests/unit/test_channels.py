@@ -192,3 +192,46 @@ def test_failed_fin_leaves_timeouts_in_order(tmp_path):
     clock.advance(5.1)
     clock.advance(0)
     assert [(eid, attempts) for eid, attempts, _ in other.take()] == [(b[0], 2), (c[0], 2)]
+
+
+def test_stop_leaves_no_channel_timer_and_later_fail_backs_arm_none(tmp_path):
+    from twisted.internet.testing import MemoryReactorClock
+
+    clock = MemoryReactorClock()
+    store, broker = open_broker(tmp_path, clock)
+    publish(broker, "t", [b"a", b"b", b"c"])
+    ch = broker.channels.create_channel("t", "c")
+    c = Consumer(rdy=3)
+    ch.add_consumer(c)
+    clock.advance(0)
+    a, b, third = c.take()
+    assert ch.requeue(a[0], c, 0) is None  # a fail-back: its pump is armed
+    assert clock.getDelayedCalls()
+    broker.stop()
+    assert clock.getDelayedCalls() == [], "stop cancels the channel's pump and the scan"
+    # a connection closing after the services stopped fails back what it held
+    assert ch.requeue(b[0], c, 0) is None
+    assert ch.requeue(third[0], c, 500) is None  # a delayed one: no scan timer either
+    ch.schedule_pump()
+    broker.channels.data_available("t", 0)
+    assert clock.getDelayedCalls() == []
+    ch.pump()
+    assert c.take() == [], "a pump after stop delivers nothing"
+    store.close()
+
+
+def test_a_direct_pump_takes_over_the_armed_one(tmp_path):
+    from twisted.internet.testing import MemoryReactorClock
+
+    clock = MemoryReactorClock()
+    store, broker = open_broker(tmp_path, clock)
+    publish(broker, "t", [b"a"])
+    ch = broker.channels.create_channel("t", "c")
+    c = Consumer()
+    ch.add_consumer(c)  # arms a pump
+    ch.pump()  # as a FETCH does
+    assert [m[2] for m in c.take()] == [b"a"]
+    pumps = [d for d in clock.getDelayedCalls() if d.func == ch.pump]
+    assert pumps == [], "no pump left armed where stop cannot reach it"
+    broker.stop()
+    store.close()

@@ -51,9 +51,9 @@ def test_help_unknown_and_bad_arguments_keep_the_connection(tmp_path):
     assert c.send(b"HELP").startswith(b"OK commands:")
     assert c.send(b"FROB x").startswith(b"ERR unknown command FROB")
     assert c.send(b"INFO").startswith(b"ERR usage")
-    assert c.send(b"INFO nope").startswith(b"ERR")
+    assert c.send(b"INFO nope") == b"ERR unknown queue nope\r\n"
     assert c.send(b"PEEK nope 0").startswith(b"ERR")
-    assert c.send(b"PUB nope hi").startswith(b"ERR")
+    assert c.send(b"PUB nope hi") == b"ERR unknown queue nope\r\n"
     assert c.send(b"ACK 1.2.3").startswith(b"ERR 1 of 1 not in flight")
     assert c.send(b"SUB q FROM").startswith(b"ERR")
     assert c.send(b"stats").startswith(b"OK topics=0")

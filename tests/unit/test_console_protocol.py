@@ -77,8 +77,6 @@ def test_sub_window_goes_back_when_the_connection_is_lost(node):
     lines, msgs = messages(d.take())
     assert lines == [b"OK 3"]
     assert [(m[2], m[1]) for m in msgs] == [(b"a", 2), (b"b", 2), (b"c", 2)]
-    d.lose()
-    node.clock.advance(0)  # the pumps the fail-backs scheduled
 
 
 def test_unacked_fetch_comes_back_after_the_ack_timeout(node):
@@ -93,5 +91,76 @@ def test_unacked_fetch_comes_back_after_the_ack_timeout(node):
     node.clock.advance(0.2)
     c.send(b"FETCH q\r\n")
     assert [(m[2], m[1]) for m in messages(c.take())[1]] == [(b"a", 2)]
-    c.lose()
-    node.clock.advance(0)  # the pump the fail-back scheduled
+
+
+def declared(held, name, **attrs):
+    """Declare on the held node (the declaration's write waits for its fsync too)."""
+    d = held.broker.queues.declare(name, attrs)
+    held.runner.release()
+    return result_of(d)
+
+
+def test_replies_keep_the_command_order_while_a_pub_waits_for_its_fsync(held):
+    declared(held, "q", persistent=True)
+    c = held.connect(held.factory)
+    c.send(b"PUB q a\r\nSTATS\r\nPUB nope x\r\nTOPICS\r\nQUIT\r\nHELP\r\n")
+    assert c.take() == b"", "nothing may overtake the PUB's reply"
+    assert c.connected, "QUIT waits for the replies before it"
+    held.runner.release()
+    lines = c.take().split(b"\r\n")
+    assert lines[0] == b"OK 2"
+    assert lines[1].startswith(b"OK topics=1 ")
+    assert lines[2:] == [b"ERR unknown queue nope", b"OK 1", b"q queue", b"OK bye", b""]
+    assert not c.connected
+
+
+def test_pushed_messages_go_between_replies_never_before_a_pending_one(held):
+    declared(held, "q")
+    d = held.broker.queues.publish("q", [b"old"])
+    held.runner.release()
+    result_of(d)
+    c = held.connect(held.factory)
+    c.send(b"SUB q\r\nPUB q new\r\nTOPICS\r\n")
+    held.clock.advance(0)  # the SUB's pump: "old" waits behind the PUB's reply
+    assert c.take() == b"OK subscribed q\r\n"
+    held.runner.release()
+    held.clock.advance(0)  # the pump of the arrival
+    lines, msgs = messages(c.take())
+    assert lines == [b"OK 3", b"OK 1", b"q queue"]
+    assert [m[2] for m in msgs] == [b"old", b"new"]
+
+
+def test_over_long_line_after_a_pending_pub_closes_after_its_reply(held):
+    declared(held, "q")
+    c = held.connect(held.factory)
+    c.send(b"PUB q a\r\n" + b"x" * (held.factory.max_line + 10))
+    assert c.take() == b"" and c.connected
+    held.runner.release()
+    assert c.take() == b"OK 2\r\nERR line longer than %d bytes\r\n" % held.factory.max_line
+    assert not c.connected
+
+
+def test_a_client_pipelining_without_end_is_read_no_further_until_replies_drain(held):
+    from protocols.console.protocol import MAX_PENDING
+
+    declared(held, "q")
+    c = held.connect(held.factory)
+    c.send(b"PUB q m\r\n" * (MAX_PENDING + 1))
+    assert c.take() == b""
+    assert c.transport.producerState == "paused", "reading stops past MAX_PENDING"
+    held.runner.release()
+    assert c.take().count(b"\r\n") == MAX_PENDING + 1
+    assert c.transport.producerState == "producing"
+
+
+def test_a_client_that_does_not_read_is_not_read_and_is_answered_on_resume(node):
+    c = node.connect(node.factory)
+    c.protocol.pauseProducing()  # what the transport does when its write buffer is full
+    assert c.transport.producerState == "paused", "no reading while it cannot write"
+    c.send(b"STATS\r\nHELP\r\n")
+    assert c.take() == b""
+    c.protocol.resumeProducing()
+    assert c.transport.producerState == "producing"
+    lines = c.take().split(b"\r\n")
+    assert lines[0].startswith(b"OK topics=") and lines[1].startswith(b"OK commands:")
+    assert lines[2:] == [b""] and c.connected
