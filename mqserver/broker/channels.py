@@ -128,6 +128,9 @@ class Channel:
         self.cursor = TopicCursor(self.store, topic, positions)
         self.floor = dict(positions)
         self.done = {q: set(done.get(q, ())) if done else set() for q in positions}
+        # A damaged record the cursor passes over is never delivered: it counts as
+        # finished, so the floor moves past it.
+        self.cursor.on_skip = lambda qid, qoff: _finished(self.floor, self.done, qid, qoff)
         # eventId -> entry, in deadline order while every consumer has the same timeout
         self.in_flight = {}
         self._timeouts = set()  # distinct msg_timeouts of the consumers seen
@@ -247,7 +250,11 @@ class Channel:
         requeued = self.requeued
         while requeued and len(out) < n:
             e = requeued.popleft()
-            view = self.store.read_record(e[LOFF], e[SIZE])
+            view = self.store.read_sound_record(e[LOFF], e[SIZE])
+            if view is None:  # damaged since it was first read: reported, passed over
+                in_flight.pop(e[EID], None)
+                _finished(self.floor, self.done, e[QID], e[QOFF])
+                continue
             e[ATTEMPTS] += 1
             e[DEADLINE] = deadline
             e[OWNER] = owner

@@ -23,7 +23,12 @@ class TopicCursor:
     """A read position in one topic.
 
     @ivar positions: queue id -> next consume-queue offset to read.
+    @ivar on_skip: None, or C{on_skip(queue id, queue offset)} called for each damaged
+        record the cursor passes over (a reader that tracks what it finished, such as an
+        NSQ channel, counts them as done). It may be called more than once for one.
     """
+
+    on_skip = None
 
     def __init__(self, store, topic, positions):
         self._store = store
@@ -64,6 +69,8 @@ class TopicCursor:
         return cls(store, topic, {q: store.queue(topic, q).max_offset for q in queue_ids})
 
     def _read_queue(self, qid, max_count):
+        # (buffer, locs, entries read): damaged records are not in locs (the store left
+        # them out), so a reader moves on by the entries it read, not the records.
         store = self._store
         pos = self.positions[qid]
         q = store.queue(self.topic, qid)
@@ -71,7 +78,7 @@ class TopicCursor:
             pos = self.positions[qid] = q.min_offset
         entries = store.read_entries(self.topic, qid, pos, max_count)
         if not entries:
-            return None, []
+            return None, [], 0
         log_min = store.commitlog.min_offset
         skipped = 0
         # Entries whose records retention removed are skipped, not delivered.
@@ -81,25 +88,49 @@ class TopicCursor:
             self.positions[qid] += skipped
             entries = entries[skipped * 20 :]
             if not entries:
-                return None, []
+                return None, [], 0
         buf, locs = store.read_records(entries)
-        return buf, locs
+        n = len(entries) // fmt.CQ_ENTRY_SIZE
+        if len(locs) < n and self.on_skip is not None:
+            self._skipped(qid, self.positions[qid], n, buf, locs)
+        return buf, locs, n
+
+    def _skipped(self, qid, pos, n, buf, locs):
+        # The queue offsets among pos..pos+n-1 that the store left out (damaged).
+        kept = {fmt.I64.unpack_from(buf, p + fmt.OFF_QUEUE_OFFSET)[0] for p, _ in locs}
+        for qoff in range(pos, pos + n):
+            if qoff not in kept:
+                self.on_skip(qid, qoff)
 
     def _read_merged(self, max_count):
         """Up to C{max_count} records of several queues as C{(buffer, pos, size)}, merged
         in eventId order; moves past them."""
         merged = []
-        for qid in self.positions:
-            buf, locs = self._read_queue(qid, max_count)
-            for p, s in locs:
-                eid = fmt.I64.unpack_from(buf, p + fmt.OFF_EVENT_ID)[0]
-                merged.append((eid, qid, buf, p, s))
+        passed = True
+        while passed and not merged:
+            passed = self._read_each(max_count, merged)
         merged.sort(key=lambda r: r[0])
         out = []
         for eid, qid, buf, p, s in merged[:max_count]:
-            self.positions[qid] += 1
+            # The record's own queue offset, not a count: a damaged record left out
+            # before it is passed over too.
+            self.positions[qid] = fmt.I64.unpack_from(buf, p + fmt.OFF_QUEUE_OFFSET)[0] + 1
             out.append((buf, p, s))
         return out
+
+    def _read_each(self, max_count, merged):
+        # Reads every queue into merged; returns True when a queue read only damaged
+        # records (it moved past them, so the caller reads again).
+        passed = False
+        for qid in self.positions:
+            buf, locs, n = self._read_queue(qid, max_count)
+            if n and not locs:
+                self.positions[qid] += n
+                passed = True
+            for p, s in locs:
+                eid, = fmt.I64.unpack_from(buf, p + fmt.OFF_EVENT_ID)
+                merged.append((eid, qid, buf, p, s))
+        return passed
 
     def read_span(self, max_count):
         """Return up to C{max_count} records in eventId order as C{(buffer, [(pos, size),
@@ -107,9 +138,12 @@ class TopicCursor:
         per-record tuples), several queues' merged into one buffer."""
         if len(self.positions) == 1:
             (qid,) = self.positions
-            buf, locs = self._read_queue(qid, max_count)
-            self.positions[qid] += len(locs)
-            return buf, locs
+            while True:
+                buf, locs, n = self._read_queue(qid, max_count)
+                self.positions[qid] += n
+                if locs or not n:
+                    return buf, locs
+                # only damaged records: read on past them
         records = self._read_merged(max_count)
         if not records:
             return None, []

@@ -46,27 +46,18 @@ class LogReader:
         if not starts or event_id < starts[0][1]:
             raise EventNotFound(below=True)
         seg = max(s for s, e in starts if e <= event_id)
-        pos = seg
-        seg_end = seg + log.segment_size
-        while pos < min(seg_end, log.end):
-            data = log.read(pos, min(_CHUNK, seg_end - pos))
-            p = 0
-            while p + fmt.HEADER_SIZE <= len(data):
-                size, magic = fmt.BLANK.unpack_from(data, p)
-                if magic not in (fmt.MESSAGE_MAGIC, fmt.ADMIN_MAGIC) or size <= 0:
-                    raise EventNotFound(below=False)
-                if p + size > len(data) and p > 0:
-                    break
-                eid = fmt.I64.unpack_from(data, p + fmt.OFF_EVENT_ID)[0]
-                if eid == event_id:
-                    return cls(store, pos + p + size)
-                if eid > event_id:
-                    raise EventNotFound(below=False)
-                p += size
-            if p == 0:
+        reader = cls(store, seg)
+        while True:
+            views = reader.read()
+            if not views:
                 raise EventNotFound(below=False)
-            pos += p
-        raise EventNotFound(below=False)
+            for view in views:
+                if view.event_id == event_id:
+                    return cls(store, view.offset + view.size)
+                if view.event_id > event_id:
+                    # event_id is not in the log (a damaged record skipped, or a gap the
+                    # master had): resume with the next record there is.
+                    return cls(store, view.offset)
 
     def read(self, max_bytes=_CHUNK):
         """Return the next readable records as L{fmt.RecordView}s (at least one if any is
@@ -92,13 +83,56 @@ class LogReader:
             elif self.offset + len(data) >= seg + log.segment_size or not data:
                 self.offset = seg + log.segment_size
                 continue
-            views = []
-            try:
-                for off, view in fmt.scan_buffer(memoryview(data), self.offset, check_crc=False):
-                    views.append(view)
-            except fmt.ScanError:
-                pass  # the chunk ends inside a record: the next read starts there
+            views, skip_to = self._scan(data, end, seg)
             if views:
                 last = views[-1]
                 self.offset = last.offset + last.size
+            if skip_to is not None and skip_to > self.offset:
+                self.offset = skip_to
+                if not views:
+                    continue
             return views
+
+    def _scan(self, data, end, seg):
+        # The sound records of data (starting at self.offset) and, when damaged records
+        # were stepped over, the offset after the last of them (None otherwise). A
+        # damaged record is never returned: it is reported, and the feed goes on with
+        # the next sound one (the slave sees the eventId gap).
+        store = self._store
+        views = []
+        skip_to = None
+        lost = []  # framing damage with no sound record after it in data
+
+        def damaged(offset, detail, view):
+            nonlocal skip_to
+            store.report_damage(offset, detail, None if view is None else view.event_id)
+            if view is not None:
+                skip_to = max(skip_to or 0, offset + view.size)
+            else:
+                lost.append(offset)
+
+        try:
+            for _, view in fmt.scan_buffer(memoryview(data), self.offset, on_damage=damaged):
+                views.append(view)
+        except fmt.ScanError:
+            pass  # the chunk ends inside a record: the next read starts there
+        if lost and (not views or views[-1].offset < lost[-1]):
+            skip_to = self._next_sound(lost[-1], end, seg)
+        return views, skip_to
+
+    def _next_sound(self, offset, end, seg):
+        # The first sound record header after the damaged framing at offset, searched to
+        # the end of what is readable in its segment; past that, where the next record
+        # will be written (the end of what is readable) or the next segment.
+        log = self._store.commitlog
+        stop = min(end, seg + log.segment_size)
+        pos = offset
+        while pos < stop:
+            data = log.read(pos, min(_CHUNK + fmt.HEADER_SIZE, stop - pos))
+            found = fmt.next_record(data, 0, pos)
+            if found is not None:
+                return pos + found
+            pos += max(1, len(data) - fmt.HEADER_SIZE)
+            if len(data) < fmt.HEADER_SIZE + 1:
+                break
+        return stop if stop < seg + log.segment_size else seg + log.segment_size

@@ -269,7 +269,65 @@ class ScanError(Exception):
         self.detail = detail
 
 
-def scan_buffer(buf, base_offset, pos=0, check_crc=True):
+MIN_RECORD_SIZE = HEADER_SIZE + 3
+_RECORD_MAGICS = (MESSAGE_MAGIC, ADMIN_MAGIC)
+_MAGIC_BYTES = (MESSAGE_MAGIC.to_bytes(4, "big"), ADMIN_MAGIC.to_bytes(4, "big"))
+
+
+def header_plausible(buf, pos, base_offset):
+    """Return True when C{buf[pos:]} starts with a record header that names its own
+    position (C{base_offset + pos}), has a known magic and a size that fits C{buf}: how a
+    reader finds the next record after a damaged one."""
+    if pos < 0 or len(buf) - pos < HEADER_SIZE:
+        return False
+    size, magic = BLANK.unpack_from(buf, pos)
+    if magic not in _RECORD_MAGICS or size < MIN_RECORD_SIZE or pos + size > len(buf):
+        return False
+    if I64.unpack_from(buf, pos + OFF_PHYSICAL_OFFSET)[0] != base_offset + pos:
+        return False
+    blen = I32.unpack_from(buf, pos + OFF_BODY_LEN)[0]
+    return 0 <= blen <= size - MIN_RECORD_SIZE
+
+
+def next_record(buf, pos, base_offset):
+    """Return the position of the first plausible record header after C{pos} in C{buf}
+    (see L{header_plausible}), or None. Used to step over a record whose framing is
+    damaged: its own size cannot be trusted, but every record names its offset."""
+    data = bytes(buf[pos:])
+    base = base_offset + pos
+    best = None
+    for magic in _MAGIC_BYTES:
+        p = data.find(magic, 5)
+        while p != -1:
+            if header_plausible(data, p - 4, base):
+                if best is None or p - 4 < best:
+                    best = p - 4
+                break
+            p = data.find(magic, p + 1)
+    return None if best is None else pos + best
+
+
+def record_damage(buf, pos, size):
+    """Return why the message record of C{size} bytes at C{buf[pos:]} cannot be served
+    (framing or body CRC), or None when it is sound. The check every read path makes."""
+    if size < MIN_RECORD_SIZE or pos < 0 or pos + size > len(buf):
+        return "no record at this entry"
+    total, magic, crc = _SIZE_MAGIC_CRC.unpack_from(buf, pos)
+    if total != size or magic != MESSAGE_MAGIC:
+        return f"bad framing (size {total}, magic {magic:#x})"
+    blen = I32.unpack_from(buf, pos + OFF_BODY_LEN)[0]
+    if blen < 0 or blen > size - MIN_RECORD_SIZE:
+        return f"bad body length {blen}"
+    b0 = pos + HEADER_SIZE
+    if zlib.crc32(memoryview(buf)[b0 : b0 + blen]) & 0x7FFFFFFF != crc:
+        return "body CRC mismatch"
+    return None
+
+
+_SIZE_MAGIC_CRC = struct.Struct(">iII")
+
+
+def scan_buffer(buf, base_offset, pos=0, check_crc=True, on_damage=None):
     """Walk records in C{buf} (one segment's bytes, or a part of it starting at a record).
 
     Yields C{(offset, RecordView)} for message and admin records. Stops cleanly at the end
@@ -277,9 +335,17 @@ def scan_buffer(buf, base_offset, pos=0, check_crc=True):
     was never written). Raises L{ScanError} for a torn last record or a corrupt one; the
     caller decides whether to truncate (torn tail) or report (corruption).
 
+    With C{on_damage}, a corrupt record does not end the walk: C{on_damage(offset, detail,
+    view)} is called (C{view} is the decoded record when only its body CRC is wrong, else
+    None) and the walk goes on after it (at the next plausible record header when its
+    framing is damaged). A torn record still raises.
+
     @param base_offset: the commit-log offset of C{buf[0]}.
     """
     end = len(buf)
+    if on_damage is not None:
+        yield from _scan_skipping(buf, base_offset, pos, on_damage)
+        return
     while pos < end:
         if end - pos < BLANK_SIZE:
             if not any(buf[pos:end]):
@@ -296,7 +362,10 @@ def scan_buffer(buf, base_offset, pos=0, check_crc=True):
             raise ScanError(base_offset + pos, "corrupt", f"bad size {size}")
         if pos + size > end:
             raise ScanError(base_offset + pos, "torn", f"size {size} runs past the end")
-        view = RecordView(buf, pos)
+        try:
+            view = RecordView(buf, pos)
+        except (UnicodeDecodeError, IndexError, struct.error):
+            raise ScanError(base_offset + pos, "corrupt", "unreadable topic") from None
         if record_size(len(view.body), len(view.topic.encode()), len(view.properties)) != size:
             raise ScanError(base_offset + pos, "corrupt", "inner lengths disagree with size")
         if view.offset != base_offset + pos:
@@ -305,6 +374,38 @@ def scan_buffer(buf, base_offset, pos=0, check_crc=True):
             raise ScanError(base_offset + pos, "corrupt", "body CRC mismatch")
         yield base_offset + pos, view
         pos += size
+
+
+def _scan_skipping(buf, base_offset, pos, on_damage):
+    end = len(buf)
+    while pos < end:
+        try:
+            for off, view in scan_buffer(buf, base_offset, pos):
+                pos = off - base_offset + view.size
+                yield off, view
+            return
+        except ScanError as e:
+            pos = e.offset - base_offset
+            if e.kind == "torn":
+                # A size field that runs past the end: the end of what was written, or
+                # a damaged size with sound records after it.
+                nxt = next_record(buf, pos, base_offset)
+                if nxt is None:
+                    raise
+                on_damage(e.offset, f"bad size ({e.detail})", None)
+                pos = nxt
+                continue
+            view = None
+            if e.detail == "body CRC mismatch":
+                view = RecordView(buf, pos)
+                on_damage(e.offset, e.detail, view)
+                pos += view.size
+                continue
+            on_damage(e.offset, e.detail, None)
+            nxt = next_record(buf, pos, base_offset)
+            if nxt is None:
+                return
+            pos = nxt
 
 
 # -- properties ------------------------------------------------------------------------

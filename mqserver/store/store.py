@@ -49,6 +49,7 @@ _perf_counter = time.perf_counter
 #: One write in this many (chosen by its first eventId) is timed for write_latency.
 _TIME_EVERY_MASK = 63
 _tag_hash_of = fmt.tag_hash_of
+_damage = fmt.record_damage
 
 
 @dataclass(slots=True)
@@ -171,6 +172,9 @@ class MessageStore:
         self._dirty = False
         self.last_checkpoint_offset = 0
         self._replayed_deletes = set()  # topics a DELETE record removed during replay
+        self._damaged = set()  # commit-log offsets of damaged records already reported
+        #: Damaged records found since start (recovery and reads; each counted once).
+        self.damaged_records = 0
         self.opened = False
         self.write_latency = Latency()
 
@@ -552,7 +556,53 @@ class MessageStore:
     def read_records(self, entries):
         """Return C{(buffer, [(pos, size), ...])} holding the records of packed C{entries}.
 
-        Records that sit close together in one segment are read with one pread."""
+        Records that sit close together in one segment are read with one pread. Every
+        record is checked (framing and body CRC) as it comes off the disk; a damaged one
+        is left out (reported once, see L{report_damage}), so C{locs} may be shorter than
+        C{entries}. Entries below the log start (retention) are left out too."""
+        buf, locs = self._read_spans(entries)
+        for i, (p, s) in enumerate(locs):
+            if _damage(buf, p, s) is not None:
+                return buf, self._drop_damaged(buf, locs, i, entries)
+        return buf, locs
+
+    def _drop_damaged(self, buf, locs, first_bad, entries):
+        # The rare path: the locs without the damaged records, each reported.
+        offsets = []
+        self._read_spans(entries, offsets)  # again, for the offsets of the locs
+        keep = locs[:first_bad]
+        for i in range(first_bad, len(locs)):
+            p, s = locs[i]
+            why = _damage(buf, p, s)
+            if why is None:
+                keep.append(locs[i])
+            else:
+                eid = None
+                if s >= fmt.HEADER_SIZE and 0 <= p and p + s <= len(buf):
+                    eid = fmt.I64.unpack_from(buf, p + fmt.OFF_EVENT_ID)[0]
+                self.report_damage(offsets[i], why, eid)
+        return keep
+
+    def report_damage(self, offset, detail, event_id=None):
+        """Log a damaged record (once per record) and count it in L{damaged_records}.
+        Returns True the first time C{offset} is reported."""
+        if offset in self._damaged:
+            return False
+        self._damaged.add(offset)
+        self.damaged_records += 1
+        log = self.commitlog
+        seg = fmt.segment_name(log.segment_start(offset)) if offset >= 0 else "?"
+        self.log.error(
+            "damaged record skipped: segment {segment} offset {offset} eventId {event_id}:"
+            " {detail}",
+            segment=seg, offset=offset, event_id="?" if event_id is None else event_id,
+            detail=detail,
+        )
+        return True
+
+    def _read_spans(self, entries, offsets=None):
+        # (buffer, locs) of the records of entries; offsets, when given, gets the
+        # commit-log offset of each loc.
         log = self.commitlog
         n = len(entries)
         if n >= 2 * fmt.CQ_ENTRY_SIZE:
@@ -569,6 +619,8 @@ class MessageStore:
                 # Entries of one queue are appended in log order, so first..last holds
                 # them all.
                 locs = [(off - first, size) for off, size, _ in fmt.CQ_ENTRY.iter_unpack(entries)]
+                if offsets is not None:
+                    offsets.extend(off for off, _, _ in fmt.CQ_ENTRY.iter_unpack(entries))
                 return log.read(first, span), locs
         parts, locs = [], []
         span_start = span_end = None
@@ -577,6 +629,8 @@ class MessageStore:
         for off, size, _ in fmt.CQ_ENTRY.iter_unpack(entries):
             if off < log.min_offset:
                 continue
+            if offsets is not None:
+                offsets.append(off)
             if (
                 span_start is not None
                 and off >= span_end
@@ -599,6 +653,17 @@ class MessageStore:
     def read_record(self, offset, size):
         """Return the decoded record at C{offset} as a L{fmt.RecordView}."""
         return fmt.RecordView(self.commitlog.read(offset, size))
+
+    def read_sound_record(self, offset, size):
+        """Return the message record at C{offset} as a L{fmt.RecordView}, or None when it
+        is damaged (reported as L{read_records} does)."""
+        buf = self.commitlog.read(offset, size)
+        why = _damage(buf, 0, size)
+        if why is None:
+            return fmt.RecordView(buf)
+        eid = fmt.I64.unpack_from(buf, fmt.OFF_EVENT_ID)[0] if len(buf) >= fmt.HEADER_SIZE else None
+        self.report_damage(offset, why, eid)
+        return None
 
     def event_id_at(self, offset):
         """Return the eventId of the record at commit-log C{offset}."""
@@ -687,13 +752,20 @@ class MessageStore:
 
     def _recover(self):
         log = self.commitlog
-        snap = read_json(self._meta_path)
-        if snap is not None and snap.get("version") != 1:
-            raise StoreError(f"unknown metadata version in {self._meta_path}")
+        snap = self._load_checkpoint()
         full = snap is None
         behind = []
         if snap is not None:
-            self.state.restore_state(snap.get("state", {}))
+            try:
+                self.state.restore_state(snap.get("state", {}))
+            except (ValueError, TypeError, KeyError, AttributeError) as e:
+                self.log.warn(
+                    "checkpoint {path} holds a state that cannot be loaded ({error}):"
+                    " rebuilding from the commit log", path=self._meta_path, error=e,
+                )
+                self.state.restore_state({})
+                snap, full = None, True
+        if snap is not None:
             for topic, qs in snap.get("queues", {}).items():
                 for qid, count in qs.items():
                     q = self.queue(topic, int(qid))
@@ -737,6 +809,30 @@ class MessageStore:
         self.last_checkpoint_offset = start
         self._dirty = True
 
+    def _load_checkpoint(self):
+        # The checkpoint, or None (a full rebuild from the log) when it is missing, or
+        # unreadable, not JSON or not shaped like a checkpoint: everything in it (topics,
+        # pending delays, queue lengths) is also in the log.
+        try:
+            snap = read_json(self._meta_path)
+        except (OSError, ValueError) as e:
+            self.log.warn(
+                "checkpoint {path} is unreadable ({error}): rebuilding from the commit log",
+                path=self._meta_path, error=e,
+            )
+            return None
+        if snap is None:
+            return None
+        if isinstance(snap, dict) and snap.get("version") not in (1, None):
+            raise StoreError(f"unknown metadata version in {self._meta_path}")
+        if not _checkpoint_shaped(snap):
+            self.log.warn(
+                "checkpoint {path} is not a valid checkpoint: rebuilding from the commit log",
+                path=self._meta_path,
+            )
+            return None
+        return snap
+
     def _restart_state(self, snap):
         # A full replay starts from the checkpoint's state, not from nothing: records that
         # retention already removed (the CREATE of an old topic) are only there. Replaying
@@ -745,31 +841,60 @@ class MessageStore:
         self.state.begin_full_replay()
 
     def _replay(self, start, full):
+        # Every replayed record is checked (framing and body CRC). A damaged one is
+        # reported and stepped over; damage with no sound record after it in the last
+        # segment is the torn tail, cut off. A torn record in an older segment ends that
+        # segment's replay.
         log = self.commitlog
         count = 0
+        damaged_before = self.damaged_records
         for seg in [s for s in log.segments if s >= log.segment_start(start)]:
             is_last = seg == log.segments[-1]
             pos = start - seg if seg <= start else 0
             buf = log.read_segment(seg, pos)
+            found = []  # (offset, detail, view) of damaged records in this segment
+            good_end = seg + pos
             try:
-                for offset, view in fmt.scan_buffer(memoryview(buf), seg + pos):
+                for offset, view in fmt.scan_buffer(
+                    memoryview(buf), seg + pos, on_damage=lambda *d: found.append(d)
+                ):
                     self._replay_record(view)
+                    good_end = offset + view.size
                     count += 1
             except fmt.ScanError as e:
-                if is_last:
+                found.append((e.offset, f"{e.kind} record: {e.detail}", None))
+            if is_last:
+                tail = [d for d in found if d[0] >= good_end]
+                found = [d for d in found if d[0] < good_end]
+                if tail:
                     self.log.warn(
-                        "truncating the commit log at {offset}: {kind} record ({detail})",
-                        offset=e.offset, kind=e.kind, detail=e.detail,
+                        "truncating the commit log at {offset}: torn tail ({detail})",
+                        offset=tail[0][0], detail=tail[0][1],
                     )
-                    log.truncate(e.offset)
-                else:
-                    self.log.error(
-                        "commit log damaged at {offset}: {kind} record ({detail});"
-                        " the rest of that segment is skipped",
-                        offset=e.offset, kind=e.kind, detail=e.detail,
-                    )
+                    log.truncate(tail[0][0])
+            for offset, detail, view in found:
+                self._replay_damaged(offset, detail, view)
         if count:
             self.log.info("replayed {count} records from offset {start}", count=count, start=start)
+        if self.damaged_records > damaged_before:
+            self.log.error(
+                "recovery found {n} damaged records from offset {start} (skipped; records"
+                " below it are checked when read)",
+                n=self.damaged_records - damaged_before, start=start,
+            )
+
+    def _replay_damaged(self, offset, detail, view):
+        # A record whose body fails its CRC keeps its (sound) header: its eventId is
+        # taken and a message keeps its consume-queue slot, so the queue stays dense and
+        # the records after it reachable; every reader skips it by its CRC.
+        self.report_damage(offset, detail, view.event_id if view is not None else None)
+        if view is None:
+            return
+        if view.event_id >= self.next_event_id:
+            self.next_event_id = view.event_id + 1
+        if view.magic == fmt.MESSAGE_MAGIC:
+            q = self.queue(view.topic, view.queue_id)
+            q.write(view.queue_offset, fmt.CQ_ENTRY.pack(view.offset, view.size, 0))
 
     def _replay_record(self, view):
         if view.event_id >= self.next_event_id:
@@ -813,3 +938,21 @@ class MessageStore:
                 q.delete_files_below(log.min_offset)
             self.log.info("retention deleted {n} segments; log starts at {min}", n=deleted, min=log.min_offset)
         return deleted
+
+
+def _checkpoint_shaped(snap):
+    """Return True when C{snap} has the fields and types of a version-1 checkpoint."""
+    if not isinstance(snap, dict) or snap.get("version") != 1:
+        return False
+    if not all(type(snap.get(k)) is int and snap[k] >= 0 for k in ("logOffset", "nextEventId")):
+        return False
+    queues = snap.get("queues", {})
+    if not isinstance(queues, dict) or not isinstance(snap.get("state", {}), dict):
+        return False
+    for qs in queues.values():
+        if not isinstance(qs, dict):
+            return False
+        for qid, count in qs.items():
+            if not (isinstance(qid, str) and qid.lstrip("-").isdigit() and type(count) is int):
+                return False
+    return True

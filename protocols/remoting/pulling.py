@@ -81,7 +81,12 @@ def pull_once(store, store_host, topic, queue_id, offset, max_nums, tag_codes):
             return PullResult(codes.PULL_NOT_FOUND, offset, lo, hi, remark="OFFSET_OVERFLOW_ONE")
         return PullResult(codes.PULL_RETRY_IMMEDIATELY, pos, lo, hi, remark="NO_MATCHED_MESSAGE")
     buf, locs = store.read_records(b"".join(picked))
-    if not locs:  # the records were removed by retention meanwhile
+    if not locs:
+        if fmt.I64.unpack_from(picked[-1], 0)[0] >= store.commitlog.min_offset:
+            # Only damaged records (the store left them out and reported them): the
+            # client moves past them as past unmatched ones.
+            return PullResult(codes.PULL_RETRY_IMMEDIATELY, pos, lo, hi, remark="NO_MATCHED_MESSAGE")
+        # the records were removed by retention meanwhile
         return PullResult(codes.PULL_OFFSET_MOVED, store_min(q, lo), lo, hi, remark="OFFSET_TOO_SMALL")
     body = bytearray()
     for p, s in locs:
