@@ -111,8 +111,16 @@ class LogReader:
             else:
                 lost.append(offset)
 
+        # Records recovery checked, or this process wrote, need no CRC check again; the
+        # damaged ones recovery found there are known by offset.
+        known = store.damaged_offsets
+        check = self.offset < store.trusted_from
         try:
-            for _, view in fmt.scan_buffer(memoryview(data), self.offset, on_damage=damaged):
+            for off, view in fmt.scan_buffer(memoryview(data), self.offset, check_crc=check,
+                                             on_damage=damaged):
+                if known and off in known:
+                    skip_to = max(skip_to or 0, off + view.size)
+                    continue
                 views.append(view)
         except fmt.ScanError:
             pass  # the chunk ends inside a record: the next read starts there

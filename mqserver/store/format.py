@@ -307,9 +307,10 @@ def next_record(buf, pos, base_offset):
     return None if best is None else pos + best
 
 
-def record_damage(buf, pos, size):
+def record_damage(buf, pos, size, check_crc=True):
     """Return why the message record of C{size} bytes at C{buf[pos:]} cannot be served
-    (framing or body CRC), or None when it is sound. The check every read path makes."""
+    (framing, or body CRC when C{check_crc}), or None when it is sound. The check every
+    read path makes."""
     if size < MIN_RECORD_SIZE or pos < 0 or pos + size > len(buf):
         return "no record at this entry"
     total, magic, crc = _SIZE_MAGIC_CRC.unpack_from(buf, pos)
@@ -319,12 +320,21 @@ def record_damage(buf, pos, size):
     if blen < 0 or blen > size - MIN_RECORD_SIZE:
         return f"bad body length {blen}"
     b0 = pos + HEADER_SIZE
-    if zlib.crc32(memoryview(buf)[b0 : b0 + blen]) & 0x7FFFFFFF != crc:
+    if check_crc and zlib.crc32(memoryview(buf)[b0 : b0 + blen]) & 0x7FFFFFFF != crc:
         return "body CRC mismatch"
     return None
 
 
 _SIZE_MAGIC_CRC = struct.Struct(">iII")
+
+
+def first_damaged(buf, locs, check_crc):
+    """Return the index of the first record of C{locs} (C{[(pos, size), ...]} in C{buf})
+    that L{record_damage} finds damaged, or -1 (the C speedup C{_check.c} does the same)."""
+    for i, (pos, size) in enumerate(locs):
+        if record_damage(buf, pos, size, check_crc) is not None:
+            return i
+    return -1
 
 
 def scan_buffer(buf, base_offset, pos=0, check_crc=True, on_damage=None):
@@ -344,7 +354,7 @@ def scan_buffer(buf, base_offset, pos=0, check_crc=True, on_damage=None):
     """
     end = len(buf)
     if on_damage is not None:
-        yield from _scan_skipping(buf, base_offset, pos, on_damage)
+        yield from _scan_skipping(buf, base_offset, pos, on_damage, check_crc)
         return
     while pos < end:
         if end - pos < BLANK_SIZE:
@@ -376,11 +386,11 @@ def scan_buffer(buf, base_offset, pos=0, check_crc=True, on_damage=None):
         pos += size
 
 
-def _scan_skipping(buf, base_offset, pos, on_damage):
+def _scan_skipping(buf, base_offset, pos, on_damage, check_crc):
     end = len(buf)
     while pos < end:
         try:
-            for off, view in scan_buffer(buf, base_offset, pos):
+            for off, view in scan_buffer(buf, base_offset, pos, check_crc):
                 pos = off - base_offset + view.size
                 yield off, view
             return

@@ -40,6 +40,9 @@ from mqserver.store.flush import (
 
 #: The C speedup of the record packing (None: the Python loop, MessageStore._pack_py).
 _pack = speedups.load("mqserver.store._pack")
+#: The C speedup of the read-path record check (format.first_damaged).
+_check = speedups.load("mqserver.store._check")
+_first_damaged = fmt.first_damaged if _check is None else _check.first_damaged
 
 # Module-level names for what every publish reads (a global is one lookup).
 _MESSAGE_MAGIC = fmt.MESSAGE_MAGIC
@@ -172,7 +175,11 @@ class MessageStore:
         self._dirty = False
         self.last_checkpoint_offset = 0
         self._replayed_deletes = set()  # topics a DELETE record removed during replay
-        self._damaged = set()  # commit-log offsets of damaged records already reported
+        #: Commit-log offsets of the damaged records reported so far.
+        self.damaged_offsets = set()
+        #: Records at or above this offset were checked by recovery or written by this
+        #: process: reads check their framing only. Below it, reads check body CRCs too.
+        self.trusted_from = 0
         #: Damaged records found since start (recovery and reads; each counted once).
         self.damaged_records = 0
         self.opened = False
@@ -561,10 +568,11 @@ class MessageStore:
         is left out (reported once, see L{report_damage}), so C{locs} may be shorter than
         C{entries}. Entries below the log start (retention) are left out too."""
         buf, locs = self._read_spans(entries)
-        for i, (p, s) in enumerate(locs):
-            if _damage(buf, p, s) is not None:
-                return buf, self._drop_damaged(buf, locs, i, entries)
-        return buf, locs
+        # Entries are in log order: the first is the lowest.
+        bad = _first_damaged(buf, locs, fmt.I64.unpack_from(entries, 0)[0] < self.trusted_from)
+        if bad < 0:
+            return buf, locs
+        return buf, self._drop_damaged(buf, locs, bad, entries)
 
     def _drop_damaged(self, buf, locs, first_bad, entries):
         # The rare path: the locs without the damaged records, each reported.
@@ -586,9 +594,9 @@ class MessageStore:
     def report_damage(self, offset, detail, event_id=None):
         """Log a damaged record (once per record) and count it in L{damaged_records}.
         Returns True the first time C{offset} is reported."""
-        if offset in self._damaged:
+        if offset in self.damaged_offsets:
             return False
-        self._damaged.add(offset)
+        self.damaged_offsets.add(offset)
         self.damaged_records += 1
         log = self.commitlog
         seg = fmt.segment_name(log.segment_start(offset)) if offset >= 0 else "?"
@@ -658,7 +666,7 @@ class MessageStore:
         """Return the message record at C{offset} as a L{fmt.RecordView}, or None when it
         is damaged (reported as L{read_records} does)."""
         buf = self.commitlog.read(offset, size)
-        why = _damage(buf, 0, size)
+        why = _damage(buf, 0, size, offset < self.trusted_from)
         if why is None:
             return fmt.RecordView(buf)
         eid = fmt.I64.unpack_from(buf, fmt.OFF_EVENT_ID)[0] if len(buf) >= fmt.HEADER_SIZE else None
@@ -807,6 +815,7 @@ class MessageStore:
                     break
                 q.truncate(q.max_offset - 1)
         self.last_checkpoint_offset = start
+        self.trusted_from = start
         self._dirty = True
 
     def _load_checkpoint(self):
@@ -885,16 +894,17 @@ class MessageStore:
 
     def _replay_damaged(self, offset, detail, view):
         # A record whose body fails its CRC keeps its (sound) header: its eventId is
-        # taken and a message keeps its consume-queue slot, so the queue stays dense and
-        # the records after it reachable; every reader skips it by its CRC.
+        # taken and a message keeps its consume-queue slot, as an entry of size 0 that
+        # every reader skips (the queue stays dense, the records after it reachable).
         self.report_damage(offset, detail, view.event_id if view is not None else None)
         if view is None:
             return
         if view.event_id >= self.next_event_id:
             self.next_event_id = view.event_id + 1
         if view.magic == fmt.MESSAGE_MAGIC:
+            # size 0: the entry names the damaged record but no reader reads it.
             q = self.queue(view.topic, view.queue_id)
-            q.write(view.queue_offset, fmt.CQ_ENTRY.pack(view.offset, view.size, 0))
+            q.write(view.queue_offset, fmt.CQ_ENTRY.pack(view.offset, 0, 0))
 
     def _replay_record(self, view):
         if view.event_id >= self.next_event_id:
