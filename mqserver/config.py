@@ -54,6 +54,7 @@ SCHEMA = {
     "store.noCache": (bool, False, None, None),
     "store.maxMessageSize": (int, 4 << 20, lambda v: 1 <= v <= 64 << 20, "1..67108864"),
     "store.cqEntriesPerFile": (int, 300_000, lambda v: v >= 1, ">= 1"),
+    "store.diskMaxUsedRatio": (float, 0.90, lambda v: 0.0 < v <= 1.0, "0 < ratio <= 1 (1: no limit)"),
     "server.spinMicros": (int, 200, lambda v: 0 <= v <= 10_000, "0..10000 (0: never busy-poll)"),
     "log.path": (str, "stdout", None, None),
     "log.sample": (int, 10000, lambda v: v >= 1, ">= 1"),
@@ -148,6 +149,8 @@ def check_value(key, value, spec):
     typ, _, check, wants = spec
     if typ is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise ConfigError(f"config key {key!r} must be an integer, not {value!r}")
+    if typ is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ConfigError(f"config key {key!r} must be a number, not {value!r}")
     if typ is bool and not isinstance(value, bool):
         raise ConfigError(f"config key {key!r} must be true or false, not {value!r}")
     if typ is list and not isinstance(value, list):

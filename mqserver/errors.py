@@ -9,6 +9,10 @@ class StoreError(BrokerError):
     """A write that failed: it was not stored, or not made durable, and is not acknowledged."""
 
 
+class DiskFullError(StoreError):
+    """A write refused because the disk is full or over C{store.diskMaxUsedRatio}."""
+
+
 class TopicNotFound(BrokerError):
     """The topic does not exist, or is deleted or expired."""
 

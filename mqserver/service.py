@@ -54,6 +54,7 @@ class StorageService(service.Service):
             runner=ThreadRunner(reactor),
             store_host=host,
             max_message_size=config["store.maxMessageSize"],
+            disk_max_used_ratio=config["store.diskMaxUsedRatio"],
         )
         self.broker = Broker(self.store, reactor)
         self._timers = []

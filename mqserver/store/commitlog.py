@@ -13,6 +13,7 @@ flusher calls from its own thread.
 import os
 import threading
 
+from mqserver.store.fileio import FileIO
 from mqserver.store.format import BLANK, BLANK_MAGIC, BLANK_SIZE, segment_name
 
 _MAX_OPEN = 64
@@ -26,9 +27,10 @@ class CommitLog:
     @ivar min_offset: the start of the oldest retained segment.
     """
 
-    def __init__(self, directory, segment_size):
+    def __init__(self, directory, segment_size, io=None):
         self.directory = directory
         self.segment_size = segment_size
+        self._pwrite = (io or FileIO()).pwrite
         os.makedirs(directory, exist_ok=True)
         self._fds = {}  # segment start -> fd, most recently used last
         self._lock = threading.Lock()  # guards _fds against the flusher thread
@@ -79,7 +81,7 @@ class CommitLog:
             return
         if left >= BLANK_SIZE:
             start = self.segment_start(self.end)
-            os.pwrite(self._fd(start), BLANK.pack(left, BLANK_MAGIC), self.end - start)
+            self._pwrite(self._fd(start), BLANK.pack(left, BLANK_MAGIC), self.end - start)
             self._unsynced.add(start)
         self.end += left
 
@@ -100,9 +102,9 @@ class CommitLog:
         else:
             start, fd, pos = self._open_for(offset, size)
         try:
-            written = os.pwrite(fd, data, pos)
+            written = self._pwrite(fd, data, pos)
             if written != size:
-                self._write_rest(fd, data, written, pos)
+                self._write_rest(self._pwrite, fd, data, written, pos)
         except OSError:
             try:
                 os.ftruncate(fd, offset - start)
@@ -127,12 +129,12 @@ class CommitLog:
         return start, fd, pos
 
     @staticmethod
-    def _write_rest(fd, data, written, pos):
+    def _write_rest(pwrite, fd, data, written, pos):
         # pwrite wrote only part: write the rest (a disk nearly full, a signal).
         view = memoryview(data)[written:]
         pos += written
         while view:
-            n = os.pwrite(fd, view, pos)
+            n = pwrite(fd, view, pos)
             view = view[n:]
             pos += n
 
@@ -181,6 +183,12 @@ class CommitLog:
     def segment_mtime(self, start):
         """Return the modification time of the segment at C{start}."""
         return os.path.getmtime(self._path(start))
+
+    def mark_all_unsynced(self):
+        """Mark every open segment as needing an fsync (one failed: the next fsync must
+        cover what it covered)."""
+        with self._lock:
+            self._unsynced.update(self._fds)
 
     def take_unsynced(self):
         """Return duplicated fds that need an fsync (the caller closes them), and forget

@@ -17,12 +17,14 @@ class FdCache:
     """A bounded LRU of open file descriptors keyed by path, shared by all queues.
 
     @ivar dirty: paths written since the last checkpoint, to fsync before it.
+    @ivar pwrite: the write call queues use (the store's file I/O seam).
     """
 
-    def __init__(self, limit=256):
+    def __init__(self, limit=256, pwrite=os.pwrite):
         self._fds = OrderedDict()
         self._limit = limit
         self.dirty = set()
+        self.pwrite = pwrite
 
     def get(self, path, create=False):
         """Return an fd for C{path}, opening (and maybe creating) it."""
@@ -118,7 +120,10 @@ class ConsumeQueue:
             tail += entries
             self.max_offset = qoffset + len(entries) // CQ_ENTRY_SIZE
             if len(tail) >= self.TAIL_LIMIT:
-                self.flush()
+                try:
+                    self.flush()
+                except OSError:
+                    pass  # a full disk: the entries stay buffered; the checkpoint retries
             return
         self.flush()
         self._write_files(qoffset, entries)
@@ -127,8 +132,10 @@ class ConsumeQueue:
     def flush(self):
         """Write the buffered entries to the files."""
         if self._tail:
-            data, self._tail = self._tail, bytearray()
-            self._write_files(self._tail_start, data)
+            # Written before the buffer is let go: a failed write (a full disk) keeps
+            # every entry buffered for the next flush.
+            self._write_files(self._tail_start, bytes(self._tail))
+            self._tail = bytearray()
         self._tail_start = self.max_offset
 
     def _write_files(self, qoffset, entries):
@@ -144,7 +151,7 @@ class ConsumeQueue:
                 # starts at a later file: nothing below it exists.
                 self.min_offset = max(self.min_offset, self.files[0] // CQ_ENTRY_SIZE)
             path = self._path(start)
-            os.pwrite(self._fds.get(path, create=True), data[:n], pos - start)
+            self._fds.pwrite(self._fds.get(path, create=True), data[:n], pos - start)
             self._fds.dirty.add(path)
             data = data[n:]
             pos += n

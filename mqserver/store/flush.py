@@ -61,11 +61,11 @@ class SyncRunner:
         return defer.maybeDeferred(f, *args)
 
 
-def fsync_fds(fds):
+def fsync_fds(fds, fsync=os.fsync):
     """fsync and close every fd in C{fds} (duplicates handed over by the commit log)."""
     try:
         for fd in fds:
-            os.fsync(fd)
+            fsync(fd)
     finally:
         for fd in fds:
             os.close(fd)
@@ -79,17 +79,21 @@ class Flusher:
     """Group commit for one commit log.
 
     @ivar durable: the commit-log offset up to which every byte is known to be on disk.
-    @ivar failure: the first fsync failure, after which the store refuses writes.
+    @ivar failure: the last fsync failure, or None once an fsync succeeded after it. A
+        failed fsync fails the writes it covered (they were not acknowledged at level 2)
+        and the next request tries again: a full disk that gets space back, or a
+        transient I/O error, does not stop the store.
     @ivar fsync_latency: a L{Latency} of every fsync of the commit log.
     """
 
     log = Logger()
 
-    def __init__(self, commitlog, runner, on_durable, fsync=fsync_fds):
+    def __init__(self, commitlog, runner, on_durable, fsync=fsync_fds, on_error=None):
         self.fsync_latency = Latency()
         self._log_file = commitlog
         self._runner = runner
         self._on_durable = on_durable
+        self._on_error = on_error
         self._fsync = fsync
         self._waiters = []  # (offset, Deferred), offsets increasing
         self._running = None
@@ -98,8 +102,6 @@ class Flusher:
 
     def request(self, offset):
         """Return a Deferred that fires once everything below C{offset} is durable."""
-        if self.failure is not None:
-            return defer.fail(FlushError(str(self.failure)))
         if offset <= self.durable:
             return defer.succeed(None)
         d = defer.Deferred()
@@ -129,6 +131,7 @@ class Flusher:
 
     def _synced(self, _, target):
         self._running = None
+        self.failure = None
         self.durable = max(self.durable, target)
         ready = [w for w in self._waiters if w[0] <= target]
         self._waiters = [w for w in self._waiters if w[0] > target]
@@ -140,10 +143,15 @@ class Flusher:
     def _failed(self, failure):
         self._running = None
         self.failure = failure.value
-        self.log.critical("fsync failed, refusing writes: {error}", error=failure.value)
+        # The segments it covered still need an fsync (the next one must cover them).
+        self._log_file.mark_all_unsynced()
+        if self._on_error is not None:
+            self._on_error("fsync", failure.value)
+        else:
+            self.log.error("fsync failed: {error}", error=failure.value)
         waiters, self._waiters = self._waiters, []
         for _, d in waiters:
-            d.errback(FlushError(str(failure.value)))
+            d.errback(FlushError(f"fsync failed: {failure.value}"))
 
 
 def write_json_atomic(path, obj):

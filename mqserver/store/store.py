@@ -12,6 +12,7 @@ damaged checkpoint, or a consume queue shorter than the checkpoint says, replays
 whole retained log.
 """
 
+import errno
 import os
 import shutil
 import tempfile
@@ -19,14 +20,15 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from mqserver import speedups
-from mqserver.errors import StoreError
+from mqserver.errors import DiskFullError, StoreError
 from mqserver.store import format as fmt
 from mqserver.store.commitlog import CommitLog
 from mqserver.store.consumequeue import ConsumeQueue, FdCache
+from mqserver.store.fileio import from_environment
 from mqserver.store.latency import Latency
 from mqserver.store.flush import (
     Flusher,
@@ -150,8 +152,11 @@ class MessageStore:
         runner=None,
         store_host=fmt.NO_HOST,
         max_message_size=4 * 1024 * 1024,
-        fsync=fsync_fds,
+        fsync=None,
         clock=time.time,
+        io=None,
+        disk_max_used_ratio=0.90,
+        disk_check_interval=1.0,
     ):
         self.path = path
         self._reactor = reactor
@@ -161,8 +166,24 @@ class MessageStore:
         self.runner = runner or SyncRunner()
         self.store_host = store_host
         self.max_message_size = max_message_size
-        self._fsync = fsync
+        self.io = io or from_environment()
+        self._fsync = fsync or (lambda fds: fsync_fds(fds, self.io.fsync))
         self._clock = clock
+        self.disk_max_used_ratio = disk_max_used_ratio
+        self._disk_check_interval = disk_check_interval
+        self._disk_check = None
+        #: Why writes are refused (the store is closed, the disk is over its ratio), or
+        #: None: the one test the write path makes.
+        self._refusal = StoreError("store is closed")
+        #: None, or what is wrong with the disk (a failed write or fsync, the usage
+        #: ratio); logged once when it starts and once when it ends.
+        self.disk_trouble = None
+        self._trouble_end = 0  # the log end when the trouble started
+        self._fsync_refusal = False  # _refusal is a failed fsync's (flush levels 0, 1)
+        #: Disk troubles (full, over the ratio, write or fsync errors) since start.
+        self.disk_full_events = 0
+        #: Writes and fsyncs that failed since start.
+        self.disk_errors = 0
         self.state = NullState()
         self._arrival_listeners = []
         self._topic_tails = {}  # topic -> its name as records end with it (length, UTF-8)
@@ -195,22 +216,32 @@ class MessageStore:
         trash = os.path.join(self._cq_root, ".trash")
         if os.path.isdir(trash):
             shutil.rmtree(trash, ignore_errors=True)
-        self.commitlog = CommitLog(os.path.join(self.path, "commitlog"), self.segment_size)
-        self._fds = FdCache()
+        self.commitlog = CommitLog(os.path.join(self.path, "commitlog"), self.segment_size,
+                                   self.io)
+        self._fds = FdCache(pwrite=self.io.pwrite)
         self._meta_path = os.path.join(self.path, "metadata.json")
         self._recover()
         for q in self._queues.values():  # what recovery replayed is not new input
             q.in_base = q.max_offset
-        self.flusher = Flusher(self.commitlog, self.runner, self._durable, self._fsync)
+        self.flusher = Flusher(self.commitlog, self.runner, self._durable, self._fsync,
+                               self._disk_error)
         self.visible_end = self.commitlog.end
         self.runner.start()
         self.opened = True
+        self._refusal = None
+        if self.disk_max_used_ratio < 1.0 or self._disk_check_interval:
+            self._disk_check = task.LoopingCall(self.check_disk)
+            self._disk_check.clock = self._reactor
+            self._disk_check.start(self._disk_check_interval, now=True)
 
     def close(self):
         """Flush everything and write a final checkpoint (synchronously)."""
         if not self.opened:
             return
         self.opened = False
+        self._refusal = StoreError("store is closed")
+        if self._disk_check is not None and self._disk_check.running:
+            self._disk_check.stop()
         # Let a checkpoint or flush already queued on the disk thread finish first: run
         # after the final checkpoint, an older snapshot would replace it.
         self.runner.stop()
@@ -284,10 +315,68 @@ class MessageStore:
     # -- writing -------------------------------------------------------------------------
 
     def _check_writable(self):
+        if self._refusal is not None:
+            raise self._refusal
+
+    # -- the disk --------------------------------------------------------------------------
+
+    def disk_used_ratio(self):
+        """Return the used share of the data directory's file system, as df shows it."""
+        st = os.statvfs(self.path)
+        used = st.f_blocks - st.f_bfree
+        total = used + st.f_bavail
+        return used / total if total else 0.0
+
+    def check_disk(self):
+        """Refuse writes while the disk is fuller than L{disk_max_used_ratio}, accept
+        them again below it, and notice the end of a disk trouble (called every
+        C{disk_check_interval} seconds)."""
         if not self.opened:
-            raise StoreError("store is closed")
-        if self.flusher.failure is not None:
-            raise StoreError(f"store failed: {self.flusher.failure}")
+            return
+        try:
+            ratio = self.disk_used_ratio()
+        except OSError as e:
+            self.log.warn("cannot read the disk usage of {path}: {e}", path=self.path, e=e)
+            return
+        limit = self.disk_max_used_ratio
+        if ratio > limit:
+            if self._refusal is None:
+                self._refusal = DiskFullError(
+                    f"disk full: {ratio:.0%} of the disk of {self.path} is used, over"
+                    f" store.diskMaxUsedRatio {limit:.0%}")
+                self.disk_full_events += 1
+                self.log.error("{what}: publishes are refused until it is back under (reads"
+                               " go on)", what=self._refusal)
+        elif isinstance(self._refusal, DiskFullError):
+            self._refusal = None
+            self.log.warn("disk {ratio:.0%} used, under store.diskMaxUsedRatio {limit:.0%}:"
+                          " publishes are accepted again", ratio=ratio, limit=limit)
+        if (self.disk_trouble is not None and self.commitlog.end > self._trouble_end
+                and self.flusher.failure is None):
+            # A write landed since, and no fsync failed after it.
+            self.log.warn("disk writes work again (after: {what}); {n} writes or fsyncs"
+                          " failed so far", what=self.disk_trouble, n=self.disk_errors)
+            self.disk_trouble = None
+
+    def _trouble(self, what):
+        if self.disk_trouble is None:
+            self.disk_trouble = what
+            self._trouble_end = self.commitlog.end
+            self.disk_full_events += 1
+            self.log.error("disk trouble: {what}; publishes fail until writes work again"
+                           " (reads go on)", what=what)
+        else:
+            self._trouble_end = self.commitlog.end
+
+    def _disk_error(self, op, error):
+        # A failed write or fsync: counted, logged once per trouble. Below flush level 2
+        # a publish is acknowledged before its fsync, so after a failed one publishes
+        # are refused until an fsync succeeds again (the once-a-second flush retries).
+        self.disk_errors += 1
+        self._trouble(f"{op} failed: {error}")
+        if op == "fsync" and self.flush_level < 2 and self._refusal is None:
+            self._refusal = StoreError(f"fsync failed: {error}")
+            self._fsync_refusal = True
 
     def put_messages(self, topic, queue_id, messages, now_ms=None, event_id=None):
         """Append C{messages} to (topic, queue id) as one write. A message is a
@@ -299,13 +388,15 @@ class MessageStore:
         eventId; it may skip ahead of L{next_event_id} but never go back.
         """
         try:
-            if not self.opened or self.flusher.failure is not None:
-                self._check_writable()  # raises
+            if self._refusal is not None:
+                raise self._refusal
             if event_id is not None:
                 self._force_event_id(event_id)
             result = self._append(topic, queue_id, messages, _MESSAGE_MAGIC, 0, now_ms)
-        except (StoreError, OSError) as e:
-            return defer.fail(StoreError(str(e)))
+        except StoreError as e:
+            return defer.fail(e)
+        except OSError as e:
+            return defer.fail(self._write_failed(e))
         return self._after_write(result, topic, queue_id)
 
     def put_admin(self, op, topic, body, now_ms=None, event_id=None):
@@ -317,9 +408,17 @@ class MessageStore:
             self._force_event_id(event_id)
             msg = Message(body=body)
             result = self._append(topic, -1, [msg], fmt.ADMIN_MAGIC, op, now_ms)
-        except (StoreError, OSError) as e:
-            return defer.fail(StoreError(str(e)))
+        except StoreError as e:
+            return defer.fail(e)
+        except OSError as e:
+            return defer.fail(self._write_failed(e))
         return self._after_write(result, None, None)
+
+    def _write_failed(self, e):
+        self._disk_error("write", e)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return DiskFullError(f"disk full: {e.strerror}")
+        return StoreError(f"write failed: {e.strerror or e}")
 
     def _force_event_id(self, event_id):
         if event_id is None:
@@ -497,6 +596,9 @@ class MessageStore:
         return defer.succeed(result)
 
     def _durable(self, offset):
+        if self._fsync_refusal:
+            self._fsync_refusal = False
+            self._refusal = None
         if self.flush_level < 2:
             return
         self.visible_end = max(self.visible_end, offset)
@@ -703,8 +805,12 @@ class MessageStore:
         # Cleared in place: every queue holds this set's bound add() as its callback.
         tails = list(self._tails)
         self._tails.clear()
-        for q in tails:
-            q.flush()
+        for i, q in enumerate(tails):
+            try:
+                q.flush()
+            except OSError:
+                self._tails.update(tails[i:])  # still buffered: flushed next time
+                raise
 
     def _capture_checkpoint(self):
         # The checkpoint promises that the queue files hold every entry below logOffset.
@@ -731,9 +837,13 @@ class MessageStore:
         Returns a Deferred. At most one runs at a time."""
         if self._checkpoint_running or not self._dirty or not self.opened:
             return defer.succeed(None)
+        try:
+            snap = self._capture_checkpoint()
+        except OSError as e:
+            self._disk_error("consume-queue write", e)
+            return defer.succeed(None)
         self._dirty = False
         self._checkpoint_running = True
-        snap = self._capture_checkpoint()
         paths = set(self._fds.dirty)
         self._fds.dirty.clear()
         fds = self.commitlog.take_unsynced() if self.flush_level >= 1 else []
@@ -747,7 +857,11 @@ class MessageStore:
             self._checkpoint_running = False
             self._dirty = True
             self._fds.dirty |= paths
-            self.log.failure("checkpoint failed", f)
+            if f.check(OSError):
+                self.commitlog.mark_all_unsynced()  # its log fsync may not have run
+                self._disk_error("checkpoint", f.value)
+            else:
+                self.log.failure("checkpoint failed", f)
 
         d = self.runner.run(self._write_checkpoint, snap, paths, fds)
         return d.addCallbacks(done, failed)

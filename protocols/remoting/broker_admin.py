@@ -2,7 +2,9 @@
 statistics requests are in L{protocols.remoting.admin_stats}); and the mapping of core
 errors to remoting codes."""
 
-from mqserver.errors import InvalidRequest, InvalidTopicName, NotMaster, StoreError, TopicExists, TopicNotFound
+from mqserver.errors import (
+    DiskFullError, InvalidRequest, InvalidTopicName, NotMaster, StoreError, TopicExists, TopicNotFound,
+)
 
 from protocols.remoting import codes
 from protocols.remoting.server import BadRequest, bool_field, error, field, int_field, json_body, ok
@@ -21,6 +23,11 @@ def broker_error(f, cmd, topic=None):
         return error(cmd, codes.SERVICE_NOT_AVAILABLE, str(e))
     if isinstance(e, (InvalidRequest, InvalidTopicName, TopicExists)):
         return error(cmd, codes.SYSTEM_ERROR, str(e))
+    if isinstance(e, DiskFullError):
+        # The 4.9 broker's answer when its disk is full (PutMessageStatus
+        # SERVICE_NOT_AVAILABLE); clients retry another broker.
+        return error(cmd, codes.SERVICE_NOT_AVAILABLE,
+                     f"service not available now, the broker's disk is full: {e}")
     if isinstance(e, StoreError):
         return error(cmd, codes.SYSTEM_ERROR, f"store error: {e}")
     f.raiseException()

@@ -1,0 +1,70 @@
+"""The file I/O the store's write path uses, behind one seam so tests can make it fail.
+
+L{FileIO} is the operating system's calls. L{FaultyIO} (tests only) raises chosen
+errors: unit tests switch its flags, and a real-process test names a control directory
+in the environment variable C{MQSERVER_FAULT_INJECT}; while a file C{enospc} (or
+C{eio}) exists there, every commit-log write fails with that error, and while
+C{fsync-eio} exists every fsync fails with EIO. The variable is read once, when a store
+is made (L{from_environment}); it is for tests and has no place in production.
+"""
+
+import errno
+import os
+
+from twisted.logger import Logger
+
+#: The environment variable of the test-only fault injection (see the module docstring).
+FAULT_ENV = "MQSERVER_FAULT_INJECT"
+
+
+class FileIO:
+    """The operating system's file calls the store writes and syncs through."""
+
+    pwrite = staticmethod(os.pwrite)
+    fsync = staticmethod(os.fsync)
+
+
+class FaultyIO(FileIO):
+    """File calls that fail on demand (tests only).
+
+    @ivar write_error: an errno every pwrite fails with, or None.
+    @ivar fsync_error: an errno every fsync fails with, or None.
+    @ivar control: a directory whose files C{enospc}, C{eio} and C{fsync-eio} set the
+        errors while they exist (a real-process test), or None.
+    """
+
+    def __init__(self, control=None):
+        self.write_error = None
+        self.fsync_error = None
+        self.control = control
+
+    def _error(self, which):
+        if self.control is not None:
+            for name, code, kind in (("enospc", errno.ENOSPC, "write"), ("eio", errno.EIO, "write"),
+                                     ("fsync-eio", errno.EIO, "fsync")):
+                if kind == which and os.path.exists(os.path.join(self.control, name)):
+                    return code
+        return self.write_error if which == "write" else self.fsync_error
+
+    def pwrite(self, fd, data, pos):
+        code = self._error("write")
+        if code is not None:
+            raise OSError(code, os.strerror(code))
+        return os.pwrite(fd, data, pos)
+
+    def fsync(self, fd):
+        code = self._error("fsync")
+        if code is not None:
+            raise OSError(code, os.strerror(code))
+        return os.fsync(fd)
+
+
+def from_environment():
+    """Return the store's file I/O: L{FileIO}, or a L{FaultyIO} driven by the control
+    directory in C{MQSERVER_FAULT_INJECT} when a test sets it."""
+    control = os.environ.get(FAULT_ENV)
+    if not control:
+        return FileIO()
+    Logger().warn("{var} is set: file I/O faults are injected from {dir} (tests only)",
+                  var=FAULT_ENV, dir=control)
+    return FaultyIO(control)
