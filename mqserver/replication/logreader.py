@@ -34,8 +34,11 @@ class LogReader:
 
     @classmethod
     def after_event(cls, store, event_id):
-        """Return a reader just after the record holding C{event_id} (0: from the oldest
-        retained record). Raises L{EventNotFound}."""
+        """Return a reader just after the write holding C{event_id} (0: from the oldest
+        retained record): the records of one write go out as one smss binlog record, and a
+        slave names one by its first eventId, or (a reference slave after a multi-message
+        PUB, spec §8.3) by its last; either way it resumes after the whole write. Raises
+        L{EventNotFound}."""
         log = store.commitlog
         if event_id == 0:
             return cls(store, log.min_offset)
@@ -53,11 +56,28 @@ class LogReader:
                 raise EventNotFound(below=False)
             for view in views:
                 if view.event_id == event_id:
-                    return cls(store, view.offset + view.size)
+                    return cls._after_write(store, view)
                 if view.event_id > event_id:
                     # event_id is not in the log (a damaged record skipped, or a gap the
                     # master had): resume with the next record there is.
                     return cls(store, view.offset)
+
+    @classmethod
+    def _after_write(cls, store, view):
+        # A reader after the last record of the write that view belongs to.
+        reader = cls(store, view.offset + view.size)
+        last = view
+        while last.sys_flag & fmt.SYSFLAG_BATCH_MORE and last.magic == fmt.MESSAGE_MAGIC:
+            views = reader.read()
+            if not views:
+                return cls(store, last.offset + last.size)
+            for v in views:
+                if v.event_id != last.event_id + 1:  # the write ends in a gap
+                    return cls(store, v.offset)
+                last = v
+                if not v.sys_flag & fmt.SYSFLAG_BATCH_MORE:
+                    return cls(store, v.offset + v.size)
+        return cls(store, last.offset + last.size)
 
     def read(self, max_bytes=_CHUNK):
         """Return the next readable records as L{fmt.RecordView}s (at least one if any is

@@ -18,6 +18,8 @@
 
 #define HEADER_SIZE 88
 #define ENTRY_SIZE 20
+/* format.SYSFLAG_BATCH_MORE: another message record of the same write follows. */
+#define BATCH_MORE 0x20000
 
 static PyObject *s_body, *s_properties, *s_flag, *s_sys_flag, *s_reconsume_times,
     *s_born_ts, *s_born_host;
@@ -221,7 +223,10 @@ static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nar
         o = put_be32(o, (uint32_t)m->flag);
         o = put_be64(o, (uint64_t)qoff);
         o = put_be64(o, (uint64_t)pos);
-        o = put_be32(o, (uint32_t)m->sys_flag);
+        long long sys_flag = m->sys_flag & ~(long long)BATCH_MORE;
+        if (is_msg && start + i < total_n - 1)
+            sys_flag |= BATCH_MORE;
+        o = put_be32(o, (uint32_t)sys_flag);
         o = put_be64(o, (uint64_t)(m->born_ts ? m->born_ts : now));
         memcpy(o, m->born_host, 8);
         o += 8;

@@ -71,6 +71,10 @@ SYSFLAG_MULTI_TAGS = 0x2
 #: Our own bit: the body is a whole smss message record (S, H, headers, body) because
 #: its headers could not be expressed as RocketMQ properties (binary keys or values).
 SYSFLAG_SMSS_FRAMED = 0x10000
+#: Our own bit: another message record of the same write (one PUB, MPUB or batch send)
+#: follows this one. The replication feed sends a write as one smss binlog PUB record, as
+#: smss writes it; the writer sets it, and clears it on what it is given.
+SYSFLAG_BATCH_MORE = 0x20000
 
 HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
 HEADER_SIZE = HEADER.size  # 88

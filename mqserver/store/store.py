@@ -508,9 +508,13 @@ class MessageStore:
         offsets, qoffsets, sizes = result.log_offsets, result.queue_offsets, result.sizes
         chunk = []
         entries = []
-        for m in messages:
+        last = len(messages) - 1
+        for i, m in enumerate(messages):
             if type(m) is bytes:
                 m = Message(body=m)
+            sys_flag = m.sys_flag & ~fmt.SYSFLAG_BATCH_MORE
+            if is_msg and i < last:
+                sys_flag |= fmt.SYSFLAG_BATCH_MORE
             body, props = m.body, m.properties
             blen = len(body)
             if blen > max_size:
@@ -525,7 +529,7 @@ class MessageStore:
                 seg_left = seg_size
             chunk.append(pack(
                 size, magic, crc(body) & 0x7FFFFFFF, queue_id, m.flag if is_msg else op,
-                qoff, pos, m.sys_flag, m.born_ts or now, m.born_host, now, host,
+                qoff, pos, sys_flag, m.born_ts or now, m.born_host, now, host,
                 m.reconsume_times, event_id, blen,
             ))
             chunk.append(body)

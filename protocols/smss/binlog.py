@@ -1,15 +1,22 @@
 """Translation between mqserver's commit-log records and smss binlog records (spec §11.4).
 
-The replication stream is smss's: each record becomes one binlog block, so a reference
-smss slave can follow an mqserver master and the reverse. Our log keeps one message per
-record, so a PUB block always holds one message; DelayApply (101) blocks are built from
-messages carrying the ``MQ_DELAY_ID`` property.
+The replication stream is smss's, so a reference smss slave can follow an mqserver master
+and the reverse. Our log keeps one message per record; the records of one write (a PUB,
+MPUB or batch send of several messages, marked by ``SYSFLAG_BATCH_MORE`` on all but the
+last) become one PUB block whose eventId is the first message's, as smss writes it
+(spec §8, §11.4). DelayApply (101) blocks are built from messages carrying the
+``MQ_DELAY_ID`` property, one block per firing write too.
 
 What smss has no field for travels where smss keeps opaque bytes, so a reference smss
-slave stores it unchanged and an mqserver slave restores it:
+slave stores it unchanged and an mqserver slave restores it, and its records equal the
+master's field for field (physical offset and store host aside):
 
 - a message's RocketMQ fields (queue id, flag, sysflag, reconsume times), when any is not
-  the default, as the header ``MQ_REC`` = ``"qid,flag,sysflag,reconsume"``;
+  the default, as the header ``MQ_REC`` = ``"qid,flag,sysflag,reconsume"``, extended to
+  ``"qid,flag,sysflag,reconsume,bornTimestamp,bornHostHex"`` when the message's born
+  time is not the block's timestamp or it has a born host (RocketMQ producers);
+- properties that the headers would not give back byte for byte (no trailing separator,
+  empty items), as the header ``MQ_PROPS`` holding them in hex;
 - a topic's queue count, permissions and attributes, when not smss's defaults, as JSON
   after the 8-byte expireAt of a CREATE payload (an UPDATE is such a CREATE with
   ``"update": true``).
@@ -34,19 +41,43 @@ _I64 = struct.Struct("<q")
 _DELAY_PREFIX = struct.Struct("<qq")  # trigger time, delay eventId
 
 
+PROPS_HEADER = b"MQ_PROPS"
+#: SysFlag bits the writer sets itself: never carried.
+_OWN_BITS = fmt.SYSFLAG_SMSS_FRAMED | fmt.SYSFLAG_BATCH_MORE
+
+
 def _smss_record(body, properties, sys_flag, extra):
     if sys_flag & fmt.SYSFLAG_SMSS_FRAMED:
         return bytes(body)
-    headers = [(k, v) for k, v in fmt.decode_properties(properties) if k != fmt.DELAY_PROPERTY]
+    pairs = fmt.decode_properties(properties)
+    headers = [(k, v) for k, v in pairs if k != fmt.DELAY_PROPERTY]
+    marker = [(k, v) for k, v in pairs if k == fmt.DELAY_PROPERTY]
+    # The slave rebuilds the properties from the headers (and the delay marker at the
+    # end); when that would not give these bytes back, they travel whole.
+    if fmt.encode_properties(headers + marker[-1:]) != bytes(properties):
+        headers.append((PROPS_HEADER, bytes(properties).hex().encode()))
     if extra is not None:
         headers.append((REC_HEADER, extra))
     return message_record(headers, body)
 
 
-def _extra(queue_id, flag, sys_flag, reconsume):
-    if queue_id == 0 and flag == 0 and reconsume == 0 and not (sys_flag & ~fmt.SYSFLAG_SMSS_FRAMED):
+def _extra(queue_id, flag, sys_flag, reconsume, born_ts=0, born_host=fmt.NO_HOST, block_ts=0):
+    sys_flag &= ~fmt.SYSFLAG_BATCH_MORE
+    born = born_ts != block_ts or born_host != fmt.NO_HOST
+    if (queue_id == 0 and flag == 0 and reconsume == 0 and not (sys_flag & ~_OWN_BITS)
+            and not born):
         return None
-    return b"%d,%d,%d,%d" % (queue_id, flag, sys_flag, reconsume)
+    rec = b"%d,%d,%d,%d" % (queue_id, flag, sys_flag, reconsume)
+    if born:
+        rec += b",%d,%s" % (born_ts, bytes(born_host).hex().encode())
+    return rec
+
+
+def _view_record(view, block_ts):
+    # The smss message record of one message record of the log.
+    extra = _extra(view.queue_id, view.flag, view.sys_flag, view.reconsume_times,
+                   view.born_ts, view.born_host, block_ts)
+    return _smss_record(view.body, view.properties, view.sys_flag, extra)
 
 
 def _block(write_time, cmd, event_id, timestamp, topic, raw):
@@ -58,19 +89,32 @@ def _block(write_time, cmd, event_id, timestamp, topic, raw):
     return b"".join(parts)
 
 
+def continues(view):
+    """Return True when the record C{view} is followed by another message record of the
+    same write (they go out as one block)."""
+    return view.magic == fmt.MESSAGE_MAGIC and bool(view.sys_flag & fmt.SYSFLAG_BATCH_MORE)
+
+
+def records_to_block(views):
+    """Return the smss binlog block of the message records of one write (C{views}, in
+    log order): one PUB or DelayApply record whose eventId is the first message's."""
+    first = views[0]
+    topic = first.topic.encode("utf-8")
+    recs = b"".join(_view_record(v, first.born_ts) for v in views)
+    if fmt.DELAY_PROPERTY in first.properties:
+        for k, v in fmt.decode_properties(first.properties):
+            if k == fmt.DELAY_PROPERTY:
+                eid, trigger = fmt.parse_delay_marker(v)
+                raw = _DELAY_PREFIX.pack(trigger, eid) + recs
+                return _block(first.store_ts, CMD_DELAY_APPLY, first.event_id, first.born_ts, topic, raw)
+    return _block(first.store_ts, CMD_PUB, first.event_id, first.born_ts, topic, recs)
+
+
 def record_to_block(view):
     """Return the smss binlog block (cmdLen, cmdLine, payload) of one commit-log record."""
     topic = view.topic.encode("utf-8")
     if view.magic == fmt.MESSAGE_MAGIC:
-        extra = _extra(view.queue_id, view.flag, view.sys_flag, view.reconsume_times)
-        rec = _smss_record(view.body, view.properties, view.sys_flag, extra)
-        if fmt.DELAY_PROPERTY in view.properties:
-            for k, v in fmt.decode_properties(view.properties):
-                if k == fmt.DELAY_PROPERTY:
-                    eid, trigger = fmt.parse_delay_marker(v)
-                    raw = _DELAY_PREFIX.pack(trigger, eid) + rec
-                    return _block(view.store_ts, CMD_DELAY_APPLY, view.event_id, view.born_ts, topic, raw)
-        return _block(view.store_ts, CMD_PUB, view.event_id, view.born_ts, topic, rec)
+        return records_to_block([view])
     op = view.flag
     if op in (fmt.OP_CREATE, fmt.OP_UPDATE):
         spec = json.loads(bytes(view.body))
@@ -132,15 +176,24 @@ def _message_from_record(payload, start, end, born_ts, extra_props=b""):
     except InvalidPayload:
         headers = None
     qid = flag = sysf = rc = 0
+    born_host = fmt.NO_HOST
+    exact = None
     if headers is not None:
         rec = [v for k, v in headers if k == REC_HEADER]
         if rec:
-            qid, flag, sysf, rc = (int(x) for x in rec[0].split(b","))
-            headers = [(k, v) for k, v in headers if k != REC_HEADER]
-    if headers is not None and fmt.properties_safe(headers):
-        props = fmt.encode_properties(headers) + extra_props
+            fields = rec[0].split(b",")
+            qid, flag, sysf, rc = (int(x) for x in fields[:4])
+            if len(fields) >= 6:
+                born_ts, born_host = int(fields[4]), bytes.fromhex(fields[5].decode())
+        props = [v for k, v in headers if k == PROPS_HEADER]
+        if props:
+            exact = bytes.fromhex(props[0].decode())
+        if rec or props:
+            headers = [(k, v) for k, v in headers if k not in (REC_HEADER, PROPS_HEADER)]
+    if headers is not None and (exact is not None or fmt.properties_safe(headers)):
+        props = exact if exact is not None else fmt.encode_properties(headers) + extra_props
         return qid, Message(body=body, properties=props, flag=flag, sys_flag=sysf,
-                            reconsume_times=rc, born_ts=born_ts)
+                            reconsume_times=rc, born_ts=born_ts, born_host=born_host)
     return 0, Message(body=bytes(payload[start:end]), properties=extra_props,
                       sys_flag=fmt.SYSFLAG_SMSS_FRAMED, born_ts=born_ts)
 

@@ -10,7 +10,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from protocols.smss import codec, wire
-from protocols.smss.binlog import record_to_block
+from protocols.smss.binlog import continues, record_to_block, records_to_block
 from protocols.smss.keepalive import IdleAlive
 
 _READS_PER_TURN = 8
@@ -37,6 +37,7 @@ class ReplicaFeed:
         self._active = False
         self._pump_call = None
         self._alive = IdleAlive(self._reactor, proto.factory.alive_interval, self._send_alive)
+        self._write = []  # message records of a write whose last record is not read yet
         self.sent = 0
         self.last_event_id = after_event_id
         peer = proto.transport.getPeer()
@@ -64,16 +65,35 @@ class ReplicaFeed:
             if not views:
                 return
             frames = []
-            for view in views:
-                block = record_to_block(view)
+            for block in self._blocks(views):
                 frames.append(wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)))
                 frames.append(block)
             self.sent += len(views)
-            self.last_event_id = views[-1].event_id
-            self._proto.transport.write(b"".join(frames))
-            self._alive.wrote()
+            # the last eventId sent (a write still open waits in _write, unsent)
+            self.last_event_id = self._write[0].event_id - 1 if self._write else views[-1].event_id
+            if frames:
+                self._proto.transport.write(b"".join(frames))
+                self._alive.wrote()
         # More may be waiting: yield to the reactor between rounds.
         self._wake()
+
+    def _blocks(self, views):
+        # The binlog blocks of views: the records of one write (a multi-message PUB,
+        # MPUB or batch) make one block, as smss writes it. A write split over two reads
+        # waits in _write for its end; one with a gap in its eventIds (a damaged record
+        # left out) is cut there, so each block's ids stay first + i.
+        write = self._write
+        for view in views:
+            if write and (view.event_id != write[-1].event_id + 1 or view.topic != write[0].topic):
+                yield records_to_block(write)
+                write.clear()
+            if write or continues(view):
+                write.append(view)
+                if not continues(view):
+                    yield records_to_block(write)
+                    write.clear()
+            else:
+                yield record_to_block(view)
 
     def _send_alive(self):
         if not self._active:
