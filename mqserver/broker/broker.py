@@ -298,6 +298,11 @@ class Broker:
                 self.store.mark_dirty()
                 continue
             view = self.store.read_record(d.log_offset, d.size)
+            if not view.crc_ok():
+                self.store.report_damage(d.log_offset, "body CRC mismatch", view.event_id)
+                self.log.error("delay {id} dropped: its record is damaged", id=d.event_id)
+                self.store.mark_dirty()
+                continue
             items = fmt.decode_message_list(view.body, fmt.DELAY_PREFIX.size)[d.applied :]
             marker = fmt.encode_properties([(DELAY_PROPERTY, fmt.delay_marker(d.event_id, d.trigger_ms))])
             msgs = [

@@ -768,6 +768,16 @@ class MessageStore:
         """Return the decoded record at C{offset} as a L{fmt.RecordView}."""
         return fmt.RecordView(self.commitlog.read(offset, size))
 
+    def damaged(self, buf, offset):
+        """Return True (and report it) when the message record in C{buf} (read from
+        commit-log C{offset}) fails its framing or body CRC check."""
+        why = _damage(buf, 0, len(buf))
+        if why is None:
+            return False
+        eid = fmt.I64.unpack_from(buf, fmt.OFF_EVENT_ID)[0] if len(buf) >= fmt.HEADER_SIZE else None
+        self.report_damage(offset, why, eid)
+        return True
+
     def read_sound_record(self, offset, size):
         """Return the message record at C{offset} as a L{fmt.RecordView}, or None when it
         is damaged (reported as L{read_records} does)."""

@@ -276,9 +276,12 @@ class BrokerDoor(Factory):
             size, magic = fmt.BLANK.unpack_from(head, 0)
             if magic != fmt.MESSAGE_MAGIC or size < fmt.HEADER_SIZE or offset + size > self.store.visible_end:
                 return None
-            data = bytearray(log.read(offset, size))
+            data = log.read(offset, size)
         except (OSError, ValueError):
             return None
+        if self.store.damaged(data, offset):  # never served (reported by the store)
+            return None
+        data = bytearray(data)
         data[64:72] = self.store.store_host
         return bytes(data)
 

@@ -161,7 +161,10 @@ class Transactions:
             size, magic = fmt.BLANK.unpack(log.read(offset, 8))
             if magic != fmt.MESSAGE_MAGIC or size < fmt.HEADER_SIZE or offset + size > end:
                 return None
-            return fmt.RecordView(log.read(offset, size))
+            data = log.read(offset, size)
+            if self.store.damaged(data, offset):  # reported by the store; never committed
+                return None
+            return fmt.RecordView(data)
         except (OSError, ValueError, IndexError):
             return None
 
