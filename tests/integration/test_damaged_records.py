@@ -119,3 +119,49 @@ def test_unreadable_checkpoint_is_rebuilt_with_a_warning(server_factory):
     assert [m.body for m in got] == [b"one", b"two"]
     with connect(server) as c:
         assert [t["name"] for t in c.list()] == ["k"]
+
+
+def test_nsq_channel_and_rocketmq_pull_skip_a_damaged_record(server_factory):
+    """The other read paths with a real process: an NSQ channel delivers every message
+    but the damaged one (and is not disconnected), a RocketMQ pull leaves it out and a
+    pull of only it moves the client past it."""
+    from protocols.remoting import codes
+    from tests.support.nsq import V2, nsq_listen
+    from tests.support.remoting_client import RemotingClient
+
+    listen = dict(nsq_listen(), smss="tcp:0:interface=127.0.0.1",
+                  broker="tcp:0:interface=127.0.0.1", namesrv="tcp:0:interface=127.0.0.1")
+    server = server_factory(config=CONFIG, listen=listen)
+    bodies, damaged, eid = fill_and_damage(server)
+    server.start()
+    nsq = V2(server.ports["NsqdFactory"])
+    nsq.send(b"SUB d ch\n")
+    assert nsq.frame() == (0, b"OK")
+    nsq.send(b"RDY 1000\n")
+    got = [m for m in nsq.messages(len(bodies) - 1)]
+    assert [m.body for m in got] == [b for b in bodies if b != damaged]
+    for m in got:
+        nsq.send(b"FIN %s\n" % m.msg_id)
+    nsq.send(b"NOP\n")
+    nsq.close()
+
+    rmq = RemotingClient("127.0.0.1", server.ports["BrokerDoor"])
+
+    def pull(offset, n):
+        return rmq.call(codes.PULL_MESSAGE, {
+            "consumerGroup": "G", "topic": "d", "queueId": 0, "queueOffset": offset,
+            "maxMsgNums": n, "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "subscription": "*", "subVersion": 0})
+
+    p = pull(0, 32)
+    assert p.code == codes.SUCCESS and p.ext_fields["nextBeginOffset"] == "32"
+    views, pos = [], 0
+    while pos < len(p.body):
+        v = fmt.RecordView(p.body, pos)
+        views.append(bytes(v.body))
+        pos += v.size
+    assert views == [b for b in bodies[:32] if b != damaged]
+    p = pull(20, 1)  # only the damaged record (message 20 of the topic)
+    assert p.code == codes.PULL_RETRY_IMMEDIATELY and p.ext_fields["nextBeginOffset"] == "21"
+    rmq.close()
+    assert "Traceback" not in server.current_log()
