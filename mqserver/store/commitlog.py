@@ -138,6 +138,12 @@ class CommitLog:
             view = view[n:]
             pos += n
 
+    def patch(self, offset, data):
+        """Overwrite C{data} at C{offset} inside what is written (recovery only)."""
+        start = self.segment_start(offset)
+        self._pwrite(self._fd(start), data, offset - start)
+        self._unsynced.add(start)
+
     def read(self, offset, size):
         """Return C{size} bytes at C{offset} (within one segment), as bytes."""
         start = self.segment_start(offset)

@@ -991,12 +991,14 @@ class MessageStore:
             buf = log.read_segment(seg, pos)
             found = []  # (offset, detail, view) of damaged records in this segment
             good_end = seg + pos
+            last = None
             try:
                 for offset, view in fmt.scan_buffer(
                     memoryview(buf), seg + pos, on_damage=lambda *d: found.append(d)
                 ):
                     self._replay_record(view)
                     good_end = offset + view.size
+                    last = view
                     count += 1
             except fmt.ScanError as e:
                 found.append((e.offset, f"{e.kind} record: {e.detail}", None))
@@ -1009,6 +1011,8 @@ class MessageStore:
                         offset=tail[0][0], detail=tail[0][1],
                     )
                     log.truncate(tail[0][0])
+                if last is not None:
+                    self._end_cut_write(last)
             for offset, detail, view in found:
                 self._replay_damaged(offset, detail, view)
         if count:
@@ -1019,6 +1023,16 @@ class MessageStore:
                 " below it are checked when read)",
                 n=self.damaged_records - damaged_before, start=start,
             )
+
+    def _end_cut_write(self, last):
+        # The log's last record says more of its write follows: a crash cut the write.
+        # It ends here, so the bit goes (the replication feed must not wait for more).
+        if last.magic != fmt.MESSAGE_MAGIC or not last.sys_flag & fmt.SYSFLAG_BATCH_MORE:
+            return
+        flag = last.sys_flag & ~fmt.SYSFLAG_BATCH_MORE
+        self.commitlog.patch(last.offset + fmt.OFF_SYS_FLAG, fmt.I32.pack(flag))
+        self.log.warn("the last write in the log was cut at eventId {eid} (a crash mid-write)",
+                      eid=last.event_id)
 
     def _replay_damaged(self, offset, detail, view):
         # A record whose body fails its CRC keeps its (sound) header: its eventId is

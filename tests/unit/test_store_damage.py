@@ -281,3 +281,30 @@ def test_channel_passes_over_a_damaged_record_and_its_floor_moves(tmp_path):
     assert ch.floor == {0: 20}
     assert store.damaged_records == 1
     store.close()
+
+
+def test_a_write_cut_by_a_crash_ends_at_its_last_record(tmp_path):
+    """A multi-message write whose tail a crash tore off: recovery cuts the torn record
+    and clears the 'more of this write follows' bit of the last one kept, so the
+    replication feed sends what is left as one record instead of waiting for more."""
+    s = open_store(tmp_path)
+    fired(s.put_messages("w", 0, [Message(body=b"solo")]))
+    r = fired(s.put_messages("w", 0, [Message(body=b"part%d" % i) for i in range(3)]))
+    s.close()
+    last = r.log_offsets[-1]
+    seg = last - last % SEGMENT
+    with open(os.path.join(tmp_path, "commitlog", fmt.segment_name(seg)), "r+b") as f:
+        f.truncate(last - seg + 20)  # the third record torn
+    os.remove(os.path.join(tmp_path, "metadata.json"))
+    s = open_store(tmp_path)
+    views = []
+    reader = LogReader(s, 0)
+    while True:
+        got = reader.read()
+        if not got:
+            break
+        views += got
+    assert [bytes(v.body) for v in views] == [b"solo", b"part0", b"part1"]
+    assert views[1].sys_flag & fmt.SYSFLAG_BATCH_MORE
+    assert not views[2].sys_flag & fmt.SYSFLAG_BATCH_MORE
+    s.close()
