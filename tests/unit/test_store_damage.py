@@ -10,11 +10,11 @@ import pytest
 from twisted.internet.task import Clock
 from twisted.logger import globalLogPublisher
 
-from mqserver.broker.broker import Broker
 from mqserver.broker.cursor import TopicCursor
 from mqserver.replication.logreader import LogReader
 from mqserver.store import format as fmt
 from mqserver.store.store import Message, MessageStore
+from tests.unit.test_broker_recovery import fired, open_broker
 
 NOW = 1_700_000_000.0
 SEGMENT = 4096
@@ -25,23 +25,6 @@ def open_store(path):
                      clock=lambda: NOW)
     s.open()
     return s
-
-
-def open_broker(path):
-    clock = Clock()
-    clock.advance(NOW)
-    store = MessageStore(str(path), clock, segment_size=SEGMENT, cq_entries_per_file=10,
-                         clock=lambda: NOW)
-    broker = Broker(store, clock)
-    store.open()
-    return store, broker
-
-
-def fired(d):
-    out = []
-    d.addBoth(out.append)
-    assert out and not hasattr(out[0], "raiseException"), out
-    return out[0]
 
 
 @pytest.fixture
