@@ -83,6 +83,7 @@ class StorageService(service.Service):
 
     def _tick(self):
         self.broker.stats.tick()
+        self.store.check_disk()
         if self.store.flush_level == 1:
             self.store.sync()
         return self.store.checkpoint()

@@ -20,7 +20,7 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from twisted.internet import defer, task
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from mqserver import speedups
@@ -156,7 +156,6 @@ class MessageStore:
         clock=time.time,
         io=None,
         disk_max_used_ratio=0.90,
-        disk_check_interval=1.0,
     ):
         self.path = path
         self._reactor = reactor
@@ -170,8 +169,6 @@ class MessageStore:
         self._fsync = fsync or (lambda fds: fsync_fds(fds, self.io.fsync))
         self._clock = clock
         self.disk_max_used_ratio = disk_max_used_ratio
-        self._disk_check_interval = disk_check_interval
-        self._disk_check = None
         #: Why writes are refused (the store is closed, the disk is over its ratio), or
         #: None: the one test the write path makes.
         self._refusal = StoreError("store is closed")
@@ -229,10 +226,7 @@ class MessageStore:
         self.runner.start()
         self.opened = True
         self._refusal = None
-        if self.disk_max_used_ratio < 1.0 or self._disk_check_interval:
-            self._disk_check = task.LoopingCall(self.check_disk)
-            self._disk_check.clock = self._reactor
-            self._disk_check.start(self._disk_check_interval, now=True)
+        self.check_disk()  # a start on a disk over the ratio refuses writes at once
 
     def close(self):
         """Flush everything and write a final checkpoint (synchronously)."""
@@ -240,8 +234,6 @@ class MessageStore:
             return
         self.opened = False
         self._refusal = StoreError("store is closed")
-        if self._disk_check is not None and self._disk_check.running:
-            self._disk_check.stop()
         # Let a checkpoint or flush already queued on the disk thread finish first: run
         # after the final checkpoint, an older snapshot would replace it.
         self.runner.stop()
@@ -329,8 +321,8 @@ class MessageStore:
 
     def check_disk(self):
         """Refuse writes while the disk is fuller than L{disk_max_used_ratio}, accept
-        them again below it, and notice the end of a disk trouble (called every
-        C{disk_check_interval} seconds)."""
+        them again below it, and notice the end of a disk trouble (the service calls it
+        once a second, with the checkpoint)."""
         if not self.opened:
             return
         try:

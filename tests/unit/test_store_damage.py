@@ -14,7 +14,8 @@ from mqserver.broker.cursor import TopicCursor
 from mqserver.replication.logreader import LogReader
 from mqserver.store import format as fmt
 from mqserver.store.store import Message, MessageStore
-from tests.unit.test_broker_recovery import fired, open_broker
+from tests.support.inprocess import result_of as fired
+from tests.unit.test_broker_recovery import open_broker
 
 NOW = 1_700_000_000.0
 SEGMENT = 4096
