@@ -1,0 +1,483 @@
+#!/usr/bin/env python
+"""mqserver side by side with the reference servers, in one run, alternating A B A B.
+
+For each figure of issue 17 a fresh server of each system is started in turn (mqserver,
+then the reference, once per round), measured the same way, and stopped; the table gives
+every run and the ratio of the medians (mqserver / reference; for CPU per message lower
+is better). Reference servers are optional: with a binary absent its column says why.
+
+    PYTHONPATH=. .venv/bin/python bench/compare.py [--rounds 2] [--seconds 5]
+        [--smss-bin PATH] [--nsqd-bin PATH] [--bench-writer PATH] [--bench-reader PATH]
+        [--only smss|nsq|steady|rss] [--variant NAME:KEY=VALUE[,KEY=VALUE]]
+
+The paths can also come from SMSS_BIN, NSQD_BIN, NSQ_BENCH_WRITER, NSQ_BENCH_READER.
+C{--variant} adds a second mqserver column with other configuration (e.g.
+C{--variant spin0:server.spinMicros=0}); see bench/README.md.
+"""
+
+import argparse
+import multiprocessing as mp
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+for p in (HERE, ROOT):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import nsq_bench  # noqa: E402
+import smss_bench as sb  # noqa: E402
+from procstat import cpu_seconds, peak_rss_mb, steal_seconds  # noqa: E402
+from protocols.smss import client_codec as cc  # noqa: E402
+from refservers import RefServer, binary  # noqa: E402
+from tests.support.server import ServerProcess  # noqa: E402
+
+MP = mp.get_context("fork")
+_OPS = re.compile(r"duration: ([0-9.]+)(ms|s) - [0-9.]+mb/s - ([0-9.]+)ops/s")
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+# -- the systems --------------------------------------------------------------------------
+
+
+class Mq:
+    """mqserver (C{twistd -n mqserver}) with the smss and NSQ doors on loopback."""
+
+    def __init__(self, name, tmp, overrides=None):
+        self.name, self.tmp, self.overrides = name, tmp, dict(overrides or {})
+        self.server = None
+
+    def start(self):
+        config = {"store": {"flushLevel": 1}}
+        for key, value in self.overrides.items():
+            node = config
+            *parents, leaf = key.split(".")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        data = os.path.join(self.tmp, f"{self.name}-{time.monotonic_ns()}")
+        self.server = ServerProcess(data, config=config, listen={
+            "smss": "tcp:0:interface=127.0.0.1", "nsqd_tcp": "tcp:0:interface=127.0.0.1"})
+        self.server.start(timeout=60)
+        self.smss_port = self.server.smss_port
+        self.nsq_port = self.server.ports["NsqdFactory"]
+        self.pid = self.server.proc.pid
+        return self
+
+    def stop(self):
+        try:
+            self.server.stop(timeout=60)
+        finally:
+            self.server.close()
+            shutil.rmtree(self.server.data, ignore_errors=True)
+
+
+class Ref:
+    """A reference server: C{kind} is C{"smss"} or C{"nsqd"}."""
+
+    def __init__(self, name, kind, path, tmp):
+        self.name, self.kind, self.path, self.tmp = name, kind, path, tmp
+
+    def start(self):
+        self.server = RefServer(self.kind, self.path, self.tmp).start()
+        self.pid = self.server.pid
+        self.smss_port = self.nsq_port = self.server.port
+        return self
+
+    def stop(self):
+        self.server.stop()
+
+
+# -- measurements: each takes a started system and returns a dict of figures ---------------
+
+
+def _collect(results, procs, timeout):
+    out = []
+    for _ in procs:
+        r = results.get(timeout=timeout)
+        if r[0] != "ok":
+            raise RuntimeError(r[1])
+        out.append(r[1:])
+    for p in procs:
+        p.join(10)
+    return out
+
+
+def smss_publish(sysm, a, conns):
+    topic = "cmp-pub"
+    sb.create_topic(sysm.smss_port, topic)
+    results, barrier = MP.Queue(), MP.Barrier(conns + 1)
+    procs = [MP.Process(target=sb.pub_worker, daemon=True,
+                        args=(sysm.smss_port, topic, a.seconds, a.client_poll, barrier, results))
+             for _ in range(conns)]
+    for p in procs:
+        p.start()
+    c0 = cpu_seconds(sysm.pid)
+    barrier.wait(60)
+    out = _collect(results, procs, a.seconds + 60)
+    cpu = cpu_seconds(sysm.pid) - c0
+    n = sum(r[0] for r in out)
+    t = max(r[2] for r in out) - min(r[1] for r in out)
+    return {"rate": n / t, "cpu_us": 1e6 * cpu / n}
+
+
+def smss_catchup(sysm, a, batch):
+    topic = "cmp-catchup"
+    sb.create_topic(sysm.smss_port, topic)
+    sb.bulk_publish(sysm.smss_port, topic, a.backlog)
+    results, barrier = MP.Queue(), MP.Barrier(2)
+    p = MP.Process(target=sb.sub_worker, daemon=True,
+                   args=(sysm.smss_port, topic, batch, f"cmp{batch}", a.backlog,
+                         a.client_poll, barrier, results))
+    p.start()
+    c0 = cpu_seconds(sysm.pid)
+    barrier.wait(60)
+    (r,) = _collect(results, [p], 300)
+    cpu = cpu_seconds(sysm.pid) - c0
+    got, elapsed = r[0], r[1]
+    return {"rate": got / elapsed, "cpu_us": 1e6 * cpu / got}
+
+
+def _go_tool(path, port, topic, seconds, extra=()):
+    """Run nsq's bench_writer / bench_reader; return (ops/s, messages)."""
+    argv = [path, f"--nsqd-tcp-address=127.0.0.1:{port}", f"--topic={topic}",
+            f"--runfor={seconds}s", "--size=200", *extra]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
+    m = _OPS.search(done.stderr + done.stdout)
+    if done.returncode or not m:
+        raise RuntimeError(f"{os.path.basename(path)} failed: {done.stderr[-500:]}")
+    secs = float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+    ops = float(m.group(3))
+    return ops, ops * secs
+
+
+def nsq_writer_reader(sysm, a):
+    topic = "cmp_bench"
+    c0 = cpu_seconds(sysm.pid)
+    wrate, written = _go_tool(a.bench_writer, sysm.nsq_port, topic, a.seconds,
+                              ["--batch-size=200"])
+    c1 = cpu_seconds(sysm.pid)
+    # bench_reader reads for a fixed time: give it less than the backlog needs
+    rrate, read = _go_tool(a.bench_reader, sysm.nsq_port, topic, max(1, a.seconds // 2),
+                           ["--channel=ch", "--rdy=2500"])
+    c2 = cpu_seconds(sysm.pid)
+    return {"writer": {"rate": wrate, "cpu_us": 1e6 * (c1 - c0) / max(written, 1)},
+            "reader": {"rate": rrate, "cpu_us": 1e6 * (c2 - c1) / max(read, 1),
+                       "note": "drained the backlog" if read >= 0.99 * written else ""}}
+
+
+def nsq_round_trip(sysm, a):
+    c0 = cpu_seconds(sysm.pid)
+    n, t = nsq_bench._run(nsq_bench._pub_one, 1,
+                          (sysm.nsq_port, "cmp_rt", a.seconds, 200, a.client_poll))
+    return {"rate": n / t, "cpu_us": 1e6 * (cpu_seconds(sysm.pid) - c0) / n}
+
+
+# -- steady rate with one consumer ----------------------------------------------------------
+
+
+def paced_pipelined(port, request, reply_size, rate, seconds, handshake, out):
+    """Send C{rate} requests a second in ticks of 10 ms (each tick's requests in one
+    write, one message per request), reading every reply; put the count sent."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if handshake:
+        sock.sendall(handshake)
+    tick = 0.01
+    per_tick = max(1, round(rate * tick))
+    chunk = request * per_tick
+    want = reply_size * per_tick
+    buf = bytearray(want)
+    view = memoryview(buf)
+    t0 = time.perf_counter()
+    ticks = int(seconds / tick)
+    for i in range(ticks):
+        due = t0 + i * tick
+        now = time.perf_counter()
+        if due > now:
+            time.sleep(due - now)
+        sock.sendall(chunk)
+        got = 0
+        while got < want:
+            k = sock.recv_into(view[got:want])
+            if not k:
+                raise ConnectionError("closed")
+            got += k
+    sock.close()
+    out.put(ticks * per_tick)
+
+
+def _nsq_consumer(port, topic, total, counter, out):
+    nsq_bench._reader(port, topic, 120.0, 200, total, counter, 0, out)
+
+
+def steady(sysm, a, proto, rate):
+    """CPU of the server per message at a steady C{rate} with one consumer attached:
+    from the first publish until the consumer has every message."""
+    total = int(rate * a.steady_seconds)
+    out = MP.Queue()
+    if proto == "smss":
+        topic = "cmp-steady"
+        sb.create_topic(sysm.smss_port, topic)
+        barrier = MP.Barrier(2)
+        consumer = MP.Process(target=sb.sub_worker, daemon=True,
+                              args=(sysm.smss_port, topic, 20, "steady", total, 0, barrier,
+                                    out))
+        consumer.start()
+        barrier.wait(60)
+        port, request, reply, hs = sysm.smss_port, cc.encode_pub(topic, sb.RECORD), 10, b""
+    else:
+        topic = "cmp_steady"
+        counter = MP.Value("q", 0)
+        # the topic and channel exist before the first PUB, so nothing is left behind
+        s = socket.create_connection(("127.0.0.1", sysm.nsq_port))
+        s.sendall(b"  V2PUB %s\n\x00\x00\x00\x01x" % topic.encode())
+        nsq_bench._read_frame(s, bytearray())
+        s.close()
+        consumer = MP.Process(target=_nsq_consumer, daemon=True,
+                              args=(sysm.nsq_port, topic, total + 1, counter, out))
+        consumer.start()
+        deadline = time.monotonic() + 30
+        while counter.value < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        body = b"x" * 200
+        port, hs = sysm.nsq_port, b"  V2"
+        request = b"PUB " + topic.encode() + b"\n" + len(body).to_bytes(4, "big") + body
+        reply = 10  # size(4) type(4) "OK"
+    c0, t0 = cpu_seconds(sysm.pid), time.monotonic()
+    sent_q = MP.Queue()
+    pub = MP.Process(target=paced_pipelined, daemon=True,
+                     args=(port, request, reply, rate, a.steady_seconds, hs, sent_q))
+    pub.start()
+    sent = sent_q.get(timeout=a.steady_seconds + 120)
+    pub.join(10)
+    r = out.get(timeout=120)
+    if not isinstance(r, int) and r[0] != "ok":
+        raise RuntimeError(r)
+    cpu, wall = cpu_seconds(sysm.pid) - c0, time.monotonic() - t0
+    consumer.join(10)
+    if consumer.is_alive():
+        consumer.kill()
+    return {"rate": sent / a.steady_seconds, "cpu_us": 1e6 * cpu / sent,
+            "note": f"server CPU {100 * cpu / wall:.0f}% of a core"}
+
+
+def idle_rss(sysm, a):
+    time.sleep(a.idle_wait)
+    return {"rss": rss_mb(sysm.pid)}
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+class Table:
+    def __init__(self):
+        self.rows = {}  # figure -> system -> [(value, load)]
+        self.order = []
+        self.notes = {}
+
+    def add(self, figure, system, value, ld, note=""):
+        if figure not in self.rows:
+            self.rows[figure] = {}
+            self.order.append(figure)
+        self.rows[figure].setdefault(system, []).append((value, ld))
+        if note:
+            self.notes.setdefault(figure, set()).add(f"{system}: {note}")
+
+    def print(self, systems, refs, skipped):
+        print()
+        head = (f"{'figure':<44}" + "".join(f"{s:>26}" for s in systems)
+                + f"{'mq/ref':>8}")
+        print(head)
+        print("-" * len(head))
+        for fig in self.order:
+            cells, medians = [], {}
+            for s in systems:
+                runs = self.rows[fig].get(s)
+                if not runs:
+                    cells.append(f"{'-':>26}")
+                    continue
+                medians[s] = med = statistics.median(v for v, _ in runs)
+                vals = "/".join(_fmt(v) for v, _ in runs)
+                cells.append(f"{_fmt(med) + ' (' + vals + ')':>26}")
+            ref = [medians[r] for r in refs if medians.get(r)]
+            ratio = f"{medians[systems[0]] / ref[0]:.2f}" if ref and medians.get(systems[0]) else ""
+            print(f"{fig:<44}" + "".join(cells) + f"{ratio:>8}")
+        print("\nmedian (each run, in order); mq/ref = the first column's median over the"
+              " reference server's.\nLoad average (1 min) at the start of each run:")
+        seen = set()
+        for fig in self.order:
+            base = fig.replace(" server CPU us/msg", "").replace(" msgs/s", "")
+            if base in seen:
+                continue
+            seen.add(base)
+            loads = "; ".join(f"{s} " + "/".join(f"{ld:.1f}" for _, ld in runs)
+                              for s, runs in self.rows[fig].items())
+            print(f"  {base}: {loads}")
+            for n in sorted(self.notes.get(fig, ())):
+                print(f"    {n}")
+        for what, why in skipped:
+            print(f"skipped {what}: {why}")
+
+
+def _fmt(v):
+    if v >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.1f}"
+
+
+def _record(table, sysm, fig, res, ld):
+    if "rss" in res:
+        table.add(fig, sysm.name, res["rss"], ld)
+        return
+    table.add(f"{fig} msgs/s", sysm.name, res["rate"], ld, res.get("note", ""))
+    table.add(f"{fig} server CPU us/msg", sysm.name, res["cpu_us"], ld)
+
+
+def run(a):
+    tmp = tempfile.mkdtemp(prefix="mq-compare-")
+    skipped = []
+    table = Table()
+    smss_bin = binary(a.smss_bin, "SMSS_BIN")
+    nsqd_bin = binary(a.nsqd_bin, "NSQD_BIN")
+    a.bench_writer = binary(a.bench_writer, "NSQ_BENCH_WRITER")
+    a.bench_reader = binary(a.bench_reader, "NSQ_BENCH_READER")
+    if not smss_bin:
+        skipped.append(("Go smss column", "no smss binary (--smss-bin or SMSS_BIN)"))
+    if not nsqd_bin:
+        skipped.append(("nsqd column", "no nsqd binary (--nsqd-bin or NSQD_BIN)"))
+    if not (a.bench_writer and a.bench_reader):
+        skipped.append(("bench_writer / bench_reader rows",
+                        "no nsq bench tools (--bench-writer/--bench-reader or "
+                        "NSQ_BENCH_WRITER/NSQ_BENCH_READER)"))
+    skipped.append(("RocketMQ steady rows", "no reference RocketMQ broker (the Java broker "
+                    "is not built here); bench/rocketmq_bench.py measures mqserver alone"))
+    mqs = [lambda: Mq("mqserver", tmp)]
+    names = ["mqserver"]
+    for v in a.variant:
+        name, _, kv = v.partition(":")
+        over = {}
+        for item in kv.split(","):
+            k, _, val = item.partition("=")
+            over[k] = int(val) if val.lstrip("-").isdigit() else val
+        mqs.append(lambda name=name, over=over: Mq(name, tmp, over))
+        names.append(name)
+    smss_sys = list(mqs) + ([lambda: Ref("Go smss", "smss", smss_bin, tmp)] if smss_bin else [])
+    nsq_sys = list(mqs) + ([lambda: Ref("nsqd 1.3", "nsqd", nsqd_bin, tmp)] if nsqd_bin else [])
+
+    plan = []  # (systems, figure, function)
+    only = set(a.only or ["smss", "nsq", "steady", "rss"])
+    if "smss" in only:
+        for c in a.conns:
+            plan.append((smss_sys, f"smss publish {c} conn", lambda s, c=c: smss_publish(s, a, c)))
+        for b in a.batches:
+            plan.append((smss_sys, f"smss catch-up batch {b}",
+                         lambda s, b=b: smss_catchup(s, a, b)))
+    if "nsq" in only:
+        if a.bench_writer and a.bench_reader:
+            plan.append((nsq_sys, "nsq bench", lambda s: nsq_writer_reader(s, a)))
+        plan.append((nsq_sys, "nsq 1 msg/round trip 1 conn", lambda s: nsq_round_trip(s, a)))
+    if "steady" in only:
+        for proto, systems in (("smss", smss_sys), ("nsq", nsq_sys)):
+            for rate in a.rates:
+                plan.append((systems, f"{proto} steady {rate}/s + consumer",
+                             lambda s, p=proto, r=rate: steady(s, a, p, r)))
+    if "rss" in only:
+        plan.append((smss_sys + nsq_sys[len(mqs):],
+                     "idle RSS MB", lambda s: idle_rss(s, a)))
+
+    peaks = {}
+    steal0, wall0 = steal_seconds(), time.monotonic()
+    print(f"compare: {a.rounds} rounds, {a.seconds:g} s per run; load {load():.1f} "
+          f"({os.cpu_count()} cores); {sb.describe(a.client_poll)}", flush=True)
+    try:
+        for systems, fig, fn in plan:
+            for rnd in range(a.rounds):
+                for make in systems:
+                    sysm = make().start()
+                    try:
+                        ld = load()
+                        res = fn(sysm)
+                        peaks[sysm.name] = max(peaks.get(sysm.name, 0), peak_rss_mb(sysm.pid))
+                    finally:
+                        sysm.stop()
+                    if fig == "nsq bench":
+                        _record(table, sysm, "nsq bench_writer MPUB 200", res["writer"], ld)
+                        _record(table, sysm, "nsq bench_reader", res["reader"], ld)
+                        summary = f"writer {res['writer']['rate']:,.0f} reader {res['reader']['rate']:,.0f}"
+                    else:
+                        _record(table, sysm, fig, res, ld)
+                        summary = ", ".join(f"{k} {v:,.1f}" for k, v in res.items()
+                                            if not isinstance(v, str))
+                    print(f"  round {rnd + 1} {fig:<36} {sysm.name:<12} {summary}  "
+                          f"(load {ld:.1f})", flush=True)
+        for name, peak in peaks.items():
+            table.add("peak RSS MB (any run)", name, peak, load())
+        refs = [n for n in ("Go smss", "nsqd 1.3") if any(
+            n in table.rows[f] for f in table.order)]
+        table.print(names + refs, refs, skipped)
+        steal = steal_seconds() - steal0
+        print(f"host steal during the run: {100 * steal / (time.monotonic() - wall0):.0f}% "
+              f"of one core; load average now {load():.1f}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ints(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=2, help="A B rounds per figure (2)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="per timed run (5)")
+    ap.add_argument("--conns", type=_ints, default=[1, 4])
+    ap.add_argument("--batches", type=_ints, default=[20, 100])
+    ap.add_argument("--backlog", type=int, default=200_000, help="catch-up backlog")
+    ap.add_argument("--rates", type=_ints, default=[2000, 10000])
+    ap.add_argument("--steady-seconds", type=float, default=5.0)
+    ap.add_argument("--idle-wait", type=float, default=2.0)
+    ap.add_argument("--only", action="append", choices=["smss", "nsq", "steady", "rss"])
+    ap.add_argument("--variant", action="append", default=[],
+                    help="another mqserver column: NAME:KEY=VALUE[,KEY=VALUE]")
+    ap.add_argument("--smss-bin")
+    ap.add_argument("--nsqd-bin")
+    ap.add_argument("--bench-writer")
+    ap.add_argument("--bench-reader")
+    ap.add_argument("--quick", action="store_true", help="1 round, 2 s runs, small backlog")
+    sb.add_argument(ap)
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.rounds, a.seconds, a.backlog, a.steady_seconds, a.idle_wait = 1, 2.0, 20_000, 2.0, 1.0
+    return a
+
+
+def main(argv=None):
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
