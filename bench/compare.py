@@ -12,7 +12,8 @@ is better). Reference servers are optional: with a binary absent its column says
 
 The paths can also come from SMSS_BIN, NSQD_BIN, NSQ_BENCH_WRITER, NSQ_BENCH_READER.
 C{--variant} adds a second mqserver column with other configuration (e.g.
-C{--variant spin0:server.spinMicros=0}); see bench/README.md.
+C{--variant spin0:server.spinMicros=0}), C{--tree NAME:PATH} one run from another source
+tree (e.g. C{--tree main:/work/main}); see bench/README.md.
 """
 
 import argparse
@@ -40,7 +41,7 @@ import smss_bench as sb  # noqa: E402
 from procstat import cpu_seconds, peak_rss_mb, steal_seconds  # noqa: E402
 from protocols.smss import client_codec as cc  # noqa: E402
 from refservers import RefServer, binary  # noqa: E402
-from tests.support.server import ServerProcess  # noqa: E402
+import tests.support.server as support  # noqa: E402
 
 MP = mp.get_context("fork")
 _OPS = re.compile(r"duration: ([0-9.]+)(ms|s) - [0-9.]+mb/s - ([0-9.]+)ops/s")
@@ -65,8 +66,9 @@ def rss_mb(pid):
 class Mq:
     """mqserver (C{twistd -n mqserver}) with the smss and NSQ doors on loopback."""
 
-    def __init__(self, name, tmp, overrides=None):
+    def __init__(self, name, tmp, overrides=None, tree=ROOT):
         self.name, self.tmp, self.overrides = name, tmp, dict(overrides or {})
+        self.tree = tree
         self.server = None
 
     def start(self):
@@ -78,7 +80,8 @@ class Mq:
                 node = node.setdefault(part, {})
             node[leaf] = value
         data = os.path.join(self.tmp, f"{self.name}-{time.monotonic_ns()}")
-        self.server = ServerProcess(data, config=config, listen={
+        support.ROOT = self.tree  # the source tree the server runs from (its PYTHONPATH)
+        self.server = support.ServerProcess(data, config=config, listen={
             "smss": "tcp:0:interface=127.0.0.1", "nsqd_tcp": "tcp:0:interface=127.0.0.1"})
         self.server.start(timeout=60)
         self.smss_port = self.server.smss_port
@@ -198,35 +201,39 @@ def nsq_round_trip(sysm, a):
 # -- steady rate with one consumer ----------------------------------------------------------
 
 
-def paced_pipelined(port, request, reply_size, rate, seconds, handshake, out):
-    """Send C{rate} requests a second in ticks of 10 ms (each tick's requests in one
-    write, one message per request), reading every reply; put the count sent."""
+def paced_pipelined(port, request, reply_size, rate, seconds, per_write, handshake, out):
+    """Send C{rate} requests a second (one message each), C{per_write} of them in one
+    write at evenly spaced times, for C{seconds}; a thread reads the replies meanwhile,
+    so a slow reply never delays the next send. Put the count sent."""
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if handshake:
         sock.sendall(handshake)
-    tick = 0.01
-    per_tick = max(1, round(rate * tick))
-    chunk = request * per_tick
-    want = reply_size * per_tick
-    buf = bytearray(want)
-    view = memoryview(buf)
+    writes = int(rate * seconds / per_write)
+    want = reply_size * per_write * writes
+
+    def drain():
+        got = 0
+        while got < want:
+            k = len(sock.recv(1 << 16))
+            if not k:
+                break
+            got += k
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    chunk = request * per_write
+    interval = per_write / rate
     t0 = time.perf_counter()
-    ticks = int(seconds / tick)
-    for i in range(ticks):
-        due = t0 + i * tick
+    for i in range(writes):
+        due = t0 + i * interval
         now = time.perf_counter()
         if due > now:
             time.sleep(due - now)
         sock.sendall(chunk)
-        got = 0
-        while got < want:
-            k = sock.recv_into(view[got:want])
-            if not k:
-                raise ConnectionError("closed")
-            got += k
+    reader.join(60)
     sock.close()
-    out.put(ticks * per_tick)
+    out.put(writes * per_write)
 
 
 def _nsq_consumer(port, topic, total, counter, out):
@@ -269,7 +276,8 @@ def steady(sysm, a, proto, rate):
     c0, t0 = cpu_seconds(sysm.pid), time.monotonic()
     sent_q = MP.Queue()
     pub = MP.Process(target=paced_pipelined, daemon=True,
-                     args=(port, request, reply, rate, a.steady_seconds, hs, sent_q))
+                     args=(port, request, reply, rate, a.steady_seconds, a.steady_per_write, hs,
+                           sent_q))
     pub.start()
     sent = sent_q.get(timeout=a.steady_seconds + 120)
     pub.join(10)
@@ -384,6 +392,10 @@ def run(a):
             over[k] = int(val) if val.lstrip("-").isdigit() else val
         mqs.append(lambda name=name, over=over: Mq(name, tmp, over))
         names.append(name)
+    for t in a.tree:
+        name, _, path = t.partition(":")
+        mqs.append(lambda name=name, path=os.path.abspath(path): Mq(name, tmp, tree=path))
+        names.append(name)
     smss_sys = list(mqs) + ([lambda: Ref("Go smss", "smss", smss_bin, tmp)] if smss_bin else [])
     nsq_sys = list(mqs) + ([lambda: Ref("nsqd 1.3", "nsqd", nsqd_bin, tmp)] if nsqd_bin else [])
 
@@ -458,10 +470,15 @@ def parse_args(argv=None):
     ap.add_argument("--backlog", type=int, default=200_000, help="catch-up backlog")
     ap.add_argument("--rates", type=_ints, default=[2000, 10000])
     ap.add_argument("--steady-seconds", type=float, default=5.0)
+    ap.add_argument("--steady-per-write", type=int, default=1,
+                    help="messages per write in the steady rows (1: each PUB sent alone)")
     ap.add_argument("--idle-wait", type=float, default=2.0)
     ap.add_argument("--only", action="append", choices=["smss", "nsq", "steady", "rss"])
     ap.add_argument("--variant", action="append", default=[],
                     help="another mqserver column: NAME:KEY=VALUE[,KEY=VALUE]")
+    ap.add_argument("--tree", action="append", default=[],
+                    help="another mqserver column run from another source tree: NAME:PATH "
+                         "(its C extensions built in place; this interpreter runs it)")
     ap.add_argument("--smss-bin")
     ap.add_argument("--nsqd-bin")
     ap.add_argument("--bench-writer")

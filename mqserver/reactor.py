@@ -8,12 +8,18 @@ when nobody sleeps). Go's scheduler avoids this by letting an idle thread spin b
 before it parks; L{SpinningEPollReactor} does the same: after events it keeps calling
 C{epoll_wait} with a zero timeout for up to C{spin} seconds, and only then blocks.
 
-The spin adapts, like an adaptive mutex: each spin that ends without an event halves
-the next one (down to none), and a request arriving within C{spin} of the previous one
-restores it. So a client answering at once keeps the broker spinning, while an idle
-broker, or a steady trickle slower than the spin, blocks in epoll as usual and costs no
-CPU. While it spins it yields the CPU (C{sched_yield}) between polls, so a client
-scheduled on the same CPU is never kept waiting by the spinning.
+The spin pays only when it usually catches the next event, so the reactor keeps a running
+share of the events that came later than C{spin} after it went idle (each new event
+weighing an eighth) and spins only while fewer than a quarter did: a missed spin burns
+the whole C{spin}, a caught one saves a wake-up (about 60 µs here), so with the default
+200 µs spinning costs more than it saves past about one miss in four. A client
+answering at once keeps the broker spinning; an idle broker, or steady traffic with
+gaps longer than the spin, blocks in epoll as usual. (An earlier rule restored the
+whole spin whenever one spin caught an event: at 2,000 msgs/s with a consumer attached
+each PUB's spin caught the consumer's ack, and the spin after the ack then waited in
+vain for the next PUB, which nearly doubled the broker's CPU per message;
+docs/benchmarks.md.) While it spins it yields the CPU (C{sched_yield}) between
+polls, so a client scheduled on the same CPU is never kept waiting by the spinning.
 
 It also dispatches events without Twisted's legacy log context (C{callWithLogger}): that
 context only names the "system" of old-style C{log.msg} calls, which mqserver does not
@@ -39,6 +45,10 @@ __all__ = ["SpinningEPollReactor", "install", "DEFAULT_SPIN"]
 
 #: Seconds to keep polling after the last event before blocking.
 DEFAULT_SPIN = 0.0002
+#: Weight of the newest event in the running share of events the spin would miss.
+_MISS_WEIGHT = 0.125
+#: Spin only while fewer than this share of recent events came later than the spin.
+_MISS_LIMIT = 0.25
 
 
 class SpinningEPollReactor(EPollReactor):
@@ -59,13 +69,15 @@ class SpinningEPollReactor(EPollReactor):
     @spin.setter
     def spin(self, seconds):
         self._spin = seconds
-        self._spin_now = seconds  # the current spin: shrinks while spinning goes unrewarded
+        self._spin_now = seconds  # the current spin: C{spin}, or 0 while it would not pay
+        self._missed = 0.0  # running share of events that came later than the spin
+        self._idle_since = monotonic()  # when the last events were handled
 
     def doPoll(self, timeout):
         poll = self._poller.poll
         most = len(self._selectables)
         start = monotonic()
-        until = spin_end = self._last_event + self._spin_now
+        until = self._last_event + self._spin_now
         if timeout is not None and until > start + timeout:
             until = start + timeout
         try:
@@ -73,32 +85,33 @@ class SpinningEPollReactor(EPollReactor):
                 while True:
                     events = poll(0, most)
                     if events:
-                        self._spin_now = self._spin  # spinning paid off: keep it
                         break
                     # Give the CPU to anything else runnable on it (often the very
                     # client we wait for): spinning must never delay the peer.
                     sched_yield()
                     now = monotonic()
                     if now >= until:
-                        if now >= spin_end:
-                            # Traffic slower than the spin: spin less next time, down
-                            # to not at all, so a steady trickle costs no CPU.
-                            spin_now = self._spin_now
-                            self._spin_now = spin_now / 2 if spin_now >= 1e-4 else 0.0
                         wait = -1 if timeout is None else max(0.0, timeout - (now - start))
                         events = poll(wait, most)
                         break
             else:
                 events = poll(-1 if timeout is None else timeout, most)
-                if events and self._spin and monotonic() - self._last_event < self._spin:
-                    self._spin_now = self._spin  # events close together again
         except OSError as err:
             if err.errno == errno.EINTR:
                 return
             raise
         if not events:
             return
-        self._last_event = monotonic()
+        self._last_event = now = monotonic()
+        spin = self._spin
+        if spin:
+            missed = self._missed
+            if now - self._idle_since < spin:
+                missed -= missed * _MISS_WEIGHT
+            else:
+                missed += (1.0 - missed) * _MISS_WEIGHT
+            self._missed = missed
+            self._spin_now = spin if missed < _MISS_LIMIT else 0.0
         selectables = self._selectables
         dispatch = self._doReadOrWrite
         for fd, event in events:
@@ -121,6 +134,7 @@ class SpinningEPollReactor(EPollReactor):
                 log.err()
             if why:
                 self._disconnectSelectable(selectable, why, in_read)
+        self._idle_since = monotonic()
 
     doIteration = doPoll
 

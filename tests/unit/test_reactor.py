@@ -234,3 +234,31 @@ def test_send_now_falls_back_to_write_on_other_transports():
     send_now(t, b"abc")
     send_now(t, b"def")
     assert t.value() == b"abcdef"
+
+
+def test_spin_stays_off_when_a_reply_is_followed_by_a_long_gap():
+    """A request answered at once, a second message right after (a consumer's ack), then
+    a gap three spins long: spinning catches the second message but then waits the whole
+    spin in vain every time, so the reactor must stop spinning. (The old rule restored
+    the whole spin after every caught message, which doubled the broker's CPU per
+    message at 2,000 msgs/s with a consumer attached.)"""
+    reactor = SpinningEPollReactor(spin=0.005)
+    port = reactor.listenTCP(0, protocol.Factory.forProtocol(_Echo), interface="127.0.0.1")
+    spins = []
+
+    def request_ack_gap(s):
+        fn = _echo_rounds(1)
+        for i in range(40):
+            if i >= 10:
+                spins.append(reactor._spin_now)  # what it would spin after our next request
+            fn(s)  # request and its reply
+            fn(s)  # the ack, sent as soon as the reply came
+            time.sleep(0.015)
+        return 40
+
+    t, result = _client_thread(port.getHost().port, request_ack_gap)
+    _stop_when(reactor, lambda: not t.is_alive())
+    _run(reactor)
+    port.stopListening()
+    assert result.get("value") == 40, result
+    assert spins == [0.0] * 30, spins
