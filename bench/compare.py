@@ -38,7 +38,7 @@ for p in (HERE, ROOT):
 
 import nsq_bench  # noqa: E402
 import smss_bench as sb  # noqa: E402
-from procstat import cpu_seconds, peak_rss_mb, steal_seconds  # noqa: E402
+from procstat import cpu_seconds, peak_rss_mb, rss_mb, steal_seconds  # noqa: E402
 from protocols.smss import client_codec as cc  # noqa: E402
 from refservers import RefServer, binary  # noqa: E402
 import tests.support.server as support  # noqa: E402
@@ -50,14 +50,6 @@ _OPS = re.compile(r"duration: ([0-9.]+)(ms|s) - [0-9.]+mb/s - ([0-9.]+)ops/s")
 def load():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
-
-
-def rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 # -- the systems --------------------------------------------------------------------------
@@ -364,6 +356,26 @@ def _record(table, sysm, fig, res, ld):
     table.add(f"{fig} server CPU us/msg", sysm.name, res["cpu_us"], ld)
 
 
+def _measure(table, make, fig, fn, rnd, peaks):
+    """Start one system, measure C{fn} on it, stop it, record and print the figures."""
+    sysm = make().start()
+    try:
+        ld = load()
+        res = fn(sysm)
+        peaks[sysm.name] = max(peaks.get(sysm.name, 0), peak_rss_mb(sysm.pid))
+    finally:
+        sysm.stop()
+    if fig == "nsq bench":
+        _record(table, sysm, "nsq bench_writer MPUB 200", res["writer"], ld)
+        _record(table, sysm, "nsq bench_reader", res["reader"], ld)
+        summary = f"writer {res['writer']['rate']:,.0f} reader {res['reader']['rate']:,.0f}"
+    else:
+        _record(table, sysm, fig, res, ld)
+        summary = ", ".join(f"{k} {v:,.1f}" for k, v in res.items() if not isinstance(v, str))
+    print(f"  round {rnd + 1} {fig:<36} {sysm.name:<12} {summary}  (load {ld:.1f})",
+          flush=True)
+
+
 def run(a):
     tmp = tempfile.mkdtemp(prefix="mq-compare-")
     skipped = []
@@ -428,23 +440,7 @@ def run(a):
         for systems, fig, fn in plan:
             for rnd in range(a.rounds):
                 for make in systems:
-                    sysm = make().start()
-                    try:
-                        ld = load()
-                        res = fn(sysm)
-                        peaks[sysm.name] = max(peaks.get(sysm.name, 0), peak_rss_mb(sysm.pid))
-                    finally:
-                        sysm.stop()
-                    if fig == "nsq bench":
-                        _record(table, sysm, "nsq bench_writer MPUB 200", res["writer"], ld)
-                        _record(table, sysm, "nsq bench_reader", res["reader"], ld)
-                        summary = f"writer {res['writer']['rate']:,.0f} reader {res['reader']['rate']:,.0f}"
-                    else:
-                        _record(table, sysm, fig, res, ld)
-                        summary = ", ".join(f"{k} {v:,.1f}" for k, v in res.items()
-                                            if not isinstance(v, str))
-                    print(f"  round {rnd + 1} {fig:<36} {sysm.name:<12} {summary}  "
-                          f"(load {ld:.1f})", flush=True)
+                    _measure(table, make, fig, fn, rnd, peaks)
         for name, peak in peaks.items():
             table.add("peak RSS MB (any run)", name, peak, load())
         refs = [n for n in ("Go smss", "nsqd 1.3") if any(

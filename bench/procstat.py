@@ -10,13 +10,22 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_mb(pid):
-    """The process's peak resident set size (VmHWM) in MiB."""
+def _status_mb(pid, field):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def peak_rss_mb(pid):
+    """The process's peak resident set size (VmHWM) in MiB."""
+    return _status_mb(pid, "VmHWM:")
+
+
+def rss_mb(pid):
+    """The process's resident set size now (VmRSS) in MiB."""
+    return _status_mb(pid, "VmRSS:")
 
 
 def steal_seconds():
