@@ -8,7 +8,7 @@ from mqserver.errors import (
 
 from protocols.remoting import codes
 from protocols.remoting.server import BadRequest, bool_field, error, field, int_field, json_body, ok
-from protocols.remoting.tolerant_json import loads_tolerant
+from protocols.remoting.tolerant_json import loads_object
 from protocols.remoting.topicview import make_attrs, valid_group, valid_name
 
 
@@ -65,7 +65,7 @@ class AdminHandlers:
 
     def create_group(self, cmd):
         try:
-            cfg = loads_tolerant(cmd.body)
+            cfg = loads_object(cmd.body)
         except ValueError:
             return error(cmd, codes.SYSTEM_ERROR, "subscription group body is not JSON")
         if not cfg.get("groupName"):

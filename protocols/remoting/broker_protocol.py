@@ -25,7 +25,7 @@ from protocols.remoting.sending import (
 from protocols.remoting.server import (
     BadRequest, RemotingProtocol, error, field, int_field, json_body, ok,
 )
-from protocols.remoting.tolerant_json import loads_tolerant
+from protocols.remoting.tolerant_json import loads_object
 from protocols.remoting.transactions import is_prepared
 from protocols.remoting.topicview import PERM_READ, PERM_WRITE, RETRY_PREFIX, read_queues, valid_name, write_queues
 
@@ -82,7 +82,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         topic = ext.get("topic") or ""
         if not valid_name(topic):
             return error(cmd, codes.MESSAGE_ILLEGAL, f"the topic[{topic}] is conflict with system reserved words or illegal")
-        msgs = build_messages(ext, cmd.body, self.born_host)
+        msgs = build_messages(ext, cmd.body, self.born_host, self.store.max_message_size)
         for m in msgs:
             if len(m.body) > self.store.max_message_size:
                 return error(cmd, codes.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {self.store.max_message_size}")
@@ -263,7 +263,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         # what mqadmin's consumerConnection/producerConnection show of this client
         self.client_language, self.client_version = cmd.language, cmd.version
         try:
-            data = loads_tolerant(cmd.body) if cmd.body else {}
+            data = loads_object(cmd.body) if cmd.body else {}
         except ValueError:
             return error(cmd, codes.SYSTEM_ERROR, "heartbeat body is not JSON")
         return self.door.heartbeat(self, data).addCallback(lambda _: ok(cmd))
@@ -348,7 +348,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
 
     def _lock_body(self, cmd):
         try:
-            data = loads_tolerant(cmd.body)
+            data = loads_object(cmd.body)
         except ValueError:
             raise BadRequest(codes.SYSTEM_ERROR, "lock body is not JSON") from None
         mqs = [mq for mq in data.get("mqSet") or [] if mq.get("brokerName") in (None, self.door.broker_name)]
