@@ -14,6 +14,7 @@ from mqserver.store import format as fmt
 from protocols.remoting import codes
 from protocols.remoting import admin_stats
 from protocols.remoting.admin_stats import StatsHandlers
+from protocols.remoting.bodies import check_heartbeat
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
 from protocols.remoting.consumers import parse_subscription
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
@@ -264,8 +265,9 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         self.client_language, self.client_version = cmd.language, cmd.version
         try:
             data = loads_object(cmd.body) if cmd.body else {}
-        except ValueError:
-            return error(cmd, codes.SYSTEM_ERROR, "heartbeat body is not JSON")
+            check_heartbeat(data)
+        except ValueError as e:
+            return error(cmd, codes.SYSTEM_ERROR, f"bad heartbeat body: {e}")
         return self.door.heartbeat(self, data).addCallback(lambda _: ok(cmd))
 
     def unregister_client(self, cmd):
@@ -351,7 +353,10 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
             data = loads_object(cmd.body)
         except ValueError:
             raise BadRequest(codes.SYSTEM_ERROR, "lock body is not JSON") from None
-        mqs = [mq for mq in data.get("mqSet") or [] if mq.get("brokerName") in (None, self.door.broker_name)]
+        mq_set = data.get("mqSet") or []
+        if not isinstance(mq_set, list) or not all(isinstance(mq, dict) for mq in mq_set):
+            raise BadRequest(codes.SYSTEM_ERROR, "lock body mqSet is not a list of objects")
+        mqs = [mq for mq in mq_set if mq.get("brokerName") in (None, self.door.broker_name)]
         return data.get("consumerGroup", ""), data.get("clientId", ""), mqs
 
     def lock(self, cmd):

@@ -192,12 +192,17 @@ class NamesrvProtocol(RemotingProtocol):
 
 
 class NamesrvFactory(Factory):
-    """Builds L{NamesrvProtocol}s over one L{RouteTable}; starts and stops its scan."""
+    """Builds L{NamesrvProtocol}s over one L{RouteTable}; starts and stops its scan.
+
+    @ivar idle_timeout: seconds without input before a connection is closed (0: never).
+    """
 
     noisy = False
 
-    def __init__(self, table):
+    def __init__(self, table, idle_timeout=0, clock=None):
         self.table = table
+        self.idle_timeout = idle_timeout
+        self.clock = clock
 
     def startFactory(self):
         self.table.start()

@@ -240,3 +240,76 @@ def test_remoting_deeply_nested_body_is_refused(srv):
     finally:
         c.close()
     assert_alive_and_small(srv)
+
+
+# -- idle connections (issue 13.8) ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def idle_srv(tmp_path_factory):
+    """A broker whose doors close connections silent for 1 s."""
+    listen = {name: LOOPBACK for name in ("smss", "namesrv", "broker", "nsqd_tcp", "lookupd_tcp")}
+    config = {"timeout": {"net": {"idle": 1000}, "server": {"alive": 300}},
+              "rocketmq": {"serverChannelMaxIdleTimeSeconds": 1}, "nsq": {"lookupdIdleTimeout": 1000}}
+    s = ServerProcess(tmp_path_factory.mktemp("idle") / "data", listen=listen, config=config)
+    s.start()
+    yield s
+    try:
+        s.stop()
+    finally:
+        s.close()
+
+
+def wait_closed(sock, timeout):
+    """Read until the peer closes; return the seconds it took (None: still open)."""
+    start = time.monotonic()
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(1 << 16):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - start
+
+
+@pytest.mark.parametrize("door", ["SmssFactory", "BrokerDoor", "NamesrvFactory", "LookupdFactory"])
+def test_silent_connection_is_closed_after_the_idle_time(idle_srv, door):
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", idle_srv.ports[door]))
+    try:
+        took = wait_closed(sock, 10)
+    finally:
+        sock.close()
+    assert took is not None and 0.9 < took < 5
+    assert "closing idle" in idle_srv.current_log()
+
+
+def test_smss_subscriber_outlives_the_idle_time(idle_srv):
+    """A SUB stream that only receives ALIVE is not idle: after three idle timeouts it
+    still gets the message published then."""
+    from protocols.smss.client import SmssClient
+    from protocols.smss.messages import AliveResponse, Batch
+
+    port = idle_srv.ports["SmssFactory"]
+    admin = SmssClient("127.0.0.1", port)
+    admin.create("idle-t")
+    admin.close()  # silent for 3 s it would be closed: a new one publishes later
+    sub_client = SmssClient("127.0.0.1", port)
+    try:
+        sub = sub_client.subscribe("idle-t", 0, who=b"w")
+        alive = 0
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert isinstance(sub.next_batch(timeout=2), AliveResponse)
+            alive += 1
+        assert alive >= 5
+        admin = SmssClient("127.0.0.1", port)
+        admin.publish("idle-t", [b"late"])
+        assert isinstance(next(e for e in iter(lambda: sub.next_batch(timeout=5), None)
+                               if not isinstance(e, AliveResponse)), Batch)
+    finally:
+        sub_client.close()
+        admin.close()
