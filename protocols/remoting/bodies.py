@@ -40,6 +40,19 @@ def check_heartbeat(data):
             raise ValueError("groupName is not a string")
 
 
+def check_lock_body(data):
+    """Raise ValueError unless C{data} (a dict) is a LockBatchRequestBody: a group, a
+    client id and an mqSet of {topic, brokerName, queueId} objects."""
+    for key in ("consumerGroup", "clientId"):
+        if not isinstance(data.get(key) or "", str):
+            raise ValueError(f"{key} is not a string")
+    for mq in _list_of_dicts(data.get("mqSet"), "mqSet"):
+        queue = mq.get("queueId")
+        if not isinstance(mq.get("topic"), str) or not (
+                _is_int(queue) or isinstance(queue, str) and queue.isascii() and queue.isdigit()):
+            raise ValueError("an mqSet entry has no topic or queueId")
+
+
 def check_group_config(cfg):
     """Raise ValueError unless C{cfg} (a dict) is a usable SubscriptionGroupConfig."""
     name = cfg.get("groupName")

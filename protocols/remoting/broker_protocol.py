@@ -14,7 +14,7 @@ from mqserver.store import format as fmt
 from protocols.remoting import codes
 from protocols.remoting import admin_stats
 from protocols.remoting.admin_stats import StatsHandlers
-from protocols.remoting.bodies import check_heartbeat
+from protocols.remoting.bodies import check_heartbeat, check_lock_body
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
 from protocols.remoting.consumers import parse_subscription
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
@@ -351,12 +351,10 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
     def _lock_body(self, cmd):
         try:
             data = loads_object(cmd.body)
-        except ValueError:
-            raise BadRequest(codes.SYSTEM_ERROR, "lock body is not JSON") from None
-        mq_set = data.get("mqSet") or []
-        if not isinstance(mq_set, list) or not all(isinstance(mq, dict) for mq in mq_set):
-            raise BadRequest(codes.SYSTEM_ERROR, "lock body mqSet is not a list of objects")
-        mqs = [mq for mq in mq_set if mq.get("brokerName") in (None, self.door.broker_name)]
+            check_lock_body(data)
+        except ValueError as e:
+            raise BadRequest(codes.SYSTEM_ERROR, f"bad lock body: {e}") from None
+        mqs = [mq for mq in data.get("mqSet") or [] if mq.get("brokerName") in (None, self.door.broker_name)]
         return data.get("consumerGroup", ""), data.get("clientId", ""), mqs
 
     def lock(self, cmd):

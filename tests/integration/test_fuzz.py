@@ -145,3 +145,33 @@ def test_fuzz_door_briefly(srv, door):
     run()
     assert healthy(door, p)
     no_traceback(srv)
+
+
+@pytest.mark.parametrize("field,value", [("flag", 2**31), ("flag", -2**31), ("bornTimestamp", 2**63),
+                                         ("bornTimestamp", -1), ("sysFlag", -1), ("reconsumeTimes", 2**40)])
+def test_remoting_send_header_numbers_at_extremes(srv, field, value):
+    """A SEND whose numeric header fields do not fit the record's fields: refused (or
+    stored when they fit), never an OverflowError from the store's packer."""
+    c = RemotingClient("127.0.0.1", port(srv, "broker"))
+    try:
+        ext = {"producerGroup": "PG", "topic": "fz-ext", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+               "queueId": 0, "sysFlag": 0, "bornTimestamp": 0, "flag": 0, "properties": "",
+               "reconsumeTimes": 0, "unitMode": "false", "batch": "false"}
+        ext[field] = value
+        r = c.call(codes.SEND_MESSAGE, ext, b"body")
+        assert r.code in (codes.SUCCESS, codes.SYSTEM_ERROR), r
+    finally:
+        c.close()
+    no_traceback(srv)
+
+
+@pytest.mark.parametrize("mq", [{"brokerName": "broker-a"}, {"topic": "t", "queueId": "x"}, {"topic": 5, "queueId": 0}])
+def test_remoting_lock_entries_without_topic_or_queue(srv, mq):
+    c = RemotingClient("127.0.0.1", port(srv, "broker"))
+    try:
+        for code in (codes.LOCK_BATCH_MQ, codes.UNLOCK_BATCH_MQ):
+            body = json.dumps({"consumerGroup": "g", "clientId": "c", "mqSet": [mq]}).encode()
+            assert c.call(code, {}, body).code == codes.SYSTEM_ERROR
+    finally:
+        c.close()
+    no_traceback(srv)
