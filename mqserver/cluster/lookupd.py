@@ -108,6 +108,7 @@ class LookupRegistry:
         out = list(self.regs.get(("topic", topic, ""), {}).items())
         local = self._local()
         if local is not None and topic in local[1]:
+            out = [(pid, info) for pid, info in out if not _same_node(info, local[0])]
             out.append(("local", local[0]))
         return out
 
@@ -150,6 +151,8 @@ class LookupRegistry:
         items = [(pid, info) for pid, info in self.peers.items() if self._live("", pid)]
         local = self._local()
         if local is not None:
+            # a broker registering with its own embedded lookupd is one node, not two
+            items = [(pid, info) for pid, info in items if not _same_node(info, local[0])]
             items.append(("local", local[0]))
         now = self.clock()
         for pid, info in items:
@@ -161,3 +164,8 @@ class LookupRegistry:
             tomb = [self.tombstones.get((t, pid), 0) > now for t in topics]
             out.append(dict(info, tombstones=tomb, topics=topics))
         return out
+
+
+def _same_node(a, b):
+    """True when two producer infos describe the same nsqd (address and ports)."""
+    return all(a.get(k) == b.get(k) for k in ("broadcast_address", "tcp_port", "http_port"))

@@ -7,8 +7,12 @@
   write, as nsqd's deflate upgrade uses, at the negotiated level.
 
 Every object has ``compress(bytes) -> bytes`` (output decodable by the peer as soon
-as it arrives) or ``decompress(bytes) -> bytes`` (returns whatever the bytes fed so far
-complete). Corrupt input raises :class:`CompressionError`.
+as it arrives) or ``decompress(bytes) -> bytes`` (returns what the bytes fed so far
+complete, at most ``max_output`` bytes a call; ``pending`` then says more is ready
+without further input: call ``decompress(b"")`` for it). Bounding each call keeps a
+small stream that inflates to gigabytes from ever being held in memory: the caller
+hands each piece to its decoder, whose size limits apply before anything is buffered.
+Corrupt input raises :class:`CompressionError`.
 """
 from __future__ import annotations
 
@@ -38,6 +42,8 @@ _MAX_BLOCK = 65536
 # (32 + n + n/6) plus the 4-byte CRC; uncompressed chunk <= 64 KiB plus the CRC
 _MAX_COMPRESSED_CHUNK = 32 + _MAX_BLOCK + _MAX_BLOCK // 6 + 4
 _MAX_UNCOMPRESSED_CHUNK = _MAX_BLOCK + 4
+#: Default bound on what one decompress call returns.
+MAX_OUTPUT = 1 << 20
 
 
 class CompressionError(ValueError):
@@ -65,13 +71,17 @@ class SnappyCompressor:
 class SnappyDecompressor:
     """Incremental snappy framing-format reader (verifies each chunk's CRC-32C)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_output: int = MAX_OUTPUT) -> None:
         self._buf = bytearray()
         self._seen_identifier = False
         self._skip = 0  # bytes of a skippable chunk still to discard
+        # a data chunk inflates to at most 64 KiB: count chunks, not bytes
+        self._max_chunks = max(1, max_output // _MAX_BLOCK)
+        self.pending = False
 
     def decompress(self, data: bytes) -> bytes:
-        """Feed ``data``; return the bytes of every chunk it completes."""
+        """Feed ``data``; return the bytes of the chunks it completes, up to
+        ``max_output`` bytes (``pending`` is then true if whole chunks are left)."""
         if self._skip:
             n = min(self._skip, len(data))
             self._skip -= n
@@ -80,7 +90,11 @@ class SnappyDecompressor:
         buf += data
         pos, end = 0, len(buf)
         chunks = []
+        self.pending = False
         while end - pos >= 4:
+            if len(chunks) == self._max_chunks:
+                self.pending = True
+                break
             kind = buf[pos]
             length = buf[pos + 1] | buf[pos + 2] << 8 | buf[pos + 3] << 16
             if not self._seen_identifier and kind != 0xFF:
@@ -138,12 +152,21 @@ class DeflateCompressor:
 class DeflateDecompressor:
     """Raw DEFLATE reader."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_output: int = MAX_OUTPUT) -> None:
         self._d = zlib.decompressobj(-15)
+        self._max_output = max_output
+        self.pending = False
 
     def decompress(self, data: bytes) -> bytes:
-        """Feed ``data``; return everything it inflates to so far."""
+        """Feed ``data``; return what it inflates to so far, up to ``max_output`` bytes
+        (``pending`` is then true: the rest of the input is kept for the next call)."""
+        d = self._d
+        if d.unconsumed_tail:
+            data = d.unconsumed_tail + data
         try:
-            return self._d.decompress(data)
+            out = d.decompress(data, self._max_output)
         except zlib.error as exc:
             raise CompressionError(str(exc)) from None
+        # a full piece may leave output inside zlib even with no input left over
+        self.pending = bool(d.unconsumed_tail) or len(out) == self._max_output
+        return out

@@ -15,6 +15,10 @@ KEYS = {
     "nsq.tlsRequired": (bool, False, None, None),
     "nsq.authHttpAddresses": (list, [], lambda v: all(isinstance(a, str) and a for a in v),
                               "a list of host:port strings or URLs"),
+    # nsqd TCP connections have nsqd's own deadline (2 heartbeat intervals); these are
+    # for the HTTP doors (twisted.web's keep-alive timeout) and lookupd's TCP door
+    "nsq.httpIdleTimeout": (int, 60000, lambda v: v >= 0, ">= 0 (ms, 0: never)"),
+    "nsq.lookupdIdleTimeout": (int, 60000, lambda v: v >= 0, ">= 0 (ms, 0: never)"),
 }
 
 

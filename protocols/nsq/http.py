@@ -274,7 +274,7 @@ class NsqdHttpResource(resource.Resource):
                 "depth": ch.depth()}
 
     def config(self, request):
-        opt = request.path[len(b"/config/"):].decode()
+        opt = request.path[len(b"/config/"):].decode("utf-8", "replace")
         n = self.node
         values = {
             "nsqlookupd_tcp_addresses": list(n.config["nsq.lookupdTcpAddresses"]),
@@ -299,8 +299,8 @@ class NsqdHttpSite(server.Site):
 
     noisy = False
 
-    def __init__(self, node):
-        super().__init__(NsqdHttpResource(node))
+    def __init__(self, node, idle_timeout=60.0):
+        super().__init__(NsqdHttpResource(node), timeout=idle_timeout or None, reactor=node.reactor)
         self.node = node
 
     def log(self, request):
@@ -321,4 +321,4 @@ def make_factory(broker, config, reactor):
     """Return the nsqd HTTP site of C{broker}'s shared node."""
     node = get_node(broker, config, reactor)
     node.http_tls = (getattr(config, "listen", {}).get("nsqd_http") or "").startswith("ssl:")
-    return NsqdHttpSite(node)
+    return NsqdHttpSite(node, config["nsq.httpIdleTimeout"] / 1000.0)

@@ -39,7 +39,7 @@ def error_body(request, e):
     request.setResponseCode(e.status)
     request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
     request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
-    return json.dumps({"message": e.code}).encode()
+    return head_aware(request, json.dumps({"message": e.code}).encode())
 
 
 def result_body(request, result, plain):
@@ -51,9 +51,19 @@ def result_body(request, result, plain):
         return b""
     if isinstance(result, (bytes, str)):
         request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
-        return result.encode() if isinstance(result, str) else result
+        return head_aware(request, result.encode() if isinstance(result, str) else result)
     request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
-    return json.dumps(result, separators=(",", ":")).encode()
+    return head_aware(request, json.dumps(result, separators=(",", ":")).encode())
+
+
+def head_aware(request, body):
+    """Return C{body}, or for a HEAD request nothing but its Content-Length: twisted.web
+    would otherwise log a warning about the dropped body, and formatting that warning
+    fails (a logged traceback) when the request line is not ASCII."""
+    if request.method == b"HEAD":
+        request.setHeader(b"Content-Length", b"%d" % len(body))
+        return b""
+    return body
 
 
 def name_arg(request, kind):

@@ -10,11 +10,15 @@ import struct
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
-from protocols.nsq.codec import is_valid_name
+from mqserver.idle import IdleWatch
+
+from protocols.nsq.codec import DEFAULT_MAX_LINE, is_valid_name
 from protocols.nsq.node import VERSION, find_listening_port
 
 _U32 = struct.Struct(">I")
 _ids = itertools.count(1)
+#: Largest IDENTIFY body: an nsqd's JSON is a few hundred bytes.
+MAX_IDENTIFY_BODY = 1 << 20
 
 
 def v1_reply(data):
@@ -22,8 +26,13 @@ def v1_reply(data):
     return _U32.pack(len(data)) + data
 
 
-class LookupdProtocol(Protocol):
-    """One nsqd (producer) connected to the lookupd."""
+class LookupdProtocol(IdleWatch, Protocol):
+    """One nsqd (producer) connected to the lookupd.
+
+    Closed after the factory's C{idle_timeout} seconds with nothing received (nsqd PINGs
+    every 15 s). A line longer than nsqd's 16 KiB or an IDENTIFY body over 1 MiB is fatal,
+    so nothing a peer sends is buffered without bound.
+    """
 
     log = Logger()
 
@@ -36,9 +45,18 @@ class LookupdProtocol(Protocol):
         self._magic = False
         self._dead = False
 
+    def connectionMade(self):
+        self.watch_idle(self.factory.idle_timeout, self.factory.reactor)
+
+    def idle_expired(self):
+        self.log.info("closing idle lookupd connection {peer}: nothing received for {timeout} s",
+                      peer=self.peer_id, timeout=self.factory.idle_timeout)
+        self.transport.loseConnection()
+
     def dataReceived(self, data):
         if self._dead:
             return
+        self.active = True
         self._buf += data
         if not self._magic:
             if len(self._buf) < 4:
@@ -47,24 +65,32 @@ class LookupdProtocol(Protocol):
                 return self._fatal(b"E_BAD_PROTOCOL")
             self._magic = True
             self._buf = self._buf[4:]
-        while not self._dead:
-            nl = self._buf.find(b"\n")
-            if nl < 0:
-                return
-            line = self._buf[:nl].strip()
-            params = line.split(b" ")
-            if params[0] == b"IDENTIFY":
-                if len(self._buf) < nl + 5:
+        buf, pos = self._buf, 0
+        try:
+            while not self._dead:
+                nl = buf.find(b"\n", pos, pos + DEFAULT_MAX_LINE)
+                if nl < 0:
+                    if len(buf) - pos >= DEFAULT_MAX_LINE:
+                        self._fatal(b"E_INVALID line too long")
                     return
-                (n,) = _U32.unpack_from(self._buf, nl + 1)
-                if len(self._buf) < nl + 5 + n:
-                    return
-                body = self._buf[nl + 5:nl + 5 + n]
-                self._buf = self._buf[nl + 5 + n:]
-                self._identify(body)
-                continue
-            self._buf = self._buf[nl + 1:]
-            self._command(params)
+                params = buf[pos:nl].strip().split(b" ")
+                if params[0] == b"IDENTIFY":
+                    if len(buf) < nl + 5:
+                        return
+                    (n,) = _U32.unpack_from(buf, nl + 1)
+                    if n > MAX_IDENTIFY_BODY:
+                        self._fatal(b"E_BAD_BODY IDENTIFY body too big")
+                        return
+                    if len(buf) < nl + 5 + n:
+                        return
+                    pos = nl + 5 + n
+                    self._identify(buf[nl + 5:pos])
+                    continue
+                pos = nl + 1
+                self._command(params)
+        finally:
+            # one slice per read, not one per command
+            self._buf = b"" if self._dead else buf[pos:]
 
     def _fatal(self, data):
         self._dead = True
@@ -76,7 +102,7 @@ class LookupdProtocol(Protocol):
             return self._fatal(b"E_INVALID cannot IDENTIFY again")
         try:
             info = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return self._fatal(b"E_BAD_BODY IDENTIFY failed to decode JSON body")
         need = ("broadcast_address", "tcp_port", "http_port", "version")
         if not isinstance(info, dict) or not all(info.get(k) for k in need):
@@ -124,6 +150,8 @@ class LookupdProtocol(Protocol):
         self.transport.write(v1_reply(b"OK"))
 
     def connectionLost(self, reason):
+        self.stop_idle_watch()
+        self._buf = b""
         self.registry.drop_peer(self.peer_id)
 
 
@@ -132,9 +160,10 @@ class LookupdFactory(Factory):
 
     noisy = False
 
-    def __init__(self, registry, reactor, broadcast_address="127.0.0.1", hostname=""):
+    def __init__(self, registry, reactor, broadcast_address="127.0.0.1", hostname="", idle_timeout=60.0):
         self.registry = registry
         self.reactor = reactor
+        self.idle_timeout = idle_timeout
         self.broadcast_address = broadcast_address
         self.hostname = hostname
         self.tcp_port = -1
@@ -158,6 +187,7 @@ def make_factory(broker, config, reactor):
     from protocols.nsq.node import get_node
 
     node = get_node(broker, config, reactor)
-    f = LookupdFactory(node.lookupd, reactor, node.broadcast_address, node.hostname)
+    f = LookupdFactory(node.lookupd, reactor, node.broadcast_address, node.hostname,
+                       config["nsq.lookupdIdleTimeout"] / 1000.0)
     node.lookupd_tcp = f
     return f

@@ -5,6 +5,7 @@ each topic and channel, REGISTER/UNREGISTER on changes, PING every 15 s, reconne
 
 import json
 import struct
+from collections import deque
 
 from twisted.internet import protocol
 from twisted.logger import Logger
@@ -26,6 +27,7 @@ class _LookupdPeer(protocol.Protocol):
         self.owner = owner
         self.sent = set()
         self._buf = b""
+        self._asked = deque()  # what each reply to come answers: a (topic, channel) or None
 
     def connectionMade(self):
         node = self.owner.node
@@ -33,6 +35,7 @@ class _LookupdPeer(protocol.Protocol):
                            "hostname": node.hostname, "tcp_port": node.tcp_port,
                            "http_port": node.http_port, "version": VERSION}).encode()
         self.transport.write(b"  V1IDENTIFY\n" + _U32.pack(len(body)) + body)
+        self._asked.append(None)
         self.owner.connected(self)
         self.sync()
 
@@ -43,8 +46,13 @@ class _LookupdPeer(protocol.Protocol):
             if len(self._buf) < 4 + n:
                 return
             reply, self._buf = self._buf[4:4 + n], self._buf[4 + n:]
+            asked = self._asked.popleft() if self._asked else None
             if reply.startswith(b"E_"):
-                self.log.warn("lookupd error: {reply}", reply=reply.decode("latin-1"))
+                if asked is not None:
+                    # never ask again: one refused name must not stop the others
+                    self.owner.refuse(asked, reply)
+                else:
+                    self.log.warn("lookupd error: {reply}", reply=reply.decode("latin-1"))
 
     def sync(self):
         """Send REGISTER/UNREGISTER so the lookupd holds exactly our registrations."""
@@ -52,17 +60,21 @@ class _LookupdPeer(protocol.Protocol):
         for topic, channels in self.owner.node.registrations().items():
             want.add((topic, ""))
             want.update((topic, c) for c in channels)
+        want -= self.owner.refused
         lines = []
         for topic, channel in sorted(want - self.sent):
             lines.append(f"REGISTER {topic} {channel}".rstrip() + "\n")
+            self._asked.append((topic, channel))
         for topic, channel in sorted(self.sent - want, key=lambda k: (k[0], k[1] == "")):
             lines.append(f"UNREGISTER {topic} {channel}".rstrip() + "\n")
+            self._asked.append(None)
         self.sent = want
         if lines:
             self.transport.write("".join(lines).encode())
 
     def ping(self):
         self.transport.write(b"PING\n")
+        self._asked.append(None)
 
     def connectionLost(self, reason):
         self.owner.disconnected(self)
@@ -83,10 +95,13 @@ class _PeerFactory(protocol.ReconnectingClientFactory):
 class LookupdClients:
     """Keeps every configured lookupd told about this node (a channel-registry observer)."""
 
+    log = Logger()
+
     def __init__(self, node, addresses):
         self.node = node
         self.addresses = list(addresses)
         self.peers = set()
+        self.refused = set()  # (topic, channel) a lookupd refused: not registered again
         self.factories = []
         self._call = None
         self._last_ping = 0.0
@@ -112,6 +127,15 @@ class LookupdClients:
 
     def connected(self, peer):
         self.peers.add(peer)
+
+    def refuse(self, registration, reply):
+        """A lookupd refused C{registration} (topic, channel): log it once, skip it from
+        now on (the lookupd closes the connection; the next one registers the rest)."""
+        if registration not in self.refused:
+            self.refused.add(registration)
+            topic, channel = registration
+            self.log.warn("lookupd refused {what}: {reply}; not registering it again",
+                          what=f"{topic} {channel}".strip(), reply=reply.decode("latin-1"))
 
     def disconnected(self, peer):
         self.peers.discard(peer)

@@ -97,8 +97,8 @@ class LookupdHttpSite(server.Site):
 
     noisy = False
 
-    def __init__(self, registry):
-        super().__init__(LookupdHttpResource(registry))
+    def __init__(self, registry, idle_timeout=60.0, reactor=None):
+        super().__init__(LookupdHttpResource(registry), timeout=idle_timeout or None, reactor=reactor)
 
     def log(self, request):
         pass
@@ -108,4 +108,5 @@ def make_factory(broker, config, reactor):
     """The embedded lookupd's HTTP door over the broker's NSQ node registry."""
     from protocols.nsq.node import get_node
 
-    return LookupdHttpSite(get_node(broker, config, reactor).lookupd)
+    return LookupdHttpSite(get_node(broker, config, reactor).lookupd, config["nsq.httpIdleTimeout"] / 1000.0,
+                           reactor)

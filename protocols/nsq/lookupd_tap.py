@@ -18,6 +18,7 @@ class Options(usage.Options):
         ["tcp", "t", "tcp:4160:interface=127.0.0.1", "Endpoint of the TCP (V1) listener."],
         ["http", "h", "tcp:4161:interface=127.0.0.1", "Endpoint of the HTTP listener."],
         ["broadcast-address", "b", "127.0.0.1", "Address this lookupd reports in IDENTIFY."],
+        ["idle-timeout", None, 60.0, "Close connections silent for this many seconds (0: never).", float],
     ]
 
 
@@ -27,7 +28,8 @@ def makeService(options, reactor=None):
         from twisted.internet import reactor
     registry = LookupRegistry(clock=reactor.seconds)
     root = service.MultiService()
-    tcp = LookupdFactory(registry, reactor, options["broadcast-address"], socket.gethostname())
+    idle = options["idle-timeout"]
+    tcp = LookupdFactory(registry, reactor, options["broadcast-address"], socket.gethostname(), idle)
     strports.service(options["tcp"], tcp).setServiceParent(root)
-    strports.service(options["http"], LookupdHttpSite(registry)).setServiceParent(root)
+    strports.service(options["http"], LookupdHttpSite(registry, idle, reactor)).setServiceParent(root)
     return root

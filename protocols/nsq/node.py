@@ -16,6 +16,7 @@ from mqserver.cluster.lookupd import LookupRegistry
 from mqserver.errors import TopicExists
 
 from protocols.nsq.auth import AuthClient
+from protocols.nsq.codec import is_valid_name
 from protocols.nsq.identify import ServerSettings
 
 VERSION = "1.3.0"
@@ -119,9 +120,12 @@ class NsqNode:
         }
 
     def registrations(self):
-        """topic -> sorted channel names, as this node registers them with lookupds."""
+        """topic -> sorted channel names, as this node registers them with lookupds:
+        only names NSQ can carry (a RocketMQ C{%RETRY%group} topic is a broker topic
+        that lookupd would refuse with E_BAD_TOPIC)."""
         chans = self.broker.channels
-        return {t: sorted(chans.of(t)) for t in self.topic_names()}
+        return {t: sorted(c for c in chans.of(t) if is_valid_name(c))
+                for t in self.topic_names() if is_valid_name(t)}
 
     def tcp_started(self):
         """The TCP door is listening: register with the configured lookupds."""

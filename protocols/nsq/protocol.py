@@ -109,6 +109,7 @@ class NsqdProtocol(SecurityGate, Protocol):
         self._last_recv = self.reactor.seconds()
         self._compressor = None
         self._decompressor = None
+        self._inflate_call = None  # a later turn picks up inflated input left over
         self._write_paused = False
         self._read_paused = False
         self._dead = False
@@ -132,10 +133,11 @@ class NsqdProtocol(SecurityGate, Protocol):
     def connectionLost(self, reason):
         self._dead = True
         self.node.clients.discard(self)
-        for call in (self._hb_call, self._flush_call):
+        for call in (self._hb_call, self._flush_call, self._inflate_call):
             if call is not None and call.active():
                 call.cancel()
-        self._hb_call = self._flush_call = None
+        self._hb_call = self._flush_call = self._inflate_call = None
+        self._decompressor = None  # whatever it still holds is garbage now
         self.can_receive = False
         if self.channel is not None:
             self.channel.remove_consumer(self)
@@ -274,7 +276,10 @@ class NsqdProtocol(SecurityGate, Protocol):
                     self._emit(head)
         if self._read_paused and not self._dead:
             self._read_paused = False
-            self.transport.resumeProducing()
+            if not self._inflating():
+                self.transport.resumeProducing()
+            elif self._inflate_call is None:
+                self._inflate_call = self.reactor.callLater(0, self._inflate_more)
         return result
 
     def _publish_error(self, d, failure):
@@ -323,13 +328,20 @@ class NsqdProtocol(SecurityGate, Protocol):
         self._last_recv = self.reactor.seconds()
         if self._dead_input or self._dead:
             return
-        if self._decompressor is not None:
+        inflater = self._decompressor
+        if inflater is not None:
             try:
-                data = self._decompressor.decompress(data)
+                data = inflater.decompress(data)
             except CompressionError as e:
                 self.log.info("bad compressed stream from {peer}: {e}", peer=self.remote_address, e=e)
+                self._decompressor = None
                 self.transport.loseConnection()
                 return
+            if inflater.pending and self._inflate_call is None:
+                # More is inflated than one piece: stop reading and take the next piece
+                # on a later turn, so what the decoder holds stays within its limits.
+                self.transport.pauseProducing()
+                self._inflate_call = self.reactor.callLater(0, self._inflate_more)
         if self.channel is not None and data.startswith(b"FIN ") and self.decoder.at_line_start:
             pos = self._fast_fins(data)
             if pos == len(data):
@@ -345,6 +357,20 @@ class NsqdProtocol(SecurityGate, Protocol):
             if self._dead_input:
                 return
             self._run(cmd)
+
+    def _inflating(self):
+        """True while input already read still inflates to more commands."""
+        return self._decompressor is not None and self._decompressor.pending
+
+    def _inflate_more(self):
+        self._inflate_call = None
+        if self._dead or self._dead_input:
+            return
+        if self._read_paused:
+            return  # too many replies pending: _drain resumes reading, then we go on
+        self._cork.received(self.transport, self._received, b"")
+        if self._inflate_call is None and not self._read_paused and not self._dead:
+            self.transport.resumeProducing()
 
     def _run(self, cmd):
         """Check C{cmd} is allowed in this state and run its handler; an NsqError is

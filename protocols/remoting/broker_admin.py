@@ -7,8 +7,9 @@ from mqserver.errors import (
 )
 
 from protocols.remoting import codes
+from protocols.remoting.bodies import check_group_config
 from protocols.remoting.server import BadRequest, bool_field, error, field, int_field, json_body, ok
-from protocols.remoting.tolerant_json import loads_tolerant
+from protocols.remoting.tolerant_json import loads_object
 from protocols.remoting.topicview import make_attrs, valid_group, valid_name
 
 
@@ -65,13 +66,17 @@ class AdminHandlers:
 
     def create_group(self, cmd):
         try:
-            cfg = loads_tolerant(cmd.body)
+            cfg = loads_object(cmd.body)
         except ValueError:
             return error(cmd, codes.SYSTEM_ERROR, "subscription group body is not JSON")
         if not cfg.get("groupName"):
             return error(cmd, codes.SYSTEM_ERROR, "groupName is required")
-        if not valid_group(str(cfg["groupName"])):
+        if not isinstance(cfg["groupName"], str) or not valid_group(cfg["groupName"]):
             return error(cmd, codes.SYSTEM_ERROR, f"group[{cfg['groupName']}] is illegal")
+        try:
+            check_group_config(cfg)
+        except ValueError as e:
+            return error(cmd, codes.SYSTEM_ERROR, f"bad subscription group: {e}")
         return self.door.set_group_config(cfg).addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd,))
 
     def all_groups(self, cmd):

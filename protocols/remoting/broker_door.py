@@ -370,4 +370,6 @@ def reset_offset_body(broker_name, topic, positions, for_c):
 
 def make_factory(broker, config, reactor):
     """Return the RocketMQ broker factory for C{broker}."""
-    return BrokerDoor(broker, config, reactor)
+    door = BrokerDoor(broker, config, reactor)
+    door.idle_timeout, door.clock = config["rocketmq.serverChannelMaxIdleTimeSeconds"], reactor
+    return door

@@ -14,6 +14,7 @@ from mqserver.store import format as fmt
 from protocols.remoting import codes
 from protocols.remoting import admin_stats
 from protocols.remoting.admin_stats import StatsHandlers
+from protocols.remoting.bodies import check_heartbeat, check_lock_body
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
 from protocols.remoting.consumers import parse_subscription
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
@@ -25,7 +26,7 @@ from protocols.remoting.sending import (
 from protocols.remoting.server import (
     BadRequest, RemotingProtocol, error, field, int_field, json_body, ok,
 )
-from protocols.remoting.tolerant_json import loads_tolerant
+from protocols.remoting.tolerant_json import loads_object
 from protocols.remoting.transactions import is_prepared
 from protocols.remoting.topicview import PERM_READ, PERM_WRITE, RETRY_PREFIX, read_queues, valid_name, write_queues
 
@@ -82,7 +83,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         topic = ext.get("topic") or ""
         if not valid_name(topic):
             return error(cmd, codes.MESSAGE_ILLEGAL, f"the topic[{topic}] is conflict with system reserved words or illegal")
-        msgs = build_messages(ext, cmd.body, self.born_host)
+        msgs = build_messages(ext, cmd.body, self.born_host, self.store.max_message_size)
         for m in msgs:
             if len(m.body) > self.store.max_message_size:
                 return error(cmd, codes.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {self.store.max_message_size}")
@@ -263,9 +264,10 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         # what mqadmin's consumerConnection/producerConnection show of this client
         self.client_language, self.client_version = cmd.language, cmd.version
         try:
-            data = loads_tolerant(cmd.body) if cmd.body else {}
-        except ValueError:
-            return error(cmd, codes.SYSTEM_ERROR, "heartbeat body is not JSON")
+            data = loads_object(cmd.body) if cmd.body else {}
+            check_heartbeat(data)
+        except ValueError as e:
+            return error(cmd, codes.SYSTEM_ERROR, f"bad heartbeat body: {e}")
         return self.door.heartbeat(self, data).addCallback(lambda _: ok(cmd))
 
     def unregister_client(self, cmd):
@@ -348,9 +350,10 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
 
     def _lock_body(self, cmd):
         try:
-            data = loads_tolerant(cmd.body)
-        except ValueError:
-            raise BadRequest(codes.SYSTEM_ERROR, "lock body is not JSON") from None
+            data = loads_object(cmd.body)
+            check_lock_body(data)
+        except ValueError as e:
+            raise BadRequest(codes.SYSTEM_ERROR, f"bad lock body: {e}") from None
         mqs = [mq for mq in data.get("mqSet") or [] if mq.get("brokerName") in (None, self.door.broker_name)]
         return data.get("consumerGroup", ""), data.get("clientId", ""), mqs
 

@@ -86,6 +86,9 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
         obj = json.loads(bytes(header).decode("utf-8"), strict=False)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RemotingProtocolError(f"undecodable JSON header: {exc}") from None
+    except RecursionError:
+        # the C scanner recurses once per "[" or "{": refuse deep nesting as bad input
+        raise RemotingProtocolError("JSON header nested too deeply") from None
     if not isinstance(obj, dict):
         raise RemotingProtocolError("JSON header is not an object")
     if "code" not in obj:

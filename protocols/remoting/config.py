@@ -62,6 +62,8 @@ KEYS = {
     "rocketmq.aclEnable": (bool, False, None, None),
     "rocketmq.aclFile": (str, "", None, None),
     "rocketmq.aclCheckIntervalMs": (int, 5000, lambda v: v >= 0, ">= 0"),
+    # RocketMQ's idle handler closes a channel with no traffic for this long
+    "rocketmq.serverChannelMaxIdleTimeSeconds": (int, 120, lambda v: v >= 0, ">= 0 (0: never)"),
 }
 
 

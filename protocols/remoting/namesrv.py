@@ -3,7 +3,6 @@
 Spec section 3 (codes 100-106, 206, 216, 219, 224, 205/327, 322).
 """
 
-import json
 import struct
 import zlib
 
@@ -15,7 +14,12 @@ from protocols.remoting import codes
 from protocols.remoting.server import (
     BadRequest, RemotingProtocol, bool_field, error, field, int_field, json_body, ok,
 )
-from protocols.remoting.tolerant_json import loads_tolerant
+from protocols.remoting.inflate import inflate
+from protocols.remoting.tolerant_json import loads_object, loads_tolerant
+from protocols.remoting.wire import DEFAULT_MAX_FRAME
+
+#: A compressed RegisterBrokerBody inflates to at most what an uncompressed one can hold.
+MAX_REGISTER_BODY = DEFAULT_MAX_FRAME
 
 
 def decode_register_body(body, compressed):
@@ -23,26 +27,35 @@ def decode_register_body(body, compressed):
     if not body:
         return {}, {}
     if not compressed:
-        obj = loads_tolerant(body)
+        obj = loads_object(body)
         wrapper = obj.get("topicConfigSerializeWrapper") or {}
-        return wrapper.get("topicConfigTable") or {}, wrapper.get("dataVersion") or {}
-    raw = zlib.decompress(body)
+        if not isinstance(wrapper, dict):
+            raise ValueError("topicConfigSerializeWrapper is not an object")
+        topics = wrapper.get("topicConfigTable") or {}
+        if not isinstance(topics, dict) or not all(isinstance(t, dict) for t in topics.values()):
+            raise ValueError("topicConfigTable is not an object of objects")
+        return topics, wrapper.get("dataVersion") or {}
+    raw = inflate(body, MAX_REGISTER_BODY)
     pos = 0
 
     def chunk():
         nonlocal pos
         (n,) = struct.unpack_from(">i", raw, pos)
         pos += 4
+        if n < 0 or pos + n > len(raw):
+            raise ValueError(f"bad length {n} at {pos - 4}")
         data = raw[pos:pos + n]
         pos += n
         return data
 
-    version = json.loads(chunk())
+    version = loads_tolerant(chunk())
     (count,) = struct.unpack_from(">i", raw, pos)
     pos += 4
     topics = {}
     for _ in range(count):
         parts = chunk().decode("utf-8").split(" ")
+        if len(parts) < 4:
+            raise ValueError(f"bad topic config {' '.join(parts)!r}")
         name, read, write, perm = parts[0], int(parts[1]), int(parts[2]), int(parts[3])
         topics[name] = {"topicName": name, "readQueueNums": read, "writeQueueNums": write, "perm": perm}
     return topics, version
@@ -179,12 +192,17 @@ class NamesrvProtocol(RemotingProtocol):
 
 
 class NamesrvFactory(Factory):
-    """Builds L{NamesrvProtocol}s over one L{RouteTable}; starts and stops its scan."""
+    """Builds L{NamesrvProtocol}s over one L{RouteTable}; starts and stops its scan.
+
+    @ivar idle_timeout: seconds without input before a connection is closed (0: never).
+    """
 
     noisy = False
 
-    def __init__(self, table):
+    def __init__(self, table, idle_timeout=0, clock=None):
         self.table = table
+        self.idle_timeout = idle_timeout
+        self.clock = clock
 
     def startFactory(self):
         self.table.start()

@@ -13,4 +13,4 @@ def make_factory(broker, config, reactor):
     ctx = context_for(broker)
     if ctx.route_table is None:
         ctx.route_table = make_table(config, reactor)
-    return NamesrvFactory(ctx.route_table)
+    return NamesrvFactory(ctx.route_table, config["rocketmq.serverChannelMaxIdleTimeSeconds"], reactor)

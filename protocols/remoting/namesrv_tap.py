@@ -18,6 +18,7 @@ class Options(usage.Options):
         ["listen", "l", "tcp:9876:interface=127.0.0.1", "Endpoint to listen on."],
         ["broker-expire-ms", None, 120000, "Drop brokers silent for this long.", int],
         ["scan-interval-ms", None, 10000, "How often to look for silent brokers.", int],
+        ["idle-timeout", None, 120, "Close connections silent for this many seconds (0: never).", int],
     ]
 
 
@@ -25,6 +26,6 @@ def makeService(options, reactor=None):
     if reactor is None:
         from twisted.internet import reactor
     table = RouteTable(reactor, options["broker-expire-ms"], options["scan-interval-ms"])
-    svc = StreamServerEndpointService(endpoints.serverFromString(reactor, options["listen"]), NamesrvFactory(table))
+    svc = StreamServerEndpointService(endpoints.serverFromString(reactor, options["listen"]), NamesrvFactory(table, options["idle-timeout"], reactor))
     svc.setName("namesrv")
     return svc

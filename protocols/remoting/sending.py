@@ -2,12 +2,12 @@
 CONSUMER_SEND_MSG_BACK (36): turning requests into store messages (spec 4.1, 4.2, 4.9, 7)."""
 
 import socket
-import zlib
 
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
 
 from protocols.remoting import codes
+from protocols.remoting.inflate import InflateError, InflateLimitError, inflate
 from protocols.remoting.props import decode_batch_body
 from protocols.remoting.server import BadRequest, to_int
 from protocols.remoting.topicview import DLQ_PREFIX, RETRY_PREFIX
@@ -78,18 +78,37 @@ def with_real_queue(props, topic, qid):
     return fmt.encode_properties(pairs)
 
 
-def build_messages(ext, body, born_host):
-    """Return the L{Message}s of a send request (one, or a batch's)."""
-    sys_flag = header_int(ext, "sysFlag", 0) & ~_HOST_FLAGS
-    flag = header_int(ext, "flag", 0)
-    born_ts = header_int(ext, "bornTimestamp", 0)
-    reconsume = header_int(ext, "reconsumeTimes", 0)
+_INT32 = (-2**31, 2**31 - 1)
+_INT64 = (-2**63, 2**63 - 1)
+
+
+def _ranged(ext, name, bounds):
+    """Return send header field C{name} (default 0) as an int within C{bounds}, the range
+    of the Java field (a larger number fails to parse there too)."""
+    value = header_int(ext, name, 0)
+    if not bounds[0] <= value <= bounds[1]:
+        raise BadRequest(codes.SYSTEM_ERROR, f"the custom field <{name}> is out of range: {value}")
+    return value
+
+
+def build_messages(ext, body, born_host, max_size):
+    """Return the L{Message}s of a send request (one, or a batch's).
+
+    A compressed batch is inflated to at most C{max_size} bytes (the store's maximum
+    message size); a single message keeps its compressed body, as in RocketMQ."""
+    sys_flag = _ranged(ext, "sysFlag", _INT32) & ~_HOST_FLAGS
+    flag = _ranged(ext, "flag", _INT32)
+    born_ts = _ranged(ext, "bornTimestamp", _INT64)
+    reconsume = _ranged(ext, "reconsumeTimes", _INT32)
     if header_bool(ext, "batch"):
         if sys_flag & codes.MSG_COMPRESSED_FLAG:
             # C++ deflates a whole batch of 4 KiB or more (spec 6.5)
             try:
-                body = zlib.decompress(body)
-            except zlib.error as e:
+                body = inflate(body, max_size)
+            except InflateLimitError:
+                raise BadRequest(codes.MESSAGE_ILLEGAL,
+                                 f"the message body size over max value, MAX: {max_size}") from None
+            except InflateError as e:
                 raise BadRequest(codes.MESSAGE_ILLEGAL, f"batch body does not inflate: {e}") from None
             sys_flag &= ~codes.MSG_COMPRESSED_FLAG
         try:

@@ -13,6 +13,7 @@ from twisted.internet import defer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 
+from mqserver.idle import IdleWatch
 from mqserver.sendnow import Cork
 
 from protocols.remoting import codes
@@ -77,8 +78,12 @@ def bool_field(request, name, short=None):
     return v.lower() in ("true", "1")
 
 
-class RemotingProtocol(Protocol):
+class RemotingProtocol(IdleWatch, Protocol):
     """One remoting connection; subclasses map request codes to C{handlers}.
+
+    A server connection whose factory has an C{idle_timeout} (seconds, from
+    C{rocketmq.serverChannelMaxIdleTimeSeconds}) and a C{clock} is closed after that
+    long without a byte from the peer, as RocketMQ's idle handler closes channels.
 
     @cvar handlers: request code -> method name.
     """
@@ -99,7 +104,20 @@ class RemotingProtocol(Protocol):
 
     # -- input -----------------------------------------------------------------------
 
+    def makeConnection(self, transport):
+        factory = getattr(self, "factory", None)
+        timeout = getattr(factory, "idle_timeout", None)
+        if timeout:
+            self.watch_idle(timeout, factory.clock)
+        super().makeConnection(transport)
+
+    def idle_expired(self):
+        self.log.info("closing idle remoting connection {peer}: nothing received for {timeout} s",
+                      peer=self.peer_str(), timeout=self.factory.idle_timeout)
+        self.transport.loseConnection()
+
     def dataReceived(self, data):
+        self.active = True
         self._cork.received(self.transport, self._received, data)
 
     def _send(self, data):
@@ -184,6 +202,7 @@ class RemotingProtocol(Protocol):
 
     def connectionLost(self, reason):
         self.closed = True
+        self.stop_idle_watch()
         pending, self.pending = self.pending, {}
         for d in pending.values():
             d.errback(reason)

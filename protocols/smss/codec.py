@@ -165,6 +165,11 @@ class RequestDecoder:
         return self._paused
 
     @property
+    def failed(self) -> bool:
+        """True once a framing error was raised (every later call raises it again)."""
+        return self._error is not None
+
+    @property
     def buffered(self) -> int:
         """Number of bytes held in the buffer (discarded bodies are never held)."""
         return len(self._buf)

@@ -6,6 +6,8 @@ KEYS = {
     "store.folderCount": (int, 10, lambda v: v >= 1, ">= 1"),
     "timeout.net.write": (int, 1000, lambda v: v >= 1, ">= 1"),
     "timeout.server.alive": (int, 30000, lambda v: v >= 10, ">= 10"),
+    # smss closes a connection after 360 header reads of 5 s time out: 30 minutes
+    "timeout.net.idle": (int, 1_800_000, lambda v: v >= 0, ">= 0 (ms, 0: never)"),
 }
 
 #: The smss README's name for the alive interval its code reads as timeout.server.alive.

@@ -23,6 +23,7 @@ from mqserver.errors import (
     TopicNotFound,
 )
 from mqserver.broker.topics import validate_topic_name
+from mqserver.idle import IdleWatch
 from mqserver.sendnow import Cork, send_now
 
 from protocols.smss import codec, messages as m
@@ -40,7 +41,8 @@ REPLICATION_INFO = b"$replication"
 #: TOPIC INFO of this name (or C{$stats:TOPIC}) answers the broker's statistics.
 STATS_INFO = b"$stats"
 NAME_RULE = "topic name MUST be less than 128 char and NOT contains space/enter/tab"
-MAX_NAME = 128
+#: What NAME_RULE says (smss itself lets 128 bytes through its "> 128" check).
+MAX_NAME = 127
 #: Answers waiting to be written before the connection stops reading more requests.
 MAX_PIPELINE = 256
 
@@ -60,8 +62,11 @@ def _ok_when_done(d):
     return d.addCallback(lambda _: _OK)
 
 
-class SmssServerProtocol(Protocol):
+class SmssServerProtocol(IdleWatch, Protocol):
     """One smss client connection.
+
+    A connection that sends nothing for C{timeout.net.idle} ms outside a SUB or REPLICA
+    stream is closed (smss closes one after 360 header reads time out, 30 minutes).
 
     @ivar subscription: the live L{Subscription}, or None in request mode.
     """
@@ -83,6 +88,16 @@ class SmssServerProtocol(Protocol):
     def connectionMade(self):
         if hasattr(self.transport, "setTcpNoDelay"):
             self.transport.setTcpNoDelay(True)
+        self.watch_idle(self.factory.idle_timeout, self.factory.reactor)
+
+    def idle_exempt(self):
+        # a stream has its own keep-alive (ALIVE) and ack deadlines
+        return self.subscription is not None or self.replica_feed is not None
+
+    def idle_expired(self):
+        self.log.info("closing idle smss connection {peer}: no request for {timeout} s",
+                      peer=self._peer(), timeout=self.factory.idle_timeout)
+        self.transport.loseConnection()
 
     # -- output --------------------------------------------------------------------------
 
@@ -94,6 +109,7 @@ class SmssServerProtocol(Protocol):
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
+        self.active = True
         if not self._answers and self.subscription is None:
             pub = self.decoder.whole_pub(data)
             if pub is not None:
@@ -112,8 +128,15 @@ class SmssServerProtocol(Protocol):
         self._cork.received(self.transport, self._received, data)
 
     def _received(self, data):
+        self._decode(self.decoder.feed, data)
+
+    def _decode(self, step, arg):
+        """Handle the events of C{step(arg)} (the decoder's feed or set_mode, which
+        decodes what it held back); a framing error is answered and closes."""
+        if self.decoder.failed:
+            return  # answered and closing already
         try:
-            events = self.decoder.feed(data)
+            events = step(arg)
         except SmssProtocolError as e:
             for ev in e.events:
                 self._event(ev)
@@ -139,8 +162,7 @@ class SmssServerProtocol(Protocol):
         self._handle(handler, ev)
         if self.decoder.paused and self.subscription is None and self.transport is not None:
             # A refused SUB: go back to requests and decode what the client sent after it.
-            for later in self.decoder.set_mode(codec.Mode.HEADERS):
-                self._event(later)
+            self._decode(self.decoder.set_mode, codec.Mode.HEADERS)
 
     def _handle(self, handler, ev):
         """Run C{handler} (an unbound do_* method) for C{ev} and answer what it returns."""
@@ -332,6 +354,8 @@ class SmssServerProtocol(Protocol):
         return codec.ok_json(topics_json(topics, self.factory.folder_count))
 
     def do_Sub(self, ev):
+        if self.decoder.failed or self.replica_feed is not None or self.subscription is not None:
+            return None  # the stream went bad after this SUB, or the connection is a stream
         try:
             name = self._name(ev.topic)
             if self.broker.topic(name) is None:
@@ -347,8 +371,7 @@ class SmssServerProtocol(Protocol):
             return codec.err(ev.who.decode("utf-8", "replace") + " regiester exist")
         self.subscription = sub
         sub.start()
-        for later in self.decoder.set_mode(codec.Mode.ACKS):
-            self._event(later)
+        self._decode(self.decoder.set_mode, codec.Mode.ACKS)
         return None
 
     def subscription_ended(self, back_to_requests):
@@ -356,11 +379,12 @@ class SmssServerProtocol(Protocol):
         connection is closing."""
         self.subscription = None
         if back_to_requests and self.decoder.ack_mode:
-            for ev in self.decoder.set_mode(codec.Mode.HEADERS):
-                self._event(ev)
+            self._decode(self.decoder.set_mode, codec.Mode.HEADERS)
         self._flush_answers()
 
     def do_Replica(self, ev):
+        if self.decoder.failed or self.replica_feed is not None or self.subscription is not None:
+            return None  # the stream went bad after this REPLICA, or the connection is a stream
         if not self.broker.is_master:
             return codec.err("don't support action")
         if ev.event_id < 0:
@@ -371,7 +395,7 @@ class SmssServerProtocol(Protocol):
             return codec.err(str(e))
         self.replica_feed = ReplicaFeed(self, reader, ev.event_id)
         self.factory.replica_feeds += 1
-        self.decoder.set_mode(codec.Mode.SINK)
+        self.decoder.mode = codec.Mode.SINK  # whatever the slave sends is dropped unread
         self.log.info("slave {peer} follows from eventId {eid}", peer=self._peer(), eid=ev.event_id)
         self.replica_feed.start()
         return None
@@ -388,6 +412,7 @@ class SmssServerProtocol(Protocol):
     # -- end -----------------------------------------------------------------------------
 
     def connectionLost(self, reason):
+        self.stop_idle_watch()
         if self.replica_feed is not None:
             self.replica_feed.stop()
             self.replica_feed = None

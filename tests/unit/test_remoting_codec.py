@@ -1,6 +1,7 @@
 """Unit tests for the RocketMQ remoting codec: framing, headers, limits, properties, hashes, ids, batches."""
 
 import json
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -378,3 +379,35 @@ def test_batch_body_must_tile_exactly(cut):
     grown = (int.from_bytes(body[:4], "big") + 1).to_bytes(4, "big") + body[4:]
     with pytest.raises(RemotingProtocolError):
         decode_batch_body(grown)
+
+
+# -- deep nesting (issue 13.8) ------------------------------------------------------------
+
+
+def test_deeply_nested_json_header_is_a_protocol_error():
+    """100,000 "[" as a JSON header is refused like any undecodable header, not a
+    RecursionError out of the decoder."""
+    from protocols.remoting.codec import FrameDecoder, RemotingProtocolError
+
+    header = b"[" * 100_000
+    frame = struct.pack(">II", 4 + len(header), len(header)) + header
+    with pytest.raises(RemotingProtocolError, match="nested too deeply"):
+        FrameDecoder().feed(frame)
+
+
+@pytest.mark.parametrize("text", [b"[" * 100_000, b'{"a":' * 50_000, b"{0:" * 50_000])
+def test_deeply_nested_json_body_is_a_value_error(text):
+    from protocols.remoting.tolerant_json import loads_object, loads_tolerant
+
+    with pytest.raises(ValueError):
+        loads_tolerant(text)
+    with pytest.raises(ValueError):
+        loads_object(text)
+
+
+@pytest.mark.parametrize("text", [b"[]", b"1", b'"s"', b"null"])
+def test_loads_object_refuses_non_objects(text):
+    from protocols.remoting.tolerant_json import loads_object
+
+    with pytest.raises(ValueError):
+        loads_object(text)

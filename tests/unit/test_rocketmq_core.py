@@ -129,10 +129,11 @@ def test_send_header_forms_and_cpp_compressed_batch():
     body = encode_batch_body([(0, b"a" * 3000, {"UNIQ_KEY": "U1", "TAGS": "TagA"}), (5, b"b", {"UNIQ_KEY": "U2"})],
                              trailing_separator=True)
     msgs = build_messages({"topic": "T", "batch": "1", "sysFlag": "1", "bornTimestamp": "7"},
-                          zlib.compress(body), b"\x7f\x00\x00\x01\x00\x00\x00\x01")
+                          zlib.compress(body), b"\x7f\x00\x00\x01\x00\x00\x00\x01", 1 << 20)
     assert [(m.body[:1], m.flag, m.sys_flag, m.born_ts) for m in msgs] == [(b"a", 0, 0, 7), (b"b", 5, 0, 7)]
     assert fmt.tag_hash_of(msgs[0].properties) == 2598919
-    single = build_messages({"topic": "T", "sysFlag": "1", "properties": "WAIT\x01true"}, b"zz", b"\0" * 8)
+    single = build_messages({"topic": "T", "sysFlag": "1", "properties": "WAIT\x01true"}, b"zz", b"\0" * 8,
+                            1 << 20)
     assert single[0].sys_flag == 1 and single[0].properties == b"WAIT\x01true\x02"
 
 

@@ -132,7 +132,9 @@ def publish(node, factory, *bodies):
 def order_with(node, *bodies, **settings):
     """The smss factory (with C{settings}), with topic "order" holding C{bodies}."""
     f = smss(node, **settings)
-    node.connect(f).send(CREATE_ORDER)
+    admin = node.connect(f)
+    admin.send(CREATE_ORDER)
+    admin.lose()  # an open request connection would keep its idle timer armed
     if bodies:
         publish(node, f, *bodies)
     return f
@@ -174,6 +176,7 @@ def test_connection_lost_with_an_unacked_batch_releases_the_claim(node):
     assert c.take()
     taken = subscribe(node, f)
     assert events(taken.take()) == [ErrResponse("g1 regiester exist")]
+    taken.lose()  # an open request connection keeps its idle timer
     c.lose()
     assert node.pending_calls() == [], "the subscription's timers went with it"
     c2 = subscribe(node, f)
@@ -238,10 +241,12 @@ def test_replica_stream_blocks_alive_and_loss(node):
     assert f.replica_feeds == 1
     node.clock.advance(30)
     assert r.take() == ALIVE
-    node.connect(f).send(cc.encode_pub(b"order", record(b"live")))
+    publisher = node.connect(f)
+    publisher.send(cc.encode_pub(b"order", record(b"live")))
     node.clock.advance(0)
     (live,) = events(r.take(), cc.Expect.REPLICA)
     assert live.raw.endswith(record(b"live") + b"\n")
+    publisher.lose()  # an open request connection keeps its idle timer
     r.lose()
     assert f.replica_feeds == 0
     assert node.pending_calls() == []

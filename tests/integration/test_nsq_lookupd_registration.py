@@ -1,0 +1,107 @@
+"""Registering with lookupds (issue 19.6 and 19.8), with real processes: a broker that
+names its own embedded lookupd is listed once, and topics NSQ cannot name (RocketMQ's
+%RETRY%group) are never sent, so a standalone mqlookupd learns every other topic."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from protocols.remoting import codes
+from tests.support.nsq import NsqPorts, http, http_json
+from tests.support.remoting_client import RemotingClient
+from tests.support.server import ROOT
+
+pytestmark = pytest.mark.timeout(120)
+LOOPBACK = "tcp:0:interface=127.0.0.1"
+
+
+@pytest.fixture
+def mqlookupd(tmp_path):
+    """A standalone C{twistd mqlookupd}; yields (tcp port, http port, log path)."""
+    log_path = tmp_path / "lookupd.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
+         "-l", "-", "mqlookupd", "--tcp", LOOPBACK, "--http", LOOPBACK],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        ports = {}
+        deadline = time.monotonic() + 20
+        while len(ports) < 2 and time.monotonic() < deadline:
+            ports = dict(re.findall(r"(\w+) starting on (\d+)", log_path.read_text()))
+            time.sleep(0.05)
+        assert len(ports) == 2, log_path.read_text()
+        yield int(ports["LookupdFactory"]), int(ports["LookupdHttpSite"]), log_path
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+def wait_for(check, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    return check()
+
+
+def test_retry_topics_are_not_registered_and_do_not_block_the_others(mqlookupd, server_factory):
+    """Once a RocketMQ consumer group exists, its %RETRY% topic is a broker topic; the
+    broker must not REGISTER it (lookupd refuses it with E_BAD_TOPIC and closes), and
+    every NSQ-valid topic reaches the standalone lookupd."""
+    lk_tcp, lk_http, _ = mqlookupd
+    s = server_factory("b", listen={"nsqd_tcp": LOOPBACK, "nsqd_http": LOOPBACK, "broker": LOOPBACK},
+                       config={"nsq": {"lookupdTcpAddresses": [f"127.0.0.1:{lk_tcp}"]}})
+    c = RemotingClient("127.0.0.1", s.ports["BrokerDoor"])
+    try:
+        r = c.call(codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, b'{"groupName": "lkg"}')
+        assert r.code == codes.SUCCESS
+    finally:
+        c.close()
+    nsq = NsqPorts(s)
+    http(nsq.http, "POST", "/topic/create?topic=lk_a")
+    http(nsq.http, "POST", "/topic/create?topic=zz_b")
+
+    def topics():
+        status, body = http_json(lk_http, "GET", "/topics")
+        return status == 200 and {"lk_a", "zz_b"} <= set(body["topics"]) and body["topics"]
+
+    names = wait_for(topics)
+    assert names and not [t for t in names if "%" in t]
+    assert "E_BAD_TOPIC" not in s.current_log()
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_registering_with_its_own_embedded_lookupd_lists_the_broker_once(server_factory):
+    lk_port = free_port()
+    s = server_factory("self", listen={"nsqd_tcp": LOOPBACK, "nsqd_http": LOOPBACK,
+                                       "lookupd_tcp": f"tcp:{lk_port}:interface=127.0.0.1",
+                                       "lookupd_http": LOOPBACK},
+                       config={"nsq": {"lookupdTcpAddresses": [f"127.0.0.1:{lk_port}"]}})
+    nsq = NsqPorts(s)
+    http(nsq.http, "POST", "/topic/create?topic=self_t")
+
+    # /debug shows what arrived over TCP: wait for the broker's own REGISTER
+    assert wait_for(lambda: http_json(nsq.lookupd_http, "GET", "/debug")[1].get("topic:self_t:"))
+    producers = http_json(nsq.lookupd_http, "GET", "/lookup?topic=self_t")[1]["producers"]
+    nodes = http_json(nsq.lookupd_http, "GET", "/nodes")[1]["producers"]
+    assert [p["tcp_port"] for p in producers] == [nsq.tcp]
+    assert [p["tcp_port"] for p in nodes] == [nsq.tcp]
