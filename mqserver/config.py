@@ -9,6 +9,9 @@ door owns its own keys and declares them in a module its plugin names (L{KeySet}
 new door never means editing this file.
 """
 
+import ipaddress
+import re
+
 import yaml
 from twisted.python.reflect import namedModule
 
@@ -32,7 +35,29 @@ def _valid_networks(v):
 def _is_master(v):
     if v.startswith(MASTER_ENDPOINT_PREFIXES):
         return True
-    return ":" in v and v.rpartition(":")[2].isdigit()
+    return host_port(v) is not None
+
+
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)\Z")
+
+
+def host_port(text):
+    """Return C{(host, port)} from C{HOST:PORT}, or None when it is not one: HOST a host
+    name (RFC 1123 labels) or a dotted IPv4 address, PORT 1..65535."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return None
+    if not host or len(host) > 253:
+        return None
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if not all(_HOST_LABEL.match(label) for label in labels):
+        return None
+    if all(label.isdigit() for label in labels):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return None
+    return host, int(port)
 
 
 #: The core's keys: dotted key -> (type, default, check or None, what the check wants).
@@ -40,7 +65,8 @@ SCHEMA = {
     "port": (int, None, lambda v: 0 <= v <= 65535, "a port number"),
     "role": (str, "master", lambda v: v in ("master", "slave"), "master or slave"),
     "master": (str, "", lambda v: v == "" or _is_master(v),
-               "HOST:PORT or a client endpoint string (tcp:, tls:, unix:)"),
+               "HOST:PORT (HOST a host name or IPv4 address, PORT 1..65535) or a client "
+               "endpoint string (tcp:, tls:, unix:)"),
     "masterTls": (bool, False, None, None),
     "masterCa": (str, "", None, None),
     "event": (int, 0, lambda v: v >= 0, ">= 0"),

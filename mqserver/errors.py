@@ -31,3 +31,8 @@ class InvalidRequest(BrokerError):
 
 class NotMaster(BrokerError):
     """A write sent to a slave."""
+
+
+class StartupError(Exception):
+    """The broker cannot start; the text is one line for the operator (what failed,
+    where, and why)."""

@@ -1,17 +1,19 @@
-"""The service tree: storage first, listeners last, so listeners close before the store
-flushes on shutdown (MultiService stops its children in reverse order)."""
+"""The service tree: storage first, then each front door's services and listener, so
+listeners close before the store flushes on shutdown (MultiService stops its children
+in reverse order)."""
 
 import os
 import socket
 
 from twisted.application import service
-from twisted.application.internet import StreamServerEndpointService
-from twisted.internet import endpoints
 from twisted.application.internet import TimerService
+from twisted.internet import endpoints
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from mqserver import speedups
 from mqserver.broker.broker import Broker
+from mqserver.errors import StartupError
 from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store.flush import ThreadRunner
 from mqserver.store.store import MessageStore
@@ -32,8 +34,61 @@ def local_ipv4():
         return "127.0.0.1"
 
 
-class StorageService(service.Service):
-    """Owns the store and the broker: opens them at start, closes them (flushed) at stop.
+def timer(step, f, clock, name=None, now=True):
+    """Return a L{TimerService} calling C{f} every C{step} seconds on C{clock} (the first
+    call when it starts, or C{step} seconds later if not C{now}), named C{name}: a
+    background loop as a child of the service tree, so it starts after and stops before
+    the services added ahead of it."""
+    if not now:
+        f = _after_first_step(f)
+    t = TimerService(step, f)
+    t.clock = clock
+    if name is not None:
+        t.setName(name)
+    return t
+
+
+def _after_first_step(f):
+    # TimerService calls at once when it starts; this skips that call, as
+    # LoopingCall.start(now=False) would.
+    started = []
+
+    def call():
+        if not started:
+            started.append(True)
+            return None
+        return f()
+
+    return call
+
+
+class HookService(service.Service):
+    """A service that calls C{start()} when it starts and C{stop()} when it stops (a
+    front door's life cycle as a node of the tree; C{stop} may return a Deferred)."""
+
+    def __init__(self, start, stop, name=None):
+        self._start = start
+        self._stop = stop
+        if name is not None:
+            self.setName(name)
+
+    def startService(self):
+        super().startService()
+        self._start()
+
+    def stopService(self):
+        super().stopService()
+        return self._stop()
+
+
+class StorageService(service.MultiService):
+    """Owns the store and the broker: opens them (recovery, the data directory's lock) at
+    start, closes them (flushed, lock released) at stop. Its timers (checkpoint, consumer
+    offsets, retention) are its children, so they start after the store opens and stop
+    before it closes.
+
+    The store opens in C{startService}, not C{privilegedStartService}: under
+    C{twistd --uid} files it creates belong to the service user.
 
     @ivar store: the L{MessageStore}.
     @ivar broker: the L{Broker}.
@@ -42,6 +97,7 @@ class StorageService(service.Service):
     log = Logger()
 
     def __init__(self, config, reactor, store_port=0):
+        super().__init__()
         self.config = config
         self._reactor = reactor
         host = socket.inet_aton(local_ipv4()) + store_port.to_bytes(4, "big")
@@ -57,14 +113,14 @@ class StorageService(service.Service):
             disk_max_used_ratio=config["store.diskMaxUsedRatio"],
         )
         self.broker = Broker(self.store, reactor)
-        self._timers = []
-
-    def privilegedStartService(self):
-        # Open (and recover) the store before any listener binds.
-        self.store.open()
-        super().privilegedStartService()
+        timer(1.0, self._tick, reactor, "checkpoint").setServiceParent(self)
+        timer(5.0, self._save_offsets, reactor, "offsets").setServiceParent(self)
+        if config["store.maxDays"] > 0:
+            timer(config["store.clearInterval"], self._clean, reactor,
+                  "retention").setServiceParent(self)
 
     def startService(self):
+        self.store.open()
         self.broker.start()
         self.log.info(
             "store open at {path}: log {start}..{end}, next eventId {eid}",
@@ -72,13 +128,6 @@ class StorageService(service.Service):
             end=self.store.commitlog.end, eid=self.store.next_event_id,
         )
         self.log.info("{speedups}", speedups=speedups.report())
-        timers = [TimerService(1.0, self._tick), TimerService(5.0, self._save_offsets)]
-        if self.config["store.maxDays"] > 0:
-            timers.append(TimerService(self.config["store.clearInterval"], self._clean))
-        for t in timers:
-            t.clock = self._reactor
-            t.startService()
-        self._timers = timers
         super().startService()
 
     def _tick(self):
@@ -96,8 +145,8 @@ class StorageService(service.Service):
 
     def stopService(self):
         super().stopService()
-        for t in self._timers:
-            t.stopService()
+        if not self.store.opened:
+            return
         self.broker.stop()
         # Writes already queued on the disk thread (checkpoints, offset files) land
         # before the final synchronous ones below, never after them.
@@ -129,26 +178,93 @@ def count_connections(factory, door, stats):
     return factory
 
 
-class ListenerService(StreamServerEndpointService):
-    """A listener whose factory, if it has a C{listening(port)} method, is told the
-    listening port once it is bound (so it can advertise its real address, e.g. when
-    the endpoint asks for port 0)."""
+class ListenError(StartupError):
+    """A front door cannot listen on its endpoint."""
+
+    def __init__(self, door, description, why):
+        self.door = door
+        self.description = description
+        super().__init__(f"front door {door} cannot listen on {description}: {why}")
+
+
+def _reason(failure):
+    e = failure.value
+    # CannotListenError's own text repeats the address; its socket error says why.
+    return str(getattr(e, "socketError", None) or e)
+
+
+class ListenerService(service.Service):
+    """Front door C{door} listening on the endpoint C{description}.
+
+    It binds in C{privilegedStartService} (privileged ports work under
+    C{twistd --uid}), or in C{startService} if nothing called the former. A bind that
+    fails raises L{ListenError}, which stops start-up (L{BrokerService}); Twisted's own
+    L{StreamServerEndpointService} would log it and run on without the door.
+
+    No connection is accepted before the store is open although the port is bound
+    earlier: the reactor does not run between C{privilegedStartService} and
+    C{startService}, and the storage service, an earlier sibling, opens the store in
+    its C{startService}. The factory learns its port (C{factory.listening(port)}, if it
+    has that method) in C{startService}, so after the store is open too.
+
+    @ivar port: the L{IListeningPort} once bound, else None.
+    """
+
+    log = Logger()
+
+    def __init__(self, door, description, endpoint, factory):
+        self.door = door
+        self.description = description
+        self.endpoint = endpoint
+        self.factory = factory
+        self.port = None
+        self._told = False
 
     def privilegedStartService(self):
         super().privilegedStartService()
-        notify = getattr(self.factory, "listening", None)
-        if notify is not None:
+        self._bind()
 
-            def bound(port):
-                if port is not None:  # None: the bind failed and was already logged
-                    notify(port)
-                return port
+    def startService(self):
+        super().startService()
+        if self.port is None:
+            self._bind()
+        if not self._told:
+            self._told = True
+            notify = getattr(self.factory, "listening", None)
+            if notify is not None:
+                notify(self.port)
 
-            self._waitingForPort.addCallback(bound)
+    def _bind(self):
+        outcome = []
+        self.endpoint.listen(self.factory).addBoth(outcome.append)
+        if not outcome:
+            # Every endpoint mqserver documents binds at once; one that does not would
+            # leave the door's fate unknown at start-up, which we refuse as well.
+            raise ListenError(self.door, self.description, "the endpoint did not bind at once")
+        result = outcome[0]
+        if isinstance(result, Failure):
+            raise ListenError(self.door, self.description, _reason(result))
+        self.port = result
+
+    def stopService(self):
+        super().stopService()
+        port, self.port = self.port, None
+        self._told = False
+        if port is not None:
+            return port.stopListening()
 
 
 class BrokerService(service.MultiService):
-    """The root service: a named storage child, then one child per listener."""
+    """The root service: a named storage child, then each front door's services and
+    its listener.
+
+    Start-up is all or nothing: when a child cannot start (L{StartupError}: the data
+    directory is locked, a door cannot listen), the children already started are
+    stopped (the store closes cleanly), one line saying why is logged, and the process
+    exits with status 1.
+    """
+
+    log = Logger()
 
     def __init__(self, config, reactor):
         super().__init__()
@@ -160,6 +276,13 @@ class BrokerService(service.MultiService):
         allow = config["security.allow"]
         self.allow = AllowList(allow, reactor.seconds) if allow else None
 
+    def add_door_services(self, factory):
+        """Add the services a front door's factory runs beside its listener (its
+        C{services()}, if it has that method): they start after the store and stop
+        after the door's listener."""
+        for svc in getattr(factory, "services", lambda: ())():
+            svc.setServiceParent(self)
+
     def add_listener(self, name, factory):
         """Listen for C{factory} on the endpoint configured for front door C{name}."""
         desc = self.config.listen.get(name)
@@ -169,7 +292,29 @@ class BrokerService(service.MultiService):
         endpoint = endpoints.serverFromString(self._reactor, desc)
         if self.allow is not None:  # security.allow: refused at accept, on every door
             endpoint = AllowListEndpoint(endpoint, self.allow, name)
-        svc = ListenerService(endpoint, factory)
+        svc = ListenerService(name, desc, endpoint, factory)
         svc.setName(f"listen-{name}")
         svc.setServiceParent(self)
         return svc
+
+    def privilegedStartService(self):
+        try:
+            super().privilegedStartService()
+        except StartupError as e:
+            self._refuse(e)
+
+    def startService(self):
+        try:
+            super().startService()
+        except StartupError as e:
+            self._refuse(e)
+
+    def _refuse(self, error):
+        self.log.critical("mqserver cannot start: {why}", why=str(error))
+        for child in reversed(list(self)):
+            if child.running or isinstance(child, ListenerService):
+                child.stopService()
+        self.running = 0
+        # twistd has no public way to end start-up with a status; SystemExit carries one
+        # without a traceback (the line above says why).
+        raise SystemExit(1)

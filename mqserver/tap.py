@@ -1,5 +1,6 @@
 """twistd options and service construction for C{twistd mqserver}."""
 
+from twisted.internet import endpoints
 from twisted.python import usage
 
 from mqserver.config import ConfigError, load_config
@@ -61,8 +62,24 @@ class Options(usage.Options):
             if name not in doors:
                 raise usage.UsageError(f"unknown front door {name!r} in --listen")
             config.listen[name] = None if desc == "off" else desc
+        for name, desc in config.listen.items():
+            if desc is not None:
+                check_endpoint(name, desc)
         self["settings"] = config
         self["doors"] = doors
+
+
+def check_endpoint(door, description):
+    """Raise L{usage.UsageError} naming C{door} when C{description} is not an endpoint
+    string Twisted can parse (a door that cannot listen must stop start-up, and this
+    one is known before anything starts)."""
+    try:
+        # Parsing only stores the reactor; none is chosen yet while options are read.
+        endpoints.serverFromString(None, description)
+    except Exception as e:  # each endpoint parser raises its own kind of error
+        raise usage.UsageError(
+            f"front door {door} cannot listen on {description!r}: not a valid endpoint "
+            f"string ({type(e).__name__}: {e})") from None
 
 
 def makeService(options, reactor=None):
@@ -79,5 +96,7 @@ def makeService(options, reactor=None):
         follower.setServiceParent(root)
     for name, door in options["doors"].items():
         if config.listen.get(name):
-            root.add_listener(name, door.make_factory(broker, config, reactor))
+            factory = door.make_factory(broker, config, reactor)
+            root.add_door_services(factory)
+            root.add_listener(name, factory)
     return root

@@ -98,10 +98,12 @@ class IndexService:
         self.directory = directory
         self.slots = slots
         self.max_entries = max_entries
-        os.makedirs(directory, exist_ok=True)
         self.closed = False
         self.files = []
-        for name in sorted(os.listdir(directory)):
+        # The directory is made with the first file, not here: this runs before the
+        # store takes the data directory's lock, and a refused broker changes nothing.
+        names = sorted(os.listdir(directory)) if os.path.isdir(directory) else ()
+        for name in names:
             if name.isdigit():
                 self.files.append(IndexFile(os.path.join(directory, name), slots, max_entries))
 
@@ -115,6 +117,7 @@ class IndexService:
         if not self.files or self.files[-1].full():
             if self.files:
                 self.files[-1].finish_batch()
+            os.makedirs(self.directory, exist_ok=True)
             path = os.path.join(self.directory, fmt.segment_name(offset))
             self.files.append(IndexFile(path, self.slots, self.max_entries))
         return self.files[-1]

@@ -30,6 +30,7 @@ from mqserver.store.commitlog import CommitLog
 from mqserver.store.consumequeue import ConsumeQueue, FdCache
 from mqserver.store.fileio import from_environment
 from mqserver.store.latency import Latency
+from mqserver.store.lock import DirectoryLock
 from mqserver.store.flush import (
     Flusher,
     SyncRunner,
@@ -202,12 +203,15 @@ class MessageStore:
         self.damaged_records = 0
         self.opened = False
         self.write_latency = Latency()
+        self._lock = DirectoryLock(path)
 
     # -- life cycle ----------------------------------------------------------------------
 
     def open(self):
         """Open the files and recover (synchronously, before any listener starts)."""
         os.makedirs(self.path, exist_ok=True)
+        # Before anything else in the directory: a refused broker must change nothing.
+        self._lock.acquire()
         self._cq_root = os.path.join(self.path, "consumequeue")
         os.makedirs(self._cq_root, exist_ok=True)
         trash = os.path.join(self._cq_root, ".trash")
@@ -241,6 +245,7 @@ class MessageStore:
         self._write_checkpoint(self._capture_checkpoint(), set(self._fds.dirty))
         self._fds.close()
         self.commitlog.close()
+        self._lock.release()
 
     # -- queues --------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from mqserver.store.store import Message
 
 from protocols.nsq.codec import is_valid_name, is_valid_topic
 from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, result_body
-from protocols.nsq.node import VERSION, find_listening_port, get_node
+from protocols.nsq.node import VERSION, get_node
 from protocols.nsq.stats import stats_json, stats_text
 
 _U32 = struct.Struct(">I")
@@ -306,15 +306,9 @@ class NsqdHttpSite(server.Site):
     def log(self, request):
         pass  # no access log
 
-    def startFactory(self):
-        super().startFactory()
-
-        def learn():
-            port = find_listening_port(self.node.reactor, self)
-            if port is not None:
-                self.node.http_port = port
-
-        self.node.reactor.callLater(0, learn)
+    def listening(self, port):
+        """The listener is bound (called by the broker's service tree)."""
+        self.node.http_port = port.getHost().port
 
 
 def make_factory(broker, config, reactor):

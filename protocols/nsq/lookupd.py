@@ -13,7 +13,7 @@ from twisted.logger import Logger
 from mqserver.idle import IdleWatch
 
 from protocols.nsq.codec import DEFAULT_MAX_LINE, is_valid_name
-from protocols.nsq.node import VERSION, find_listening_port
+from protocols.nsq.node import VERSION
 
 _U32 = struct.Struct(">I")
 _ids = itertools.count(1)
@@ -173,13 +173,9 @@ class LookupdFactory(Factory):
     def buildProtocol(self, addr):
         return LookupdProtocol(self)
 
-    def startFactory(self):
-        def learn():
-            port = find_listening_port(self.reactor, self)
-            if port is not None:
-                self.tcp_port = port
-
-        self.reactor.callLater(0, learn)
+    def listening(self, port):
+        """The listener is bound (called by the broker's service tree)."""
+        self.tcp_port = port.getHost().port
 
 
 def make_factory(broker, config, reactor):

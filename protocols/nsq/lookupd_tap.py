@@ -3,9 +3,11 @@
 import socket
 
 from twisted.application import service, strports
+from twisted.internet import endpoints
 from twisted.python import usage
 
 from mqserver.cluster.lookupd import LookupRegistry
+from mqserver.service import ListenerService
 
 from protocols.nsq.lookupd import LookupdFactory
 from protocols.nsq.lookupd_http import LookupdHttpSite
@@ -30,6 +32,8 @@ def makeService(options, reactor=None):
     root = service.MultiService()
     idle = options["idle-timeout"]
     tcp = LookupdFactory(registry, reactor, options["broadcast-address"], socket.gethostname(), idle)
-    strports.service(options["tcp"], tcp).setServiceParent(root)
+    # ListenerService tells the factory its port (reported in IDENTIFY answers).
+    ListenerService("lookupd_tcp", options["tcp"], endpoints.serverFromString(reactor, options["tcp"]),
+                    tcp).setServiceParent(root)
     strports.service(options["http"], LookupdHttpSite(registry, idle, reactor)).setServiceParent(root)
     return root

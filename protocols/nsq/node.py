@@ -151,17 +151,3 @@ def get_node(broker, config, reactor):
         node = broker.extensions["nsq"] = NsqNode(broker, config, reactor)
     return node
 
-
-def find_listening_port(reactor, factory):
-    """Return the TCP port C{factory} listens on, or None (looks through the reactor's
-    readers, since a strports service does not hand its port to the factory)."""
-    from twisted.internet import tcp
-
-    for reader in reactor.getReaders():
-        if isinstance(reader, tcp.Port):
-            f = reader.factory
-            while f is not factory and getattr(f, "wrappedFactory", None) is not None:
-                f = f.wrappedFactory  # an ssl: listener wraps the door's factory
-            if f is factory:
-                return reader.getHost().port
-    return None

@@ -568,13 +568,7 @@ class NsqdFactory(Factory):
     def buildProtocol(self, addr):
         return NsqdProtocol(self)
 
-    def startFactory(self):
-        from protocols.nsq.node import find_listening_port
-
-        def learn():
-            port = find_listening_port(self.node.reactor, self)
-            if port is not None:
-                self.node.tcp_port = port
-                self.node.tcp_started()
-
-        self.node.reactor.callLater(0, learn)
+    def listening(self, port):
+        """The listener is bound (called by the broker's service tree)."""
+        self.node.tcp_port = port.getHost().port
+        self.node.tcp_started()

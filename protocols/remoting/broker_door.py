@@ -10,11 +10,11 @@ import json
 import os
 import socket
 
-from twisted.internet import defer, task
+from twisted.internet import defer
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
-from mqserver.service import local_ipv4
+from mqserver.service import HookService, local_ipv4, timer
 from mqserver.store import format as fmt
 from mqserver.store.flush import read_json, write_json_atomic
 from mqserver.store.index import IndexService
@@ -79,7 +79,6 @@ class BrokerDoor(Factory):
         self.registrar = Registrar(self, reactor, parse_addrs(config["rocketmq.namesrvAddr"]), ctx.route_table)
         self.data_version = {"counter": 0, "timestamp": broker.now_ms()}
         self._topic_fingerprint = None
-        self._loops = []
         self.index = IndexService(os.path.join(self.store.path, "index"))
         self.acl = make_acl(config, reactor)
         self.store.add_dispatch_listener(self.index.dispatch)
@@ -97,7 +96,21 @@ class BrokerDoor(Factory):
                       name=self.broker_name, addr=self.broker_addr, cluster=self.cluster_name)
         self.registrar.register()
 
-    def startFactory(self):
+    def services(self):
+        """The services running this door's background work, added to the broker's
+        service tree beside its listener: they start after the store opens and stop
+        after the listener closes (L{mqserver.service.BrokerService.add_door_services})."""
+        loops = [timer(interval, f, self.reactor, f"rocketmq-{name}", now=False)
+                 for name, interval, f in (
+                     ("tick", TICK_S, self._tick),
+                     ("register", self.register_interval, self.registrar.register),
+                     ("expire-clients", 30.0, self._expire_clients),
+                     ("check-transactions", self.transactions.check_interval,
+                      self.transactions.check))]
+        return [HookService(self.start, self.stop, "rocketmq-broker"), *loops]
+
+    def start(self):
+        """Load the group configs and the topics (the store is open)."""
         data = read_json(os.path.join(self.store.path, GROUP_FILE)) or {}
         for name, cfg in (data.get("subscriptionGroupTable") or {}).items():
             self.consumers.group_configs[name] = cfg
@@ -106,19 +119,9 @@ class BrokerDoor(Factory):
                                      attrs=make_attrs(None, 8, 8)).addErrback(
                 lambda f: self.log.failure("creating TBW102 failed", f))
         self._check_topics()
-        for interval, f in ((TICK_S, self._tick), (self.register_interval, self.registrar.register),
-                            (30.0, self._expire_clients),
-                            (self.transactions.check_interval, self.transactions.check)):
-            loop = task.LoopingCall(f)
-            loop.clock = self.reactor
-            loop.start(interval, now=False).addErrback(lambda fl: self.log.failure("timer failed", fl))
-            self._loops.append(loop)
 
-    def stopFactory(self):
-        for loop in self._loops:
-            if loop.running:
-                loop.stop()
-        self._loops = []
+    def stop(self):
+        """Unregister and save (the listener is closed; the store is still open)."""
         self.polls.stop()
         self.registrar.unregister()
         self.index.close()

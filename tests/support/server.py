@@ -42,6 +42,24 @@ class ServerProcess:
 
     def start(self, timeout=20.0):
         """Start the process and wait until every listener reports its port."""
+        self._spawn()
+        want = sum(1 for v in self.listen.values() if v and v != "off")
+        deadline = time.monotonic() + timeout
+        self.ports = {}
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.read_log()}")
+            found = {}
+            for name, port in _STARTED.findall(self._current_run_log()):
+                found[name] = int(port)
+            if len(found) >= want and "store open at" in self._current_run_log():
+                self.ports = found
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"broker did not start in {timeout}s:\n{self.read_log()}")
+
+    def _spawn(self):
         os.makedirs(self.data, exist_ok=True)
         cfg_path = self.data + ".yaml"
         cfg = dict(self.config)
@@ -61,21 +79,16 @@ class ServerProcess:
              "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path, *self.extra_args],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
-        want = sum(1 for v in self.listen.values() if v and v != "off")
-        deadline = time.monotonic() + timeout
-        self.ports = {}
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.read_log()}")
-            found = {}
-            for name, port in _STARTED.findall(self._current_run_log()):
-                found[name] = int(port)
-            if len(found) >= want:
-                self.ports = found
-                return self
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"broker did not start in {timeout}s:\n{self.read_log()}")
+
+    def start_and_wait_exit(self, timeout=20.0):
+        """Start the process expecting it to refuse to start: wait for it to exit and
+        return its exit status (it is killed and an error raised if it runs on)."""
+        self._spawn()
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RuntimeError(f"broker still running after {timeout}s:\n{self.current_log()}")
 
     def _current_run_log(self):
         return self.read_log()[self._log_start :]

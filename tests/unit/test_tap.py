@@ -35,12 +35,16 @@ def test_defaults_and_service_tree(tmp_path):
     o2.parseOptions(["--data", str(tmp_path), "--listen", "smss=tcp:0"])
     root = makeService(o2)
     assert [s.name for s in root] == [
-        "storage", "listen-smss", "listen-namesrv", "listen-broker", "listen-nsqd_tcp",
-        "listen-nsqd_http", "listen-lookupd_tcp", "listen-lookupd_http", "listen-msgout",
-        "listen-console", "listen-metrics", "listen-admin",
+        "storage", "listen-smss", "listen-namesrv",
+        "rocketmq-broker", "rocketmq-tick", "rocketmq-register", "rocketmq-expire-clients",
+        "rocketmq-check-transactions",
+        "listen-broker", "listen-nsqd_tcp", "listen-nsqd_http", "listen-lookupd_tcp",
+        "listen-lookupd_http", "listen-msgout", "listen-console", "listen-metrics", "listen-admin",
     ]
     assert cfg.listen["msgout"] == "tcp:8280:interface=127.0.0.1"
     assert cfg.listen["console"] == "tcp:12300:interface=127.0.0.1"
+    # the store's loops are children of the storage service (stopped before it closes)
+    assert [s.name for s in root.getServiceNamed("storage")] == ["checkpoint", "offsets", "retention"]
     assert cfg.listen["namesrv"] == "tcp:9876:interface=127.0.0.1"
     assert cfg.listen["broker"] == "tcp:10911:interface=127.0.0.1"
 

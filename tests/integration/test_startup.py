@@ -1,0 +1,190 @@
+"""Start-up is all or nothing (issue 13, points 1 and 2), with real broker processes.
+
+A second broker on a data directory another live broker holds refuses to start, names the
+directory and the holder's pid, exits non-zero and changes nothing in the directory; a
+SIGKILLed holder does not block a restart. A front door that cannot listen (port in use,
+an endpoint string that does not parse, an address this host does not have) or a slave
+whose master address is malformed stops start-up with one line naming what failed, a
+non-zero exit status, and the data directory as it was.
+"""
+
+import os
+import signal
+import socket
+
+import pytest
+
+from protocols.smss.client import SmssClient
+from protocols.smss.messages import Batch
+from tests.support.server import ServerProcess
+
+LOOPBACK = "tcp:0:interface=127.0.0.1"
+
+
+def snapshot(path):
+    """Every file and directory under C{path} with its size and mtime (ns)."""
+    out = {}
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            st = os.stat(p)
+            out[os.path.relpath(p, path)] = (st.st_size, st.st_mtime_ns)
+    st = os.stat(path)
+    out["."] = (None, st.st_mtime_ns)
+    return out
+
+
+def read_bodies(server, topic, count):
+    with SmssClient("127.0.0.1", server.smss_port, timeout=10) as c:
+        sub = c.subscribe(topic, 0, batch=100, who=b"startup-test")
+        got = []
+        while len(got) < count:
+            ev = sub.next_batch(10)
+            assert isinstance(ev, Batch), ev
+            got += [m.body for m in ev.messages]
+            sub.ack()
+        return got
+
+
+@pytest.fixture
+def procs():
+    started = []
+    yield started.append
+    for p in started:
+        try:
+            p.stop()
+        finally:
+            p.close()
+
+
+def second(first, tmp_path, **kw):
+    """A broker process on C{first}'s data directory with its own config and log file."""
+    s = ServerProcess(first.data, **kw)
+    s.log_path = str(tmp_path / "second.log")
+    return s
+
+
+def test_second_broker_on_a_directory_refuses_and_touches_nothing(tmp_path, procs):
+    first = ServerProcess(tmp_path / "data")
+    procs(first)
+    first.start()
+    with SmssClient("127.0.0.1", first.smss_port, timeout=10) as c:
+        c.create("t")
+        c.publish("t", [b"one"])
+    # Freeze the holder (its flock stays held) so that its own timers cannot change the
+    # directory while we look for changes made by the second process.
+    first.proc.send_signal(signal.SIGSTOP)
+    try:
+        before = snapshot(first.data)
+        # more doors than the holder: RocketMQ's keeps files of its own in the directory
+        other = second(first, tmp_path, listen={
+            "smss": LOOPBACK, "broker": LOOPBACK, "nsqd_tcp": LOOPBACK})
+        procs(other)
+        code = other.start_and_wait_exit()
+        after = snapshot(first.data)
+    finally:
+        first.proc.send_signal(signal.SIGCONT)
+    log = other.current_log()
+    assert code != 0, log
+    line = f"data directory {first.data} is in use by process {first.proc.pid}"
+    assert line in log, log
+    assert "Traceback" not in log, log
+    assert after == before
+
+    # the holder is unharmed and still the only writer
+    with SmssClient("127.0.0.1", first.smss_port, timeout=10) as c:
+        c.publish("t", [b"two"])
+    assert read_bodies(first, "t", 2) == [b"one", b"two"]
+
+
+def test_a_sigkilled_holder_does_not_block_a_restart(tmp_path, procs):
+    first = ServerProcess(tmp_path / "data")
+    procs(first)
+    first.start()
+    with SmssClient("127.0.0.1", first.smss_port, timeout=10) as c:
+        c.create("t")
+        c.publish("t", [b"kept"])
+    pid = first.proc.pid
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(10)
+    with open(os.path.join(first.data, "lock")) as f:
+        assert f.read().split() == [str(pid)]  # the stale lock file is still there
+
+    again = second(first, tmp_path)
+    procs(again)
+    again.start()
+    assert read_bodies(again, "t", 1) == [b"kept"]
+    with open(os.path.join(first.data, "lock")) as f:
+        assert f.read().split() == [str(again.proc.pid)]
+
+
+@pytest.fixture
+def used_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    yield s.getsockname()[1]
+    s.close()
+
+
+def _prepared(tmp_path, procs):
+    """A data directory a broker ran on and stopped cleanly; returns (server, snapshot)."""
+    s = ServerProcess(tmp_path / "data")
+    procs(s)
+    s.start()
+    with SmssClient("127.0.0.1", s.smss_port, timeout=10) as c:
+        c.create("t")
+        c.publish("t", [b"before"])
+    s.stop()
+    return s, snapshot(s.data)
+
+
+def _refused(tmp_path, procs, listen, expect, config=None):
+    first, before = _prepared(tmp_path, procs)
+    bad = second(first, tmp_path, listen=listen, config=config)
+    procs(bad)
+    code = bad.start_and_wait_exit()
+    log = bad.current_log()
+    assert code != 0, log
+    assert expect in log, log
+    assert "Traceback" not in log, log
+    assert snapshot(first.data) == before  # the store was never opened: nothing changed
+    # nothing was left locked or half-done: the directory starts normally
+    good = second(first, tmp_path)
+    procs(good)
+    good.start()
+    assert read_bodies(good, "t", 1) == [b"before"]
+    return log
+
+
+def test_a_door_whose_port_is_in_use_stops_start_up(tmp_path, procs, used_port):
+    desc = f"tcp:{used_port}:interface=127.0.0.1"
+    # smss binds first and is given up too: no broker runs with a door missing
+    log = _refused(tmp_path, procs, {"smss": LOOPBACK, "nsqd_tcp": desc},
+                   f"front door nsqd_tcp cannot listen on {desc}: ")
+    assert "Address already in use" in log, log
+
+
+def test_a_door_with_a_garbage_endpoint_stops_start_up(tmp_path, procs):
+    log = _refused(tmp_path, procs, {"smss": "tcp:notaport"},
+                   "front door smss cannot listen on 'tcp:notaport': not a valid endpoint string")
+    assert "Traceback" not in log
+
+
+def test_a_door_on_an_address_this_host_lacks_stops_start_up(tmp_path, procs):
+    desc = "tcp:0:interface=192.0.2.1"  # TEST-NET-1: never a local address
+    _refused(tmp_path, procs, {"smss": desc}, f"front door smss cannot listen on {desc}: ")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may bind port 1")
+def test_a_door_on_a_privileged_port_stops_start_up(tmp_path, procs):
+    desc = "tcp:1:interface=127.0.0.1"
+    log = _refused(tmp_path, procs, {"smss": desc}, f"front door smss cannot listen on {desc}: ")
+    assert "Permission denied" in log, log
+
+
+@pytest.mark.parametrize("master", ["no-port", "host:0", "host:70000", "bad host:12301",
+                                    "a:b:12301", "999.1.1.1:12301", ":12301"])
+def test_a_slave_with_a_malformed_master_stops_start_up(tmp_path, procs, master):
+    _refused(tmp_path, procs, {"smss": LOOPBACK}, "config key 'master' must be HOST:PORT",
+             config={"role": "slave", "master": master})

@@ -1,0 +1,140 @@
+"""The service tree in-process: start-up order, all-or-nothing start, ports told to
+factories, background loops as services (issue 13.2, 18.4)."""
+
+import os
+import socket
+
+import pytest
+import pytest_twisted
+from twisted.internet.protocol import Factory
+from twisted.logger import formatEvent, globalLogPublisher
+
+from mqserver.frontdoor import front_doors
+from mqserver.service import ListenerService
+from mqserver.store.lock import DirectoryLock, DirectoryLocked
+from mqserver.tap import Options, makeService
+
+
+def options(tmp_path, **listen):
+    o = Options()
+    args = ["--data", str(tmp_path / "data")]
+    for door in front_doors():
+        args += ["--listen", f"{door}={listen.get(door, 'off')}"]
+    o.parseOptions(args)
+    return o
+
+
+@pytest.fixture
+def critical():
+    """Lines logged at level critical while the test runs."""
+    lines = []
+
+    def observe(event):
+        if event.get("log_level") is not None and event["log_level"].name == "critical":
+            lines.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    yield lines
+    globalLogPublisher.removeObserver(observe)
+
+
+@pytest.fixture
+def used_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    yield s.getsockname()[1]
+    s.close()
+
+
+def test_a_door_failing_after_the_store_opened_closes_the_store(tmp_path, critical, used_port):
+    """Started without privilegedStartService (as twist does), the listener binds after
+    the store opened; its failure stops the process and the store is closed cleanly:
+    checkpoint written, lock released."""
+    from twisted.internet import reactor
+
+    desc = f"tcp:{used_port}:interface=127.0.0.1"
+    root = makeService(options(tmp_path, smss=desc), reactor)
+    with pytest.raises(SystemExit) as exit_info:
+        root.startService()
+    assert exit_info.value.code == 1
+    assert critical == [f"mqserver cannot start: front door smss cannot listen on {desc}: "
+                        "[Errno 98] Address already in use"]
+    store = root.storage.store
+    assert not store.opened
+    assert os.path.exists(os.path.join(store.path, "metadata.json"))
+    lock = DirectoryLock(store.path)
+    lock.acquire()  # released by the refused broker
+    lock.release()
+
+
+def test_a_locked_directory_stops_start_up_before_anything_is_written(tmp_path, critical):
+    from twisted.internet import reactor
+
+    root = makeService(options(tmp_path), reactor)
+    path = root.storage.store.path
+    os.makedirs(path)
+    holder = DirectoryLock(path)
+    holder.acquire()
+    try:
+        with pytest.raises(SystemExit):
+            root.startService()
+        with pytest.raises(DirectoryLocked) as again:
+            DirectoryLock(path).acquire()
+    finally:
+        holder.release()
+    assert sorted(os.listdir(path)) == ["lock"]
+    assert again.value.pid == os.getpid()
+    assert critical == [f"mqserver cannot start: data directory {path} is in use by process "
+                        f"{os.getpid()} (lock file {path}/lock); one broker per data directory"]
+
+
+class Told(Factory):
+    """A factory recording when it learns its port."""
+
+    def __init__(self, storage):
+        self.storage = storage
+        self.told = []
+
+    def listening(self, port):
+        self.told.append((port.getHost().port, self.storage.store.opened))
+
+
+@pytest_twisted.inlineCallbacks
+def test_listeners_bind_privileged_and_learn_their_port_once_the_store_is_open(tmp_path):
+    from twisted.internet import reactor
+
+    root = makeService(options(tmp_path), reactor)
+    root.config.listen["smss"] = "tcp:0:interface=127.0.0.1"
+    factory = Told(root.storage)
+    listener = root.add_listener("smss", factory)
+    assert isinstance(listener, ListenerService)
+    root.privilegedStartService()
+    try:
+        assert listener.port is not None and factory.told == []  # bound, not yet told
+        assert not root.storage.store.opened
+        root.startService()
+        assert factory.told == [(listener.port.getHost().port, True)]
+    finally:
+        yield root.stopService()
+    assert listener.port is None and not root.storage.store.opened
+
+
+@pytest_twisted.inlineCallbacks
+def test_background_loops_are_services_stopped_before_the_store_closes(tmp_path):
+    from twisted.internet import reactor
+
+    root = makeService(options(tmp_path, broker="tcp:0:interface=127.0.0.1"), reactor)
+    names = [s.name for s in root]
+    assert names.index("storage") < names.index("rocketmq-broker") < names.index("listen-broker")
+    loops = [root.getServiceNamed(n) for n in ("rocketmq-tick", "rocketmq-register",
+                                               "rocketmq-expire-clients")]
+    store_loops = list(root.storage)
+    root.privilegedStartService()
+    root.startService()
+    assert all(s.running for s in loops + store_loops)
+    door = root.getServiceNamed("listen-broker").factory
+    assert door.broker_addr is not None  # told its port
+    yield root.stopService()
+    assert not any(s.running for s in loops + store_loops)
+    assert not root.storage.store.opened
