@@ -81,6 +81,8 @@ SCHEMA = {
     "store.maxMessageSize": (int, 4 << 20, lambda v: 1 <= v <= 64 << 20, "1..67108864"),
     "store.cqEntriesPerFile": (int, 300_000, lambda v: v >= 1, ">= 1"),
     "store.diskMaxUsedRatio": (float, 0.90, lambda v: 0.0 < v <= 1.0, "0 < ratio <= 1 (1: no limit)"),
+    "server.reactor": (str, "spinning", lambda v: v in ("spinning", "standard"),
+                       "spinning or standard"),
     "server.spinMicros": (int, 200, lambda v: 0 <= v <= 10_000, "0..10000 (0: never busy-poll)"),
     "log.path": (str, "stdout", None, None),
     "log.sample": (int, 10000, lambda v: v >= 1, ">= 1"),

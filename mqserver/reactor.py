@@ -28,6 +28,9 @@ event, nearly every event a busy broker sees, goes to C{doRead} directly, with t
 error handling as Twisted's C{_doReadOrWrite}, which still handles every other event;
 and C{runUntilCurrent} returns at once when no timed call is due and no thread has
 queued a call, which is what it finds between most polls.
+
+It reads EPollReactor's and ReactorBase's private attributes; L{mqserver.fastpath} checks
+they exist before twistd installs it, and installs Twisted's own epoll reactor if not.
 """
 
 import errno
@@ -38,7 +41,7 @@ from time import monotonic
 
 from twisted.internet.epollreactor import EPollReactor
 from twisted.internet.main import installReactor
-from twisted.internet.posixbase import _NO_FILEDESC
+from twisted.internet import posixbase
 from twisted.python import log
 
 __all__ = ["SpinningEPollReactor", "install", "DEFAULT_SPIN"]
@@ -125,7 +128,7 @@ class SpinningEPollReactor(EPollReactor):
             in_read = False
             try:
                 if selectable.fileno() == -1:
-                    why = _NO_FILEDESC
+                    why = posixbase._NO_FILEDESC  # checked by mqserver.fastpath
                 else:
                     in_read = True
                     why = selectable.doRead()
@@ -154,17 +157,32 @@ def install(spin=DEFAULT_SPIN):
     return reactor
 
 
-def service_reactor(spin=DEFAULT_SPIN):
+def service_reactor(spin=DEFAULT_SPIN, standard=False):
     """Return the reactor a twistd service should use: the one already installed (for
     example by C{twistd --reactor}), else a newly installed L{SpinningEPollReactor} where
-    epoll exists, else Twisted's default."""
+    epoll exists and Twisted's internals fit it (L{mqserver.fastpath.choose}; otherwise,
+    or with C{standard}, Twisted's own epoll reactor), else Twisted's default."""
     import sys
+
+    from mqserver import fastpath
 
     if "twisted.internet.reactor" not in sys.modules:
         try:
-            return install(spin)
-        except (ImportError, AttributeError):
+            choice = fastpath.choose(spin, standard)
+        except ImportError:
             pass  # no epoll on this platform: Twisted picks its default below
+        else:
+            installReactor(choice.reactor)
+            service_reactor.choice = choice
+            return choice.reactor
+    elif standard:
+        from mqserver import sendnow
+
+        sendnow.enable(False)
     from twisted.internet import reactor
 
     return reactor
+
+
+#: The last L{mqserver.fastpath.Choice} made by L{service_reactor}, or None.
+service_reactor.choice = None

@@ -5,7 +5,9 @@ finds the socket writable, which costs two C{epoll_ctl} calls, one more C{epoll_
 a whole reactor iteration per reply.  For request/reply protocols answering one small
 request at a time that is most of the server's CPU.  L{send_now} sends at once when
 nothing is queued ahead, and falls back to C{transport.write} otherwise, so the byte
-order on the connection is the one the caller wrote in.
+order on the connection is the one the caller wrote in. Where Twisted's internals do not
+fit (L{mqserver.fastpath}) or the operator chose the standard path, it is always
+C{transport.write}.
 """
 
 from twisted.internet import tcp
@@ -13,12 +15,20 @@ from twisted.internet import tcp
 __all__ = ["send_now", "Cork", "WriteCork"]
 
 
+def enable(on):
+    """Let L{send_now} write to sockets directly (C{on}), or make it plain
+    C{transport.write} (Twisted's standard path; L{mqserver.fastpath.choose} decides)."""
+    global _SUPPORTED
+    _SUPPORTED = bool(on)
+
+
 def _fast_path_supported():
-    # send_now reads FileDescriptor's buffer attributes; when a Twisted release renames
-    # them it must degrade to plain transport.write, never to reordered bytes.
-    from twisted.internet.abstract import FileDescriptor
-    return all(hasattr(FileDescriptor, name) for name in
-               ("dataBuffer", "offset", "_writeDisconnected", "disconnecting"))
+    # send_now reads a TCP connection's socket and buffer attributes; when a Twisted
+    # release renames them it must degrade to plain transport.write, never to reordered
+    # bytes or an AttributeError. The check is mqserver.fastpath's, on a real connection.
+    from mqserver.fastpath import missing_transport_internals
+
+    return not missing_transport_internals()
 
 
 _SUPPORTED = _fast_path_supported()

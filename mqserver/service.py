@@ -14,6 +14,7 @@ from twisted.python.failure import Failure
 from mqserver import speedups
 from mqserver.broker.broker import Broker
 from mqserver.errors import StartupError
+from mqserver.reactor import service_reactor
 from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store.flush import ThreadRunner
 from mqserver.store.store import MessageStore
@@ -128,6 +129,9 @@ class StorageService(service.MultiService):
             end=self.store.commitlog.end, eid=self.store.next_event_id,
         )
         self.log.info("{speedups}", speedups=speedups.report())
+        choice = service_reactor.choice
+        if choice is not None:
+            self.log.info("{paths}", paths=choice.describe())
         super().startService()
 
     def _tick(self):

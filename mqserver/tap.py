@@ -86,7 +86,8 @@ def makeService(options, reactor=None):
     """Build the service tree (no I/O happens until it starts)."""
     config = options["settings"]
     if reactor is None:
-        reactor = service_reactor(spin=config["server.spinMicros"] / 1e6)
+        reactor = service_reactor(spin=config["server.spinMicros"] / 1e6,
+                                  standard=config["server.reactor"] == "standard")
     root = BrokerService(config, reactor)
     broker = root.storage.broker
     if config["role"] == "slave":

@@ -1,7 +1,12 @@
 """Both builds of the hot paths, end to end: the real broker with its C speedups and with
 MQSERVER_PURE_PYTHON=1 publishes through smss and NSQ and delivers the same messages to
 an smss subscriber and an NSQ channel (the unit tests compare the functions byte for
-byte; this proves each build is the one running and serves real connections)."""
+byte; this proves each build is the one running and serves real connections).
+
+Each build runs on both reactor paths: the fast one (SpinningEPollReactor and send_now,
+which read Twisted internals) and Twisted's standard epoll reactor with plain
+transport.write (C{server.reactor: standard}, what a Twisted without those internals
+gets), so a Twisted upgrade that takes the fallback is covered end to end."""
 
 import socket
 import time
@@ -20,15 +25,19 @@ SMSS_MESSAGES = [([(b"k", b"v")], b"with a header"), b"plain", ([(b"bin", b"\x01
 NSQ_BODIES = [b"nsq-%d" % i for i in range(40)]
 
 
-@pytest.fixture(params=[False, True], ids=["c-speedups", "pure-python"])
+@pytest.fixture(params=[(False, "spinning"), (False, "standard"), (True, "spinning"),
+                        (True, "standard")],
+                ids=["c-speedups", "c-speedups-standard-reactor", "pure-python",
+                     "pure-python-standard-reactor"])
 def broker(request, tmp_path):
-    pure = request.param
+    pure, reactor = request.param
     server = ServerProcess(
         tmp_path / "data", env={"MQSERVER_PURE_PYTHON": "1" if pure else "0"},
+        config={"server": {"reactor": reactor}},
         listen={"smss": "tcp:0:interface=127.0.0.1", "nsqd_tcp": "tcp:0:interface=127.0.0.1"})
     server.start()
     try:
-        yield server, pure
+        yield server, pure, reactor
     finally:
         server.stop()
         server.close()
@@ -47,8 +56,14 @@ def _nsq_frames(sock, reader, want_messages, until=0):
 
 
 def test_both_builds_deliver_alike(broker):
-    server, pure = broker
+    server, pure, reactor = broker
     log = server.read_log()
+    if reactor == "standard":
+        assert "standard Twisted paths in use (epoll reactor, transport.write): " \
+               "server.reactor is standard" in log, log
+        assert "EPollReactor" in log and "SpinningEPollReactor" not in log, log
+    else:
+        assert "fast paths in use: SpinningEPollReactor and send_now" in log, log
     if pure:
         assert "pure Python for" in log and "MQSERVER_PURE_PYTHON is set" in log, log
     else:

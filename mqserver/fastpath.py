@@ -1,0 +1,133 @@
+"""The one checked adapter between mqserver's fast paths and Twisted's internals.
+
+Two fast paths read attributes Twisted does not promise to keep:
+L{mqserver.reactor.SpinningEPollReactor} (the epoll reactor's poller, selectables,
+dispatch helpers and timed-call queues) and L{mqserver.sendnow.send_now} (a TCP
+connection's socket and write buffers). L{choose} checks, on real instances, that every
+one of them is there before the broker uses either; if any is missing (a Twisted
+release renamed it) it logs one warning and the broker runs on Twisted's standard epoll
+reactor and plain C{transport.write}, which are slower but rely on public API only.
+The operator can ask for the standard path too (C{server.reactor: standard}).
+
+C{setup.cfg} pins the Twisted releases this was tested with; the check is what keeps a
+release outside that range from breaking start-up.
+"""
+
+import socket
+import sys
+
+from twisted.logger import Logger
+
+log = Logger()
+
+#: Attributes SpinningEPollReactor reads on itself (set by EPollReactor/ReactorBase).
+REACTOR_ATTRIBUTES = (
+    "_poller", "_selectables", "_doReadOrWrite", "_disconnectSelectable",
+    "threadCallQueue", "_newTimedCalls", "_justStopped", "_cancellations",
+    "_pendingTimedCalls",
+)
+#: Module-level names SpinningEPollReactor imports.
+REACTOR_MODULE_NAMES = (("twisted.internet.posixbase", "_NO_FILEDESC"),)
+#: Attributes send_now reads on a TCP connection (tcp.Connection / FileDescriptor).
+TRANSPORT_ATTRIBUTES = (
+    "socket", "dataBuffer", "_tempDataBuffer", "connected", "disconnecting",
+    "_writeDisconnected",
+)
+
+
+class Choice:
+    """What L{choose} decided.
+
+    @ivar reactor: the reactor to install.
+    @ivar spinning: whether it is a L{SpinningEPollReactor}.
+    @ivar send_now: whether L{send_now} writes to sockets directly.
+    @ivar missing: the Twisted internals found missing (empty when all are there).
+    @ivar reason: why the standard path runs, or None.
+    """
+
+    def __init__(self, reactor, spinning, send_now, missing=(), reason=None):
+        self.reactor = reactor
+        self.spinning = spinning
+        self.send_now = send_now
+        self.missing = list(missing)
+        self.reason = reason
+
+    def describe(self):
+        """One line for the start-up log."""
+        if self.spinning and self.send_now:
+            return "fast paths in use: SpinningEPollReactor and send_now"
+        return f"standard Twisted paths in use (epoll reactor, transport.write): {self.reason}"
+
+
+def missing_reactor_internals(reactor):
+    """Return the names of L{REACTOR_ATTRIBUTES} and L{REACTOR_MODULE_NAMES} missing on
+    C{reactor} and in Twisted's modules."""
+    missing = [f"{type(reactor).__name__}.{n}" for n in REACTOR_ATTRIBUTES
+               if not hasattr(reactor, n)]
+    for module, name in REACTOR_MODULE_NAMES:
+        __import__(module)
+        if not hasattr(sys.modules[module], name):
+            missing.append(f"{module}.{name}")
+    return missing
+
+
+class _NoReactor:
+    """Stands in for a reactor while a probe connection is built (it never runs)."""
+
+
+def missing_transport_internals():
+    """Return the names of L{TRANSPORT_ATTRIBUTES} missing on a real (never started)
+    C{tcp.Server}-like connection, or on the module (C{tcp.Server} itself)."""
+    from twisted.internet import tcp
+
+    if not isinstance(getattr(tcp, "Server", None), type):
+        return ["twisted.internet.tcp.Server"]
+    a, b = socket.socketpair()
+    try:
+        conn = tcp.Connection(a, None, _NoReactor())
+        return [f"tcp.Connection.{n}" for n in TRANSPORT_ATTRIBUTES if not hasattr(conn, n)]
+    finally:
+        a.close()
+        b.close()
+
+
+def choose(spin, standard=False):
+    """Build the reactor twistd should install, and decide whether L{send_now} writes
+    directly (L{mqserver.sendnow.enable}). Returns a L{Choice}; logs one warning when
+    a fast path's Twisted internals are missing.
+
+    @param spin: seconds of busy polling for the spinning reactor.
+    @param standard: run the standard paths whatever the check finds.
+    """
+    from twisted.internet.epollreactor import EPollReactor
+
+    from mqserver import sendnow
+
+    if standard:
+        sendnow.enable(False)
+        return Choice(EPollReactor(), False, False, reason="server.reactor is standard")
+    try:
+        from mqserver.reactor import SpinningEPollReactor
+
+        fast = SpinningEPollReactor(spin)
+    except Exception as e:  # an import or constructor that no longer fits Twisted
+        missing = [f"SpinningEPollReactor ({type(e).__name__}: {e})"]
+    else:
+        missing = missing_reactor_internals(fast)
+    missing += missing_transport_internals()
+    if not missing:
+        sendnow.enable(True)
+        return Choice(fast, True, True)
+    sendnow.enable(False)
+    log.warn(
+        "this Twisted ({version}) lacks internals mqserver's fast paths read ({missing}); "
+        "running on Twisted's standard epoll reactor and transport.write",
+        version=_twisted_version(), missing=", ".join(missing))
+    return Choice(EPollReactor(), False, False, missing,
+                  reason="Twisted internals missing: " + ", ".join(missing))
+
+
+def _twisted_version():
+    import twisted
+
+    return twisted.__version__
