@@ -1,4 +1,11 @@
-"""zope.interface contracts between the protocols and the broker core."""
+"""zope.interface contracts between the protocols and the broker core.
+
+L{IBroker} is what the front doors under C{protocols/} call on the broker (and nothing
+more); L{IWatcher} is what the broker calls on whoever waits for a topic's messages;
+L{IChannelConsumer} is what a channel (C{mqserver/broker/channels.py}) reads and calls
+on a connection it delivers to. C{tests/unit/test_interfaces.py} checks every
+implementation with C{zope.interface.verify.verifyObject}.
+"""
 
 from zope.interface import Attribute, Interface
 
@@ -8,6 +15,12 @@ class IBroker(Interface):
 
     store = Attribute("The MessageStore holding every record.")
     is_master = Attribute("False on a replication slave, which refuses writes.")
+    registry = Attribute("The TopicRegistry: every topic by name, deleted ones included "
+                         "(smss reads it for its VALID and follower checks).")
+    channels = Attribute("The ChannelRegistry: NSQ-style channels over the topics.")
+    offsets = Attribute("The ConsumerOffsets: committed (group, topic, queue) offsets.")
+    extensions = Attribute("A dict a front door keeps per-broker state in, by its own "
+                           "key; the core never reads it.")
 
     def now_ms():
         """Return the current time in ms."""
@@ -60,3 +73,22 @@ class IWatcher(Interface):
 
     def topic_deleted(topic):
         """The topic was deleted or expired."""
+
+
+class IChannelConsumer(Interface):
+    """A connection a channel delivers to (an NSQ consumer). The channel reads the
+    attributes below on every pump and keeps C{in_flight} up to date itself."""
+
+    rdy = Attribute("How many messages the consumer is ready to have in flight.")
+    in_flight = Attribute("How many it has in flight; the channel adds and subtracts.")
+    msg_timeout = Attribute("Seconds a delivered message may stay unfinished.")
+    sample_rate = Attribute("0, or the percentage (1..99) of messages to deliver.")
+    can_receive = Attribute("False while the consumer must get nothing (closing, "
+                            "output buffer full).")
+
+    def deliver(items):
+        """Send messages: a list of (timestamp ns, attempts, eventId, buffer, body start,
+        body end) tuples."""
+
+    def channel_closed():
+        """The channel was deleted: stop consuming from it."""

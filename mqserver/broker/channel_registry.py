@@ -6,9 +6,11 @@ backlog starts at once its last channel went away). Ephemeral channels live in m
 """
 
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from mqserver.broker.channels import SCAN_INTERVAL, Channel
 from mqserver.errors import TopicNotFound
+from mqserver.interfaces import IWatcher
 
 EPHEMERAL = "#ephemeral"
 
@@ -18,6 +20,7 @@ def is_ephemeral(name):
     return name.endswith(EPHEMERAL)
 
 
+@implementer(IWatcher)
 class ChannelRegistry:
     """The channels over one broker.
 

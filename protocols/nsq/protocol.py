@@ -20,6 +20,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from mqserver.errors import BrokerError
+from mqserver.interfaces import IChannelConsumer
 from mqserver.sendnow import Cork
 from mqserver.store.store import Message
 
@@ -65,7 +66,7 @@ def parse_message_id(msg_id):
     return eid if b"%016x" % eid == msg_id else None
 
 
-@implementer(IPushProducer)
+@implementer(IPushProducer, IChannelConsumer)
 class NsqdProtocol(SecurityGate, Protocol):
     """One V2 client connection (producer, consumer or both).
 

@@ -6,7 +6,9 @@ listens on now, in case it moved since the record was written)."""
 from dataclasses import dataclass
 
 from twisted.logger import Logger
+from zope.interface import implementer
 
+from mqserver.interfaces import IWatcher
 from mqserver.store import format as fmt
 
 from protocols.remoting import codes
@@ -115,6 +117,7 @@ class Hold:
         self.deferred = None
 
 
+@implementer(IWatcher)
 class LongPolls:
     """Parked pulls per (topic, queue), woken by the broker's arrival notifications."""
 
