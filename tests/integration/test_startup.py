@@ -188,3 +188,73 @@ def test_a_door_on_a_privileged_port_stops_start_up(tmp_path, procs):
 def test_a_slave_with_a_malformed_master_stops_start_up(tmp_path, procs, master):
     _refused(tmp_path, procs, {"smss": LOOPBACK}, "config key 'master' must be HOST:PORT",
              config={"role": "slave", "master": master})
+
+
+def _free_privileged_port():
+    for port in range(1000, 1024):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    pytest.skip("no free port below 1024")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="twistd --uid needs root")
+def test_twistd_uid_binds_privileged_and_leaves_data_to_the_service_user(tmp_path):
+    """Under ``twistd --uid``, the door binds a port below 1024 as root, and the store
+    opens after the switch: every file in the data directory belongs to the service user."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.support.server import ROOT, _door_names
+    from tests.support.smss import wait_until
+
+    nobody = 65534
+    base = tempfile.mkdtemp(prefix="mq-uid-")  # tmp_path is 0700: the user could not enter
+    try:
+        os.chmod(base, 0o755)
+        data = os.path.join(base, "data")
+        os.mkdir(data)
+        os.chown(data, nobody, nobody)
+        port = _free_privileged_port()
+        off = [a for d in _door_names() if d != "smss" for a in ("--listen", f"{d}=off")]
+        out_path = tmp_path / "twistd.out"
+        with open(out_path, "wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", "from twisted.scripts.twistd import run; run()",
+                 "-n", "--pidfile=", "--uid", str(nobody), "--gid", str(nobody), "-l", "-",
+                 "mqserver", "--data", data, "--listen",
+                 f"smss=tcp:{port}:interface=127.0.0.1", *off],
+                cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=out,
+                stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: "store open at" in out_path.read_text() or proc.poll() is not None,
+                       20)
+            assert proc.poll() is None, out_path.read_text()
+            with SmssClient("127.0.0.1", port, timeout=10) as c:
+                c.create("t")
+                c.publish("t", [b"owned"])
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        log = out_path.read_text()
+        assert "store closed at eventId 2" in log, log
+        owners = {}
+        for root, dirs, files in os.walk(data):
+            for name in dirs + files:
+                p = os.path.join(root, name)
+                owners[os.path.relpath(p, data)] = os.stat(p).st_uid
+        assert {"lock", "metadata.json", "commitlog"} <= set(owners)
+        assert any(n.startswith("consumequeue/t/") for n in owners), owners
+        assert set(owners.values()) == {nobody}, owners
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
