@@ -19,6 +19,7 @@ class IBroker(Interface):
                          "(smss reads it for its VALID and follower checks).")
     channels = Attribute("The ChannelRegistry: NSQ-style channels over the topics.")
     offsets = Attribute("The ConsumerOffsets: committed (group, topic, queue) offsets.")
+    queues = Attribute("The QueueService: msgout's queues, receipts and subscriptions.")
     extensions = Attribute("A dict a front door keeps per-broker state in, by its own "
                            "key; the core never reads it.")
 
@@ -48,6 +49,12 @@ class IBroker(Interface):
 
     def open_cursor(topic, after_event_id):
         """Return a TopicCursor after an eventId."""
+
+    def track_cursor(cursor):
+        """Count a cursor made elsewhere in the retention floor until closed."""
+
+    def register_state(name, obj):
+        """Keep obj's snapshot_state()/restore_state(data) in the checkpoint under name."""
 
     def close_cursor(cursor):
         """Forget a cursor."""

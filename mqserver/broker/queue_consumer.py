@@ -6,8 +6,10 @@ L{Delivery} objects to a sink: a long connection, a short fetch, or a push to a 
 """
 
 from twisted.internet import defer
+from zope.interface import implementer
 
 from mqserver.broker.channels import OWNER
+from mqserver.interfaces import IWatcher
 from mqserver.store import format as fmt
 
 
@@ -130,6 +132,7 @@ def _finish_run(ch, owner, run, errors):
             errors[r] = f"receipt {r} is not in flight"
 
 
+@implementer(IWatcher)
 class _Waiter:
     """Fires its Deferred once, at the first arrival, deletion or the timer."""
 

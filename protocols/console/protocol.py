@@ -23,6 +23,7 @@ from zope.interface import implementer
 
 from mqserver.broker.queue_consumer import cursor_deliveries
 from mqserver.errors import BrokerError, TopicNotFound
+from mqserver.interfaces import IWatcher
 from mqserver.security import LineTokenGate
 from mqserver.store.store import Message
 
@@ -72,6 +73,7 @@ def _options(args, allowed):
     return rest, opts
 
 
+@implementer(IWatcher)
 class _Follower:
     """Follows a topic from a cursor (TAIL, and SUB of a topic-mode queue without an id),
     writing each message; reads a bounded chunk per turn while the transport keeps up."""

@@ -8,8 +8,10 @@ from zope.interface.verify import verifyClass, verifyObject
 
 from mqserver.broker.broker import Broker
 from mqserver.broker.channel_registry import ChannelRegistry
+from mqserver.broker.queue_consumer import _Waiter
 from mqserver.interfaces import IBroker, IChannelConsumer, IWatcher
 from mqserver.tap import Options, makeService
+from protocols.console.protocol import _Follower
 from protocols.nsq.factory import make_factory as nsqd_factory
 from protocols.nsq.protocol import NsqdProtocol
 from protocols.remoting.pulling import LongPolls
@@ -36,10 +38,12 @@ def test_the_broker_provides_ibroker(built):
 def test_watchers_provide_iwatcher(built):
     broker, config, reactor = built
     proto = smss_factory(broker, config, reactor).buildProtocol(None)
+    waiter = _Waiter(broker, "t")
     for watcher in (Subscription(proto, "t", None, 10, 0, b"who"), LongPolls(broker, reactor),
-                    broker.channels):
+                    broker.channels, waiter):
         assert verifyObject(IWatcher, watcher)
     assert isinstance(broker.channels, ChannelRegistry)
+    assert verifyClass(IWatcher, _Follower)  # the console's TAIL (needs a live cursor)
 
 
 def test_nsqd_connections_provide_ichannelconsumer(built):

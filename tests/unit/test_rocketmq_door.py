@@ -31,7 +31,10 @@ class Door:
         self.door = BrokerDoor(self.broker, config, self.clock)
         self.store.open()
         self.broker.start()
-        self.door.startFactory()
+        # the door's life cycle and loops are services of the broker's tree
+        self.services = self.door.services()
+        for svc in self.services:
+            svc.startService()
         self.conn = self.connect()
         self.opaque = 0
 
@@ -62,7 +65,8 @@ class Door:
         return out[0]
 
     def close(self):
-        self.door.stopFactory()
+        for svc in reversed(self.services):
+            svc.stopService()
         self.broker.stop()
         self.store.close()
 
