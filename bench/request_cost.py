@@ -62,12 +62,7 @@ def start_broker(data):
     svc.startService()
     ports = {}
     for name in ("smss", "nsqd_tcp"):
-        listener = svc.getServiceNamed(f"listen-{name}")
-        d = listener._waitingForPort
-        got = []
-        d.addCallback(lambda p, got=got: got.append(p) or p)
-        pump(lambda: got)
-        ports[name] = got[0].getHost().port
+        ports[name] = svc.getServiceNamed(f"listen-{name}").port.getHost().port
     return svc, ports
 
 
