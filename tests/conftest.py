@@ -1,5 +1,7 @@
 """Fixtures shared by the whole suite."""
 
+import socket
+
 import pytest
 
 from tests.support.server import ServerProcess
@@ -27,3 +29,13 @@ def server_factory(tmp_path):
 def server(server_factory):
     """A running broker with defaults (flush level 1) on an ephemeral smss port."""
     return server_factory()
+
+
+@pytest.fixture
+def used_port():
+    """A loopback port some other socket is listening on (binding it must fail)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    yield s.getsockname()[1]
+    s.close()

@@ -64,13 +64,19 @@ def second(first, tmp_path, **kw):
     return s
 
 
-def test_second_broker_on_a_directory_refuses_and_touches_nothing(tmp_path, procs):
-    first = ServerProcess(tmp_path / "data")
-    procs(first)
-    first.start()
-    with SmssClient("127.0.0.1", first.smss_port, timeout=10) as c:
+def running_with(tmp_path, procs, body):
+    """A broker on tmp_path/data holding one message, C{body}, in topic t."""
+    s = ServerProcess(tmp_path / "data")
+    procs(s)
+    s.start()
+    with SmssClient("127.0.0.1", s.smss_port, timeout=10) as c:
         c.create("t")
-        c.publish("t", [b"one"])
+        c.publish("t", [body])
+    return s
+
+
+def test_second_broker_on_a_directory_refuses_and_touches_nothing(tmp_path, procs):
+    first = running_with(tmp_path, procs, b"one")
     # Freeze the holder (its flock stays held) so that its own timers cannot change the
     # directory while we look for changes made by the second process.
     first.proc.send_signal(signal.SIGSTOP)
@@ -98,12 +104,7 @@ def test_second_broker_on_a_directory_refuses_and_touches_nothing(tmp_path, proc
 
 
 def test_a_sigkilled_holder_does_not_block_a_restart(tmp_path, procs):
-    first = ServerProcess(tmp_path / "data")
-    procs(first)
-    first.start()
-    with SmssClient("127.0.0.1", first.smss_port, timeout=10) as c:
-        c.create("t")
-        c.publish("t", [b"kept"])
+    first = running_with(tmp_path, procs, b"kept")
     pid = first.proc.pid
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(10)
@@ -118,23 +119,9 @@ def test_a_sigkilled_holder_does_not_block_a_restart(tmp_path, procs):
         assert f.read().split() == [str(again.proc.pid)]
 
 
-@pytest.fixture
-def used_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen(1)
-    yield s.getsockname()[1]
-    s.close()
-
-
 def _prepared(tmp_path, procs):
     """A data directory a broker ran on and stopped cleanly; returns (server, snapshot)."""
-    s = ServerProcess(tmp_path / "data")
-    procs(s)
-    s.start()
-    with SmssClient("127.0.0.1", s.smss_port, timeout=10) as c:
-        c.create("t")
-        c.publish("t", [b"before"])
+    s = running_with(tmp_path, procs, b"before")
     s.stop()
     return s, snapshot(s.data)
 

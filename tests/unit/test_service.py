@@ -2,7 +2,6 @@
 factories, background loops as services (issue 13.2, 18.4)."""
 
 import os
-import socket
 
 import pytest
 import pytest_twisted
@@ -36,15 +35,6 @@ def critical():
     globalLogPublisher.addObserver(observe)
     yield lines
     globalLogPublisher.removeObserver(observe)
-
-
-@pytest.fixture
-def used_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen(1)
-    yield s.getsockname()[1]
-    s.close()
 
 
 def test_a_door_failing_after_the_store_opened_closes_the_store(tmp_path, critical, used_port):
