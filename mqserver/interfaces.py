@@ -19,6 +19,7 @@ class IBroker(Interface):
                          "(smss reads it for its VALID and follower checks).")
     channels = Attribute("The ChannelRegistry: NSQ-style channels over the topics.")
     offsets = Attribute("The ConsumerOffsets: committed (group, topic, queue) offsets.")
+    stats = Attribute("The BrokerStats: per-queue, consumer and connection counters.")
     queues = Attribute("The QueueService: msgout's queues, receipts and subscriptions.")
     extensions = Attribute("A dict a front door keeps per-broker state in, by its own "
                            "key; the core never reads it.")

@@ -108,6 +108,7 @@ class Node:
         self.store.open()
         self.broker.start()
         self.factories = []
+        self.services = []
         self.connections = []
 
     def door(self, make_factory):
@@ -118,9 +119,13 @@ class Node:
         return f
 
     def add_factory(self, factory):
-        """Start C{factory}; it is stopped at L{close}."""
+        """Start C{factory} and the services it contributes to the broker's service tree
+        (C{factory.services()}, if it has that method); all are stopped at L{close}."""
         factory.doStart()
         self.factories.append(factory)
+        for svc in getattr(factory, "services", lambda: ())():
+            svc.startService()
+            self.services.append(svc)
         return factory
 
     def connect(self, factory, peer=None):
@@ -136,6 +141,8 @@ class Node:
                 c.lose()
         for f in reversed(self.factories):
             f.doStop()
+        for svc in reversed(self.services):
+            svc.stopService()
         self.broker.stop()
         self.store.close()
 
