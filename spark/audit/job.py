@@ -16,8 +16,11 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from spark.audit import ranges as R
 from spark.audit import records as rec
 from spark.audit import transforms as T
+
+_ITEM_NAMES = [c.split()[0] for c in rec.ITEM_DDL.split(", ")]
 
 #: The steps the progress display counts.
 STEPS = ["read", "decode", "integrity", "consume queues", "consumption", "compare", "write", "report"]
@@ -58,6 +61,8 @@ def parse_args(argv):
                    help="the time overdue delays and expired topics are judged at (default: the checkpoint's mtime)")
     p.add_argument("--grace-ms", type=int, default=5000,
                    help="slack before a delay counts as overdue or an expired topic as unreclaimed")
+    p.add_argument("--split-mb", type=float, default=R.DEFAULT_SPLIT >> 20,
+                   help="bytes of a segment one task decodes, in MiB (default 64): bounds memory per task")
     p.add_argument("--max-examples", type=int, default=20, help="examples per finding in the summary")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p.parse_args(argv)
@@ -165,39 +170,93 @@ def read_json_file(spark, path):
         return None, row.mtime
 
 
-def read_items(spark, data_dir):
-    """Decode every commit-log segment of C{data_dir} into the items DataFrame (cached)."""
+def list_files(spark, path):
+    """Return C{[(name, uri, length)]} of the files in C{path} ([] when it is missing).
+    C{uri} is the absolute, percent-encoded URI executors open (L{ranges.Reader})."""
+    p, fs = _hpath(spark, path)
+    if not fs.exists(p):
+        return []
+    return [
+        (s.getPath().getName(), s.getPath().toUri().toString(), s.getLen())
+        for s in fs.listStatus(p) if not s.isDirectory()
+    ]  # fmt: skip
+
+
+def _decode(spark, tasks):
+    """Run L{ranges.decode_ranges} over C{tasks} (RANGE_DDL tuples), one task each."""
+    rdd = spark.sparkContext.parallelize(tasks, max(1, len(tasks)))
+    return spark.createDataFrame(rdd, R.RANGE_DDL).mapInArrow(R.decode_ranges, rec.ITEM_DDL)
+
+
+def _range_rows(items):
+    return [r.asDict() for r in items.where("kind = 'range'").collect()]
+
+
+def read_items(spark, data_dir, split=R.DEFAULT_SPLIT):
+    """Decode every commit-log segment of C{data_dir} into the items DataFrame (cached),
+    one task per byte range of C{split} bytes (see L{spark.audit.ranges})."""
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
 
     log_dir = data_dir.rstrip("/") + "/commitlog"
-    if not [n for n, is_dir, _ in list_dir(spark, log_dir) if not is_dir and n.isdigit()]:
-        return spark.createDataFrame([], rec.ITEM_DDL)
-    files = spark.read.format("binaryFile").option("pathGlobFilter", "[0-9]*").load(log_dir)
-    rdd = files.select("path", "content").rdd.mapPartitions(
-        lambda rows: rec.decode_segments((r[0], r[1]) for r in rows)
-    )
-    items = spark.createDataFrame(rdd, rec.ITEM_DDL, verifySchema=False)
+    listing = [f for f in list_files(spark, log_dir) if f[0][:1].isdigit()]
+    good, bad = R.segment_files(listing)
+    extra = [R.bad_name_item(name, length) for name, _, length in bad]
+    if not good:
+        return spark.createDataFrame([tuple(r.get(c) for c in _ITEM_NAMES) for r in extra], rec.ITEM_DDL)
+    tasks = R.plan(good, split)
+    by_key = {(t[1], t[3]): t for t in tasks}
+    # Each round decodes some ranges (all, then those to walk again); a range's items
+    # come from the last round that decoded it, and only while it is kept.
+    gens = [_decode(spark, tasks).persist(StorageLevel.MEMORY_AND_DISK)]
+    decoded = [set(by_key)]
+    rows = {(r["segment"], r["range_start"]): (0, r) for r in _range_rows(gens[0])}
+    for _ in range(64):
+        segments, keep, rewalk = R.consolidate([r for _, r in rows.values()])
+        if not rewalk:
+            break
+        again = [by_key[(seg, a)][:5] + (start,) for seg, a, start in rewalk]
+        gens.append(_decode(spark, again).persist(StorageLevel.MEMORY_AND_DISK))
+        decoded.append({(seg, a) for seg, a, _ in rewalk})
+        for r in _range_rows(gens[-1]):
+            rows[(r["segment"], r["range_start"])] = (len(gens) - 1, r)
+    else:
+        raise RuntimeError("segment ranges did not chain after 64 rounds")
+    parts = []
+    for g, df in enumerate(gens):
+        wanted = {k for k in keep if rows[k][0] == g}
+        df = df.where("kind != 'range'")
+        if wanted != decoded[g]:
+            keys = spark.createDataFrame(sorted(wanted), "segment bigint, range_start bigint")
+            df = df.join(F.broadcast(keys), ["segment", "range_start"], "left_semi")
+        parts.append(df)
+    local = [tuple(r.get(c) for c in _ITEM_NAMES) for r in segments + extra]
+    parts.append(spark.createDataFrame(local, rec.ITEM_DDL))
+    items = parts[0]
+    for df in parts[1:]:
+        items = items.unionByName(df)
     return items.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def read_cq(spark, data_dir):
-    """Decode every consume-queue file of C{data_dir} (topic directories are listed
-    here, so names Spark would hide, such as ones starting with C{_}, are still read;
-    C{.trash} is not)."""
+    """Decode every consume-queue file of C{data_dir} in bulk (topic directories are
+    listed here, so names Spark would hide, such as ones starting with C{_}, are still
+    read; C{.trash} is not)."""
     from pyspark import StorageLevel
 
     root = data_dir.rstrip("/") + "/consumequeue"
-    paths = []
+    files = []
     for name, is_dir, uri in list_dir(spark, root):
         if is_dir and not name.startswith("."):
-            paths += [u for _, d, u in list_dir(spark, uri) if d]
-    if not paths:
+            for _, d, qdir in list_dir(spark, uri):
+                if d:
+                    files += [(u, n) for name2, u, n in list_files(spark, qdir) if name2[:1].isdigit()]
+    if not files:
         return spark.createDataFrame([], rec.CQ_DDL)
-    files = spark.read.format("binaryFile").option("pathGlobFilter", "[0-9]*").load(paths)
-    rdd = files.select("path", "content").rdd.mapPartitions(
-        lambda rows: rec.decode_cq_files((r[0], r[1]) for r in rows)
-    )
-    return spark.createDataFrame(rdd, rec.CQ_DDL, verifySchema=False).persist(StorageLevel.MEMORY_AND_DISK)
+    groups = [(g,) for g in R.group_files(files)]
+    rdd = spark.sparkContext.parallelize(groups, len(groups))
+    df = spark.createDataFrame(rdd, R.CQ_TASK_DDL).mapInArrow(R.decode_cq_groups, rec.CQ_DDL)
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def topics_frame(spark, meta, recs):
@@ -257,7 +316,7 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True):
 
     progress.step("read", data_dir)
     meta, meta_mtime = read_json_file(spark, data_dir.rstrip("/") + "/metadata.json")
-    items = read_items(spark, data_dir)
+    items = read_items(spark, data_dir, max(4096, int(args.split_mb * (1 << 20))))
     progress.step("decode", "commit-log segments")
     recs = T.records(items)
     segs = S.collect_rows(T.segments(items).orderBy("segment"))

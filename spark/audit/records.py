@@ -56,6 +56,9 @@ ITEM_DDL = ", ".join(
         "seg_end bigint",
         "seg_sealed boolean",
         "seg_declared_size bigint",
+        "range_start bigint",
+        "range_end bigint",
+        "range_first bigint",
     ]
 )
 
@@ -137,7 +140,7 @@ def record_item(buf, pos, view, segment):
         body_len, view.crc_ok(), tag_hash, view.reconsume_times,
         delay_id, level, trigger, count, expire,
         digest(buf, pos, view.size),
-        None, None, None, None, None, None,
+        None, None, None, None, None, None, None, None, None,
     )  # fmt: skip
 
 

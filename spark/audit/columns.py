@@ -1,0 +1,258 @@
+"""Decode the records of one byte range in bulk into Arrow batches (executor side).
+
+L{spark.audit.scan.walk} finds where the records start; everything else is done on
+whole columns with numpy: the fixed header is gathered into an C{(n, 88)} matrix and
+read through a big-endian structured dtype, the inner lengths and physical offsets are
+checked at once, topics are gathered into one Arrow string array. Per record, only C
+calls run in Python loops: C{zlib.crc32} over the body slice (the body CRC) and
+C{zlib.crc32}/C{zlib.adler32} over the record with its physical offset and store host
+zeroed (the digest the comparison with a slave matches on). Properties are parsed only
+for the records that have any; admin records (a handful) go through
+L{mqserver.store.format.RecordView}.
+
+test-case-name: tests.spark.test_ranges
+"""
+
+import json
+import zlib
+
+import numpy as np
+import pyarrow as pa
+
+from mqserver.store import format as fmt
+from spark.audit import records as rec
+
+_TYPES = {"string": pa.string(), "bigint": pa.int64(), "int": pa.int32(), "boolean": pa.bool_()}
+#: The items' Arrow schema (L{spark.audit.records.ITEM_DDL}).
+ITEM_SCHEMA = pa.schema([(c.split()[0], _TYPES[c.split()[1]]) for c in rec.ITEM_DDL.split(", ")])
+#: Consume-queue entries (L{spark.audit.records.CQ_DDL}).
+CQ_SCHEMA = pa.schema([(c.split()[0], _TYPES[c.split()[1]]) for c in rec.CQ_DDL.split(", ")])
+
+_HEADER = np.dtype(
+    [
+        ("size", ">i4"), ("magic", ">u4"), ("crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
+        ("queue_offset", ">i8"), ("offset", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
+        ("born_host", "V8"), ("store_ts", ">i8"), ("store_host", "V8"), ("reconsume_times", ">i4"),
+        ("event_id", ">i8"), ("body_len", ">i4"),
+    ]
+)  # fmt: skip
+assert _HEADER.itemsize == fmt.HEADER_SIZE
+_CQ = np.dtype([("log_offset", ">i8"), ("size", ">i4"), ("tag_hash", ">i8")])
+_HDR_COLS = np.arange(fmt.HEADER_SIZE)
+#: Bytes left out of the digest: the physical offset and the store host (they may differ
+#: between a master and a slave holding the same record).
+_DIGEST_HOLES = np.r_[fmt.OFF_PHYSICAL_OFFSET : fmt.OFF_PHYSICAL_OFFSET + 8, 64:72]
+_KEYS = (b"TAGS\x01", fmt.DELAY_PROPERTY + b"\x01", b"DELAY\x01")
+
+
+class Layout:
+    """Where the parts of C{n} records lie in a buffer: header fields and the positions
+    of topic and properties, all numpy arrays (positions relative to the buffer)."""
+
+    def __init__(self, arr, rel):
+        self.rel = rel
+        self.h = arr[rel[:, None] + _HDR_COLS].view(_HEADER).ravel()
+        size = self.h["size"].astype(np.int64)
+        bl = self.h["body_len"].astype(np.int64)
+        ok = (bl >= 0) & (fmt.HEADER_SIZE + bl + 3 <= size)
+        t = rel + fmt.HEADER_SIZE + np.where(ok, bl, 0)
+        tlen = arr[t].astype(np.int64)
+        ok &= fmt.HEADER_SIZE + bl + 3 + tlen <= size
+        p = np.where(ok, t + 1 + tlen, rel)
+        plen = arr[p].astype(np.int64) * 256 + arr[p + 1]
+        self.inner_ok = ok & (fmt.HEADER_SIZE + bl + 3 + tlen + plen == size)
+        self.size, self.body_len, self.topic_at, self.topic_len = size, bl, t + 1, tlen
+        self.props_at, self.props_len = p + 2, plen
+
+
+def first_invalid(layout, positions, seg_start):
+    """Return the index of the first record whose inner lengths or physical offset are
+    wrong, with its L{fmt.scan_buffer} detail, or C{(None, None)}."""
+    phys_ok = layout.h["offset"] == seg_start + positions
+    bad = ~(layout.inner_ok & phys_ok)
+    if not bad.any():
+        return None, None
+    i = int(np.argmax(bad))
+    if not layout.inner_ok[i]:
+        return i, "inner lengths disagree with size"
+    return i, f"physical offset {int(layout.h['offset'][i])}"
+
+
+def _gather_strings(arr, at, lengths):
+    """An Arrow string array of C{arr[at[i]:at[i]+lengths[i]]} for each i."""
+    n = len(at)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    idx = np.repeat(at - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
+    data = arr[idx] if total else np.zeros(0, dtype=np.uint8)
+    binary = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data.tobytes())])
+    try:
+        return binary.cast(pa.string())
+    except pa.ArrowInvalid:  # not UTF-8: the broker never writes such a topic name
+        return pa.array([bytes(x).decode("utf-8", "replace") for x in binary.to_pylist()], pa.string())
+
+
+def _body_crcs(buf, start, length):
+    mv = memoryview(buf)
+    try:
+        return np.fromiter(
+            map(zlib.crc32, map(mv.__getitem__, map(slice, start.tolist(), (start + length).tolist()))),
+            dtype=np.int64, count=len(start),
+        )  # fmt: skip
+    finally:
+        mv.release()
+
+
+def _digests(arr, buf, rel, size):
+    """Signed 64-bit digests of the records at C{rel} (physical offset and store host
+    left out): CRC-32 in the high half, Adler-32 in the low half."""
+    arr[(rel[:, None] + _DIGEST_HOLES).ravel()] = 0
+    mv = memoryview(buf)
+    try:
+        slices = list(map(mv.__getitem__, map(slice, rel.tolist(), (rel + size).tolist())))
+        hi = np.fromiter(map(zlib.crc32, slices), dtype=np.uint64, count=len(rel))
+        lo = np.fromiter(map(zlib.adler32, slices), dtype=np.uint64, count=len(rel))
+        del slices
+    finally:
+        mv.release()
+    return ((hi << np.uint64(32)) | lo).view(np.int64)
+
+
+def _message_props(buf, layout, idx):
+    """tag_hash, delay_id, delay_level of the messages C{idx} that have properties."""
+    tag = np.zeros(len(idx), dtype=np.int64)
+    delay_id = [None] * len(idx)
+    level = [None] * len(idx)
+    at, ln = layout.props_at[idx].tolist(), layout.props_len[idx].tolist()
+    for j, (s, n) in enumerate(zip(at, ln)):
+        if not n:
+            continue
+        props = bytes(buf[s : s + n])
+        if not any(k in props for k in _KEYS):
+            continue
+        delay_id[j], level[j] = rec._property_fields(props)
+        tag[j] = fmt.tag_hash_of(props)
+    return tag, delay_id, level
+
+
+def _admin_fields(buf, rel):
+    """trigger_ms, delay_count, expire_at of an admin record (as in records.record_item)."""
+    view = fmt.RecordView(buf, rel)
+    body_len = len(view.body)
+    if view.flag == fmt.OP_DELAY and body_len >= fmt.DELAY_PREFIX.size + 4:
+        (trigger,) = fmt.DELAY_PREFIX.unpack_from(view.body, 0)
+        (count,) = fmt.I32.unpack_from(view.body, fmt.DELAY_PREFIX.size)
+        return trigger, count, None
+    if view.flag in (fmt.OP_CREATE, fmt.OP_UPDATE):
+        try:
+            return None, None, int(json.loads(bytes(view.body)).get("expireAt", 0))
+        except (ValueError, AttributeError, TypeError):
+            return None, None, None
+    return None, None, None
+
+
+def record_batch(buf, layout, seg_start, range_start):
+    """Return the Arrow batch of C{"record"} items for the records of C{layout}.
+
+    C{buf} is left unchanged; the digest zeroes two fields in a copy of each record."""
+    h, n = layout.h, len(layout.rel)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    is_msg = h["magic"] == fmt.MESSAGE_MAGIC
+    crc = _body_crcs(buf, layout.rel + fmt.HEADER_SIZE, layout.body_len)
+    crc_ok = (crc & 0x7FFFFFFF) == h["crc"].astype(np.int64)
+    lo = int(layout.rel.min()) if n else 0
+    copy = arr[lo : int((layout.rel + layout.size).max()) if n else 0].copy()
+    digest = _digests(copy, copy, layout.rel - lo, layout.size)
+    tag = np.zeros(n, dtype=np.int64)
+    delay_id = pa.nulls(n, pa.int64())
+    level = pa.nulls(n, pa.int32())
+    with_props = np.nonzero(is_msg & (layout.props_len > 0))[0]
+    if len(with_props):
+        t, d, lv = _message_props(buf, layout, with_props)
+        tag[with_props] = t
+        if any(x is not None for x in d) or any(x is not None for x in lv):
+            dl, ll = [None] * n, [None] * n
+            for j, i in enumerate(with_props.tolist()):
+                dl[i], ll[i] = d[j], lv[j]
+            delay_id, level = pa.array(dl, pa.int64()), pa.array(ll, pa.int32())
+    trigger = count = expire = None
+    admins = np.nonzero(~is_msg)[0]
+    if len(admins):
+        tl, cl, el = [None] * n, [None] * n, [None] * n
+        for i in admins.tolist():
+            tl[i], cl[i], el[i] = _admin_fields(buf, int(layout.rel[i]))
+        trigger, count, expire = pa.array(tl, pa.int64()), pa.array(cl, pa.int32()), pa.array(el, pa.int64())
+    cols = {
+        "kind": pa.array(np.full(n, "record", dtype=object), pa.string()),
+        "segment": pa.array(np.full(n, seg_start, dtype=np.int64)),
+        "offset": pa.array(h["offset"].astype(np.int64)),
+        "size": pa.array(layout.size.astype(np.int32)),
+        "magic": pa.array(np.where(is_msg, "message", "admin").astype(object), pa.string()),
+        "event_id": pa.array(h["event_id"].astype(np.int64)),
+        "topic": _gather_strings(arr, layout.topic_at, layout.topic_len),
+        "queue_id": pa.array(h["queue_id"].astype(np.int32)),
+        "queue_offset": pa.array(h["queue_offset"].astype(np.int64)),
+        "flag": pa.array(h["flag"].astype(np.int32)),
+        "sys_flag": pa.array(h["sys_flag"].astype(np.int32)),
+        "born_ts": pa.array(h["born_ts"].astype(np.int64)),
+        "store_ts": pa.array(h["store_ts"].astype(np.int64)),
+        "body_len": pa.array(layout.body_len.astype(np.int32)),
+        "crc_ok": pa.array(crc_ok),
+        "tag_hash": pa.array(tag),
+        "reconsume_times": pa.array(h["reconsume_times"].astype(np.int32)),
+        "delay_id": delay_id,
+        "delay_level": level,
+        "trigger_ms": trigger,
+        "delay_count": count,
+        "expire_at": expire,
+        "digest": pa.array(digest),
+        "range_start": pa.array(np.full(n, range_start, dtype=np.int64)),
+    }
+    return _batch(cols, n)
+
+
+def _batch(cols, n):
+    arrays = []
+    for field in ITEM_SCHEMA:
+        a = cols.get(field.name)
+        arrays.append(pa.nulls(n, field.type) if a is None else a)
+    return pa.RecordBatch.from_arrays(arrays, schema=ITEM_SCHEMA)
+
+
+def single_item(**fields):
+    """A one-row batch of any other item (problem, range summary)."""
+    return _batch({k: pa.array([v], ITEM_SCHEMA.field(k).type) for k, v in fields.items()}, 1)
+
+
+def cq_batch(path, content):
+    """The consume-queue entries of one file as an Arrow batch (C{CQ_SCHEMA}): the same
+    rows as L{spark.audit.records.decode_cq_file}, decoded in bulk."""
+    loc = rec.cq_location(path)
+    if loc is None:
+        return pa.RecordBatch.from_pylist(
+            [dict(zip(CQ_SCHEMA.names, (None, None, None, None, len(content), None, f"not a consume-queue file: {path}")))],
+            schema=CQ_SCHEMA,
+        )  # fmt: skip
+    topic, qid, first = loc
+    n = len(content) // fmt.CQ_ENTRY_SIZE
+    e = np.frombuffer(content, dtype=_CQ, count=n)
+    off, size, tag = e["log_offset"].astype(np.int64), e["size"].astype(np.int32), e["tag_hash"].astype(np.int64)
+    keep = np.nonzero((off != 0) | (size != 0) | (tag != 0))[0]
+    m = len(keep)
+    extra = 1 if len(content) % fmt.CQ_ENTRY_SIZE else 0
+    tail = np.zeros(extra, dtype=np.int64)
+    mask = np.r_[np.zeros(m, dtype=bool), np.ones(extra, dtype=bool)]
+    torn_size = np.full(extra, len(content) % fmt.CQ_ENTRY_SIZE, dtype=np.int32)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([topic] * (m + extra), pa.string()),
+            pa.array(np.full(m + extra, qid, dtype=np.int32)),
+            pa.array(np.concatenate([first + keep, tail + first + n]).astype(np.int64)),
+            pa.array(np.concatenate([off[keep], tail]), mask=mask),
+            pa.array(np.concatenate([size[keep], torn_size])),
+            pa.array(np.concatenate([tag[keep], tail]), mask=mask),
+            pa.array([None] * m + ["cq_torn"] * extra, pa.string()),
+        ],
+        schema=CQ_SCHEMA,
+    )

@@ -1,0 +1,220 @@
+"""Segments as byte ranges: planning (driver), decoding (executors), consolidation (driver).
+
+A task decodes one byte range of one segment (C{--split-mb}, 64 MiB by default), so its
+memory depends on the range, never on the segment size. It reads the file itself by its
+absolute URI (as listed by Hadoop's file system on the driver): C{file:} URIs with
+C{os.pread}, anything else through C{pyarrow.fs}, so executors need not share the
+driver's working directory. Output is Arrow batches of items (L{spark.audit.columns}),
+plus one C{"range"} item per range that says where its walk ended and why.
+
+The driver then joins the ranges of each segment back together (L{consolidate}): the
+first range that stopped (BLANK, zeros, end of file, torn or corrupt record) ends the
+segment, as a record-by-record scan would, and ranges after it are dropped. Where a
+range's first record is not where the range before it ended (its boundary scan was
+misled by damage next to the boundary), the range is walked again from the right place.
+
+test-case-name: tests.spark.test_ranges
+"""
+
+import os
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+
+from mqserver.store import format as fmt
+from spark.audit import columns as C
+from spark.audit import scan
+
+#: One task: a byte range of a segment file; C{start_at} a known record boundary or null.
+RANGE_DDL = (
+    "uri string, seg_start bigint, file_length bigint, range_start bigint, range_end bigint, start_at bigint"
+)
+#: Consume-queue files, grouped into tasks: C{uris} and their lengths.
+CQ_TASK_DDL = "uris array<string>"
+BATCH = 65536
+_READ_PAD = 64 << 10
+DEFAULT_SPLIT = 64 << 20
+
+
+def plan(files, split=DEFAULT_SPLIT):
+    """Return the ranges (RANGE_DDL tuples) of C{files}, C{[(name, uri, length)]} of
+    the segment files whose names are 20 digits."""
+    out = []
+    for name, uri, length in files:
+        start = int(name)
+        for a in range(0, max(length, 1), split):
+            out.append((uri, start, length, a, min(a + split, length), None))
+    return out
+
+
+def group_files(files, target=DEFAULT_SPLIT):
+    """Group C{[(uri, length)]} into lists of URIs of about C{target} bytes each."""
+    groups, cur, size = [], [], 0
+    for uri, length in files:
+        if cur and size + length > target:
+            groups.append(cur)
+            cur, size = [], 0
+        cur.append(uri)
+        size += length
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+class Reader:
+    """Reads byte ranges of one file given by URI."""
+
+    def __init__(self, uri):
+        u = urlparse(uri)
+        self.fd = self.file = None
+        if u.scheme in ("", "file"):
+            self.fd = os.open(unquote(u.path), os.O_RDONLY)
+        else:
+            from pyarrow import fs
+
+            filesystem, path = fs.FileSystem.from_uri(uri)
+            self.file = filesystem.open_input_file(path)
+
+    def read_at(self, offset, n):
+        """Return up to C{n} bytes at C{offset}."""
+        if self.fd is not None:
+            parts = []
+            while n > 0:
+                b = os.pread(self.fd, n, offset)
+                if not b:
+                    break
+                parts.append(b)
+                n -= len(b)
+                offset += len(b)
+            return b"".join(parts)
+        return self.file.read_at(n, offset)
+
+    def read_all(self):
+        """Return the whole file."""
+        if self.fd is not None:
+            return self.read_at(0, os.fstat(self.fd).st_size)
+        return self.file.read_at(self.file.size(), 0)
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+        else:
+            self.file.close()
+
+
+def decode_range(read_at, seg_start, length, a, b, start_at=None, batch=BATCH):
+    """Yield the item batches of the range C{[a, b)} of a segment (see the module
+    docstring); the last one is the C{"range"} summary."""
+    chunk = scan.Chunk(read_at, seg_start, length, a if start_at is None else start_at, min(length, b + _READ_PAD))
+    if start_at is None:
+        positions, stop = scan.walk(chunk, a, b)
+    else:
+        positions, stop = scan.walk_from(chunk, start_at, b)
+    first = positions[0] if positions else None
+    buf = chunk.buf
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    count = 0
+    pos = np.asarray(positions, dtype=np.int64)
+    for i in range(0, len(pos), batch):
+        part = pos[i : i + batch]
+        layout = C.Layout(arr, part - chunk.lo)
+        bad, detail = C.first_invalid(layout, part, seg_start)
+        if bad is not None:
+            stop = ("corrupt", int(part[bad]), detail)
+            part = part[:bad]
+            layout = C.Layout(arr, part - chunk.lo)
+        if len(part):
+            yield C.record_batch(buf, layout, seg_start, a)
+            count += len(part)
+        if bad is not None:
+            break
+    kind, at, detail = stop
+    if kind in ("torn", "corrupt"):
+        yield C.single_item(kind="problem", segment=seg_start, offset=seg_start + at, size=length - at,
+                            problem=kind, detail=detail, range_start=a)  # fmt: skip
+    yield C.single_item(
+        kind="range", segment=seg_start, offset=start_at, size=length, range_start=a, range_end=b, range_first=first,
+        seg_records=count, seg_end=at, problem=kind, seg_sealed=kind == "blank",
+        seg_declared_size=detail if kind == "blank" else None,
+        detail=None if kind == "blank" else detail,
+    )  # fmt: skip
+
+
+def decode_ranges(batches):
+    """The C{mapInArrow} function: RANGE_DDL batches in, item batches out."""
+    for rb in batches:
+        for r in rb.to_pylist():
+            reader = Reader(r["uri"])
+            try:
+                yield from decode_range(reader.read_at, r["seg_start"], r["file_length"], r["range_start"],
+                                        r["range_end"], r["start_at"])  # fmt: skip
+            finally:
+                reader.close()
+
+
+def decode_cq_groups(batches):
+    """The C{mapInArrow} function for consume queues: lists of URIs in, entries out."""
+    for rb in batches:
+        for r in rb.to_pylist():
+            for uri in r["uris"]:
+                reader = Reader(uri)
+                try:
+                    content = reader.read_all()
+                finally:
+                    reader.close()
+                yield C.cq_batch(uri, content)
+
+
+def consolidate(rows):
+    """Join the C{"range"} items (dicts) of every segment back together.
+
+    Returns C{(segments, keep, rewalk)}: the C{"segment"} items (dicts), the set of
+    C{(segment, range_start)} whose items count, and the ranges to walk again from a
+    known boundary, C{[(segment, range_start, start_at)]} (empty when all chained). A
+    range item's C{offset} is the boundary it was walked from, when it was given one."""
+    by_seg = {}
+    for r in rows:
+        by_seg.setdefault(r["segment"], []).append(r)
+    segments, keep, rewalk = [], set(), []
+    for seg, ranges in sorted(by_seg.items()):
+        ranges.sort(key=lambda r: r["range_start"])
+        expected, records, end = 0, 0, None
+        for r in ranges:
+            a = r["range_start"]
+            if a and expected is not None and r["offset"] != expected:
+                want = expected if expected < r["range_end"] else None
+                if r["range_first"] != want:
+                    rewalk.append((seg, a, expected))
+                    break
+            keep.add((seg, a))
+            records += r["seg_records"]
+            if r["problem"] != "pass":
+                end = r
+                break
+            if r["seg_end"] is not None:
+                expected = r["seg_end"]
+        if rewalk and rewalk[-1][0] == seg:
+            continue
+        last = end or ranges[-1]
+        segments.append({
+            "kind": "segment", "segment": seg, "offset": seg, "size": last["size"], "seg_records": records,
+            "seg_end": seg + (last["seg_end"] if last["seg_end"] is not None else last["size"]),
+            "seg_sealed": bool(last["seg_sealed"]), "seg_declared_size": last["seg_declared_size"],
+        })  # fmt: skip
+    return segments, keep, rewalk
+
+
+def segment_files(listing):
+    """Split a commit-log listing C{[(name, uri, length)]} into segment files (20-digit
+    names) and the others (which the old reader reported as problems)."""
+    good = [f for f in listing if len(f[0]) == 20 and f[0].isdigit()]
+    bad = [f for f in listing if not (len(f[0]) == 20 and f[0].isdigit())]
+    return good, bad
+
+
+def bad_name_item(name, length):
+    """The problem item of a file in commitlog/ that is not a segment."""
+    return {"kind": "problem", "size": length, "problem": "corrupt", "detail": f"not a segment name: {name}"}
+
+
+__all__ = ["plan", "decode_range", "decode_ranges", "decode_cq_groups", "consolidate", "fmt"]
