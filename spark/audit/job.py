@@ -65,7 +65,15 @@ def parse_args(argv):
                    help="bytes of a segment one task decodes, in MiB (default 64): bounds memory per task")
     p.add_argument("--max-examples", type=int, default=20, help="examples per finding in the summary")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark configuration property (repeatable), as spark-submit's --conf")
     return p.parse_args(argv)
+
+
+#: JVM option: exit on the first OutOfMemoryError rather than run on with a dead thread.
+OOM_EXIT = "-XX:+ExitOnOutOfMemoryError"
+#: How long stopping Spark may take after a failure before the process exits anyway.
+STOP_TIMEOUT_S = 60
 
 
 def build_session(args):
@@ -81,6 +89,14 @@ def build_session(args):
         # whatever python3 is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         b = b.master(args.master or "local[*]").config("spark.driver.memory", args.driver_memory)
+        # A JVM out of heap may leave a thread dead and the job waiting forever; end
+        # the JVM instead, so the driver sees the failure and exits with 2.
+        b = b.config("spark.driver.extraJavaOptions", OOM_EXIT)
+    if not conf.contains("spark.executor.extraJavaOptions"):
+        b = b.config("spark.executor.extraJavaOptions", OOM_EXIT)
+    for item in args.conf:
+        key, _, value = item.partition("=")
+        b = b.config(key, value)
     b = b.config("spark.sql.session.timeZone", "UTC")
     b = b.config("spark.ui.showConsoleProgress", "false" if args.quiet else "true")
     spark = b.getOrCreate()
@@ -404,18 +420,45 @@ def main(argv=None):
         print(f"error: Spark did not start ({e}).\nInstall a Java runtime (Debian: "
               "apt-get install default-jre-headless) or set JAVA_HOME.", file=sys.stderr)  # fmt: skip
         return 2
+    code = 2
     try:
         ship_code(spark)
-        try:
-            summary, code = run(spark, args)
-        except SystemExit as e:
-            print(e, file=sys.stderr)
-            return 2
+        summary, code = run(spark, args)
         print(json.dumps({k: summary[k] for k in ("verdict", "exit_code", "integrity")}, indent=2))
         print(f"report: {_abs(args.out).rstrip('/')}/report.html")
-        return code
+    except SystemExit as e:  # bad input, said by run()
+        print(e, file=sys.stderr)
+        code = 2
+    except Exception as e:  # a Spark failure (a task, an executor, the JVM itself)
+        print(f"error: the audit job failed: {failure_cause(e)}", file=sys.stderr)
+        code = 2
     finally:
-        spark.stop()
+        stop_bounded(spark, code)
+    return code
+
+
+def failure_cause(e):
+    """Return the root cause of a Spark failure in a few lines: the Java exception's
+    first lines, or the Python error, without py4j's whole stack."""
+    text = str(e).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    causes = [ln.strip() for ln in lines if ln.strip().startswith(("Caused by:", "org.apache.spark.", "java."))]
+    head = lines[:1] + causes[:4] if lines else [type(e).__name__]
+    return "\n  ".join(dict.fromkeys(head))
+
+
+def stop_bounded(spark, code):
+    """Stop Spark, but never wait more than C{STOP_TIMEOUT_S}: after a failure the JVM
+    may be gone or stuck, and the process must still end with C{code}."""
+    import threading
+
+    t = threading.Thread(target=spark.stop, name="spark-stop", daemon=True)
+    t.start()
+    t.join(STOP_TIMEOUT_S)
+    if t.is_alive():
+        print(f"error: Spark did not stop within {STOP_TIMEOUT_S}s; exiting", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":
