@@ -1,10 +1,10 @@
 """Benchmark of the Spark audit job: wall time and records per second on local[2].
 
-Writes commit logs of 0.5, 1 and 2 GiB (200-byte bodies, one topic with 4 queues) with
-the real storage engine (L{MessageStore} driven by L{Broker}, no reactor, flush level 0:
-writing through a network front door would take far longer and measures the broker, not
-the audit), then runs ``python -m spark.audit`` on each as a separate process and prints
-the figures and how the time grows with the size.
+Writes data directories of 0.5, 1 and 2 GiB (200-byte bodies, one topic with 4 queues,
+batches of 1,000 to one queue in turn, consume queues and a checkpoint) by packing records
+with numpy (L{tests.spark.biglog}; the layout the store writes, which the audit checks:
+every run must come out clean), then runs ``python -m spark.audit`` on each as a separate
+process and prints records/s, MiB/s and how the time grows with the size.
 
     PYTHONPATH=. python bench/audit_bench.py [--sizes 0.5,1,2] [--master local[2]]
         [--segment-mb 128] [--work /tmp/audit-bench] [--keep]
@@ -21,9 +21,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mqserver.broker.broker import Broker  # noqa: E402
 from mqserver.store import format as fmt  # noqa: E402
-from mqserver.store.store import Message, MessageStore  # noqa: E402
+from tests.spark.biglog import write_data_dir  # noqa: E402
 
 BODY = 200
 TOPIC = "bench"
@@ -31,31 +30,16 @@ QUEUES = 4
 BATCH = 1000
 
 
-class _Clock:
-    """The only reactor method the broker calls here (topic validity)."""
-
-    @staticmethod
-    def seconds():
-        return time.time()
-
-
 def generate(path, target_bytes, segment_size):
     """Write a data directory whose commit log holds at least C{target_bytes}; returns
     C{(records, log bytes, seconds)}."""
     shutil.rmtree(path, ignore_errors=True)
-    store = MessageStore(path, None, segment_size=segment_size, flush_level=0)
-    store.open()
-    broker = Broker(store, _Clock())
-    broker.create_topic(TOPIC, queues=QUEUES)
     size = fmt.record_size(BODY, len(TOPIC), 0)
-    batches = -(-target_bytes // (size * BATCH))
+    messages = -(-target_bytes // (size * BATCH)) * BATCH
     t0 = time.monotonic()
-    for i in range(batches):
-        body = bytes([97 + i % 26]) * BODY
-        broker.publish(TOPIC, [Message(body=body) for _ in range(BATCH)], queue_id=i % QUEUES)
-    end = store.commitlog.end
-    store.close()
-    return 1 + batches * BATCH, end, time.monotonic() - t0
+    records, end = write_data_dir(path, messages, segment_size=segment_size, body=BODY, topic=TOPIC,
+                                  queues=QUEUES, batch=BATCH)  # fmt: skip
+    return records, end, time.monotonic() - t0
 
 
 def audit(path, out, master):
@@ -89,6 +73,7 @@ def main(argv=None):
             print(f"generated {nbytes / (1 << 30):.2f} GiB, {records} records in {gen_s:.1f}s", flush=True)
             took, code, summary = audit(data, os.path.join(args.work, f"out-{gib}g"), args.master)
             assert summary["log"]["records"] == records, summary["log"]
+            assert code == 0, summary["integrity"]
             row = {
                 "gib": round(nbytes / (1 << 30), 3), "records": records, "segments": summary["log"]["segments"],
                 "wall_s": round(took, 1), "records_per_s": round(records / took), "exit_code": code,
@@ -101,7 +86,7 @@ def main(argv=None):
     finally:
         if not args.keep:
             shutil.rmtree(args.work, ignore_errors=True)
-    print(f"\naudit on {args.master}, {args.segment_mb} MiB segments, {BODY}-byte bodies")
+    print(f"\naudit on {args.master}, {args.segment_mb} MiB segments, {BODY}-byte bodies; load {os.getloadavg()}")
     print(f"{'GiB':>6} {'records':>10} {'wall s':>8} {'records/s':>10} {'MiB/s':>7} {'x time':>7}")
     for r in rows:
         grow = r["wall_s"] / rows[0]["wall_s"]

@@ -27,7 +27,8 @@ from spark.audit import scan
 
 #: One task: a byte range of a segment file; C{start_at} a known record boundary or null.
 RANGE_DDL = (
-    "uri string, seg_start bigint, file_length bigint, range_start bigint, range_end bigint, start_at bigint"
+    "uri string, seg_start bigint, file_length bigint, range_start bigint, range_end bigint, start_at bigint,"
+    " digest boolean"
 )
 #: Consume-queue files, grouped into tasks: C{uris} and their lengths.
 CQ_TASK_DDL = "uris array<string>"
@@ -36,14 +37,14 @@ _READ_PAD = 64 << 10
 DEFAULT_SPLIT = 64 << 20
 
 
-def plan(files, split=DEFAULT_SPLIT):
+def plan(files, split=DEFAULT_SPLIT, digest=True):
     """Return the ranges (RANGE_DDL tuples) of C{files}, C{[(name, uri, length)]} of
-    the segment files whose names are 20 digits."""
+    the segment files whose names are 20 digits; C{digest}: compute record digests."""
     out = []
     for name, uri, length in files:
         start = int(name)
         for a in range(0, max(length, 1), split):
-            out.append((uri, start, length, a, min(a + split, length), None))
+            out.append((uri, start, length, a, min(a + split, length), None, digest))
     return out
 
 
@@ -102,7 +103,7 @@ class Reader:
             self.file.close()
 
 
-def decode_range(read_at, seg_start, length, a, b, start_at=None, batch=BATCH):
+def decode_range(read_at, seg_start, length, a, b, start_at=None, digest=True, batch=BATCH):
     """Yield the item batches of the range C{[a, b)} of a segment (see the module
     docstring); the last one is the C{"range"} summary."""
     chunk = scan.Chunk(read_at, seg_start, length, a if start_at is None else start_at, min(length, b + _READ_PAD))
@@ -114,6 +115,7 @@ def decode_range(read_at, seg_start, length, a, b, start_at=None, batch=BATCH):
     buf = chunk.buf
     arr = np.frombuffer(buf, dtype=np.uint8)
     count = 0
+    ids = []
     pos = np.asarray(positions, dtype=np.int64)
     for i in range(0, len(pos), batch):
         part = pos[i : i + batch]
@@ -124,10 +126,13 @@ def decode_range(read_at, seg_start, length, a, b, start_at=None, batch=BATCH):
             part = part[:bad]
             layout = C.Layout(arr, part - chunk.lo)
         if len(part):
-            yield C.record_batch(buf, layout, seg_start, a)
+            yield C.record_batch(buf, layout, seg_start, a, digest)
+            ids.append(layout.h["event_id"].astype(np.int64))
             count += len(part)
         if bad is not None:
             break
+    if ids:
+        yield C.run_batch(np.concatenate(ids), seg_start, a)
     kind, at, detail = stop
     if kind in ("torn", "corrupt"):
         yield C.single_item(kind="problem", segment=seg_start, offset=seg_start + at, size=length - at,
@@ -147,7 +152,7 @@ def decode_ranges(batches):
             reader = Reader(r["uri"])
             try:
                 yield from decode_range(reader.read_at, r["seg_start"], r["file_length"], r["range_start"],
-                                        r["range_end"], r["start_at"])  # fmt: skip
+                                        r["range_end"], r["start_at"], r["digest"])  # fmt: skip
             finally:
                 reader.close()
 

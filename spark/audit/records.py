@@ -59,6 +59,7 @@ ITEM_DDL = ", ".join(
         "range_start bigint",
         "range_end bigint",
         "range_first bigint",
+        "run_end bigint",
     ]
 )
 
@@ -140,7 +141,7 @@ def record_item(buf, pos, view, segment):
         body_len, view.crc_ok(), tag_hash, view.reconsume_times,
         delay_id, level, trigger, count, expire,
         digest(buf, pos, view.size),
-        None, None, None, None, None, None, None, None, None,
+        None, None, None, None, None, None, None, None, None, None,
     )  # fmt: skip
 
 

@@ -17,12 +17,14 @@ details as C{scan_buffer} gives). The record at the end of a range is checked to
 damage at a range boundary is reported by the range before it. The job keeps, per
 segment, only what comes before the first stop (L{spark.audit.ranges.consolidate}).
 
-Imports only the format module and the standard library.
+Imports only the format module, numpy and the standard library.
 
 test-case-name: tests.spark.test_ranges
 """
 
 import re
+
+import numpy as np
 
 from mqserver.store import format as fmt
 
@@ -155,6 +157,7 @@ def walk(chunk, a, b):
     end, unpack, append = chunk.length, fmt.BLANK.unpack_from, positions.append
     chunk.need(min(b, end) + _ZERO_WINDOW)
     buf, lo = chunk.buf, chunk.lo
+    last = -1
     while pos < b:
         if pos + fmt.BLANK_SIZE > lo + len(buf):
             break
@@ -163,8 +166,15 @@ def walk(chunk, a, b):
             if pos + size > lo + len(buf):
                 chunk.need(pos + size)
                 buf = chunk.buf
+            if size == last:
+                n = same_size_run(buf, lo, pos, size, b, end)
+                if n:
+                    positions.extend(range(pos, pos + n * size, size))
+                    pos += n * size
+                    continue
             append(pos)
             pos += size
+            last = size
         else:
             break
     kind, detail = check_record(chunk, pos)
@@ -174,6 +184,28 @@ def walk(chunk, a, b):
         more, stop = walk_from(chunk, pos, b)
         return positions + more, stop
     return positions, ("pass", pos, None)
+
+
+_RUN_MAX = 1 << 16
+_MAGIC_WORDS = np.array([fmt.MESSAGE_MAGIC, fmt.ADMIN_MAGIC], dtype=np.uint32)
+
+
+def same_size_run(buf, lo, pos, size, b, end):
+    """Return how many records of C{size} follow one another from C{pos} (each with a
+    record magic and that TotalSize, each starting before C{b}, ending in the file and
+    in C{buf}), checked at once with numpy: a broker writing messages of one size
+    produces long such runs. 0 when the run would be too short to be worth it."""
+    held = lo + len(buf)
+    k = min(-(-(b - pos) // size), (min(end, held) - pos) // size, _RUN_MAX)
+    if k < 8:
+        return 0
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        heads = arr[(pos - lo + size * np.arange(k))[:, None] + np.arange(8)].view(">u4")
+        ok = (heads[:, 0] == size) & np.isin(heads[:, 1], _MAGIC_WORDS)
+        return k if ok.all() else int(np.argmin(ok))
+    finally:
+        del arr
 
 
 def walk_from(chunk, pos, b):

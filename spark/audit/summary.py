@@ -180,6 +180,7 @@ def summarize(tables, facts, args):
             "min_offset": facts["log_min_offset"],
             "end_offset": facts["log_end_offset"],
             "checkpoint": facts["checkpoint"],
+            "read_up_to": facts.get("read_up_to"),
             **t,
         },
         "queues": stats,
@@ -215,6 +216,35 @@ def integrity_total(summary):
         total += cmp["missing"] + cmp["extra"] + cmp["different"]
         total += sum(v for v in cmp["other_integrity"].values())
     return total
+
+
+def findings_by_kind(summary):
+    """Return every non-zero finding of C{summary}, of every kind, as C{{name: count}}:
+    C{integrity.<counter>}, C{compare.<missing|extra|different>} and
+    C{compare.other_integrity.<counter>}."""
+    out = {f"integrity.{k}": summary["integrity"][k] for k in INTEGRITY_KEYS if summary["integrity"][k]}
+    cmp = summary.get("compare")
+    if cmp:
+        out.update({f"compare.{k}": cmp[k] for k in ("missing", "extra", "different") if cmp[k]})
+        out.update({f"compare.other_integrity.{k}": v for k, v in cmp["other_integrity"].items() if v})
+    return out
+
+
+def console_summary(summary):
+    """Return what the job prints on stdout (JSON): the verdict and exit code, every
+    finding by kind, the integrity counters, and with C{--compare} the comparison's
+    counts, first divergent eventId and the other directory's integrity."""
+    out = {
+        "verdict": summary["verdict"],
+        "exit_code": summary["exit_code"],
+        "findings": findings_by_kind(summary),
+        "integrity": summary["integrity"],
+    }
+    cmp = summary.get("compare")
+    if cmp:
+        out["compare"] = {k: cmp[k] for k in ("other_dir", "from_event_id", "first_divergent_event_id", "missing",
+                                              "extra", "different", "other_integrity")}  # fmt: skip
+    return out
 
 
 def exit_code(summary):

@@ -243,3 +243,20 @@ def test_small_ranges_give_the_same_summary(spark, damaged, tmp_path):
                         "--split-mb", str(4096 / (1 << 20)))  # fmt: skip
     assert code == 1
     assert again == summary
+
+
+def test_console_shows_findings_found_only_by_the_comparison(spark, broker_dir, tmp_path):
+    """A sound master compared with a slave holding another body for eventId 300: the
+    integrity block is all zero, and what the job prints names the comparison's
+    finding, its count and the first divergent eventId."""
+    from spark.audit.summary import console_summary
+
+    slave = dd.copy_dir(broker_dir[0], str(tmp_path / "slave"))
+    dd.rewrite_body(slave, 300)
+    summary, code = audit(spark, broker_dir[0], tmp_path / "out", "--compare", slave)
+    assert code == 1 and findings(summary) == {}
+    printed = console_summary(summary)
+    assert printed["verdict"] == "INTEGRITY FINDINGS"
+    assert printed["findings"] == {"compare.different": 1}
+    assert (printed["compare"]["first_divergent_event_id"], printed["compare"]["different"]) == (300, 1)
+    assert json.loads(json.dumps(printed)) == printed

@@ -53,8 +53,8 @@ def range_items(data, split):
             break
         range_items.rewalks += len(rewalk)
         for seg, a, start in rewalk:
-            out[(seg, a)] = run(tasks[(seg, a)][:5] + (start,))
-    items = [r for k in keep for r in out[k] if r["kind"] != "range"] + segments
+            out[(seg, a)] = run(tasks[(seg, a)][:5] + (start, True))
+    items = [r for k in keep for r in out[k] if r["kind"] not in ("range", "run")] + segments
     items += [R.bad_name_item(name, n) for name, _, n in bad]
     return sorted((_row(r.get) for r in items), key=repr)
 

@@ -98,3 +98,32 @@ def test_lag_delays_and_expiry(spark):
     assert T.delays(df, pending, topics, 5999, 5000).where("overdue").count() == 0
     assert [r.topic for r in T.expired_topics(topics, 10_001, 5000).collect()] == ["t"]
     assert T.expired_topics(topics, 10_000, 5000).count() == 0
+
+
+def test_gaps_and_duplicates_from_runs_match_the_record_versions(spark):
+    """Runs of eventIds per range (overlapping across ranges, one with an eventId held
+    twice) give the same gaps and duplicates as the per-record transforms."""
+    ranges = [[3, 4, 5, 7], [7, 8, 9, 12, 12], [2, 14, 15], [20]]
+    offset = iter(range(0, 10_000, 100))
+    df = recs(spark, [(e, "t", 0, next(offset)) for r in ranges for e in r])
+    runs = []
+    for r in ranges:
+        ids = sorted(r)
+        start = prev = ids[0]
+        count = 1
+        for e in ids[1:]:
+            if e == prev:
+                count += 1
+                continue
+            if e != prev + 1:
+                runs.append((start, prev, count))
+                start, count = e, 0
+            prev = e
+            count += 1
+        runs.append((start, prev, count))
+    runs = spark.createDataFrame(runs, "start bigint, end bigint, copies int")
+    for floor in (1, 2, 3):  # the floor is never above the smallest eventId + 1
+        assert T.event_id_gaps_from_runs(runs, floor).collect() == T.event_id_gaps(df, floor).collect()
+    dups = T.event_id_duplicates_in(df, T.duplicate_intervals(runs))
+    assertDataFrameEqual(dups, [tuple(r) for r in T.event_id_duplicates(df).collect()])
+    assert sorted(r.event_id for r in dups.collect()) == [7, 12]
