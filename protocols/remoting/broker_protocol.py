@@ -104,7 +104,10 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         nq = write_queues(t)
         if qid >= nq:
             return error(cmd, codes.SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic write queue num {nq}")
-        qid = random.randrange(nq) if qid < 0 else qid
+        if qid < 0:
+            if nq == 0:  # the 4.9 broker's random pick divides by zero here: SYSTEM_ERROR
+                return error(cmd, codes.SYSTEM_ERROR, f"the topic[{t.name}] has no write queue")
+            qid = random.randrange(nq)
         topic = t.name
         if topic.startswith(RETRY_PREFIX) and len(msgs) == 1:
             group = topic[len(RETRY_PREFIX):]

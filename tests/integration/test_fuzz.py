@@ -175,3 +175,25 @@ def test_remoting_lock_entries_without_topic_or_queue(srv, mq):
     finally:
         c.close()
     no_traceback(srv)
+
+
+def test_remoting_send_to_a_topic_without_write_queues(srv):
+    """A SEND that asks the broker to pick a queue (queueId -1) of a topic updated to
+    writeQueueNums 0 is refused with SYSTEM_ERROR, never a ValueError from the queue
+    pick (found by bench/fuzz.py)."""
+    c = RemotingClient("127.0.0.1", port(srv, "broker"))
+    try:
+        r = c.call(codes.UPDATE_AND_CREATE_TOPIC, {
+            "topic": "fz-noq", "defaultTopic": "TBW102", "readQueueNums": 4,
+            "writeQueueNums": 0, "perm": 6, "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0, "order": "false"})
+        assert r.code == codes.SUCCESS, r
+        ext = {"producerGroup": "PG", "topic": "fz-noq", "defaultTopic": "TBW102",
+               "defaultTopicQueueNums": 4, "queueId": -1, "sysFlag": 0, "bornTimestamp": 0,
+               "flag": 0, "properties": "", "reconsumeTimes": 0, "unitMode": "false",
+               "batch": "false"}
+        r = c.call(codes.SEND_MESSAGE, ext, b"body")
+        assert r.code == codes.SYSTEM_ERROR and "queue" in r.remark, r
+    finally:
+        c.close()
+    no_traceback(srv)
