@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.support.fuzzframes import DOORS, PORT_NAMES, conversation, healthy  # noqa: E402
+from tests.support.fuzzframes import DOORS, PORT_NAMES, conversation, healthy, prepare  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|Unhandled Error|Unhandled error")
@@ -179,6 +179,7 @@ def main(argv=None):
                            config={"rocketmq": {"serverChannelMaxIdleTimeSeconds": 30}})
     server.start()
     print(f"broker pid {server.proc.pid}, log {server.log_path}", flush=True)
+    prepare({d: server.ports[PORT_NAMES[d]] for d in DOORS})
     results = []
     try:
         for door in doors:

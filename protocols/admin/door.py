@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from twisted.web import resource, server
 
 from mqserver.errors import BrokerError, TopicExists, TopicNotFound
+from mqserver import webrequest
 from mqserver.security import BearerTokenResource
 
 from protocols.admin import messages
@@ -38,7 +39,7 @@ class ApiError(Exception):
 def _json_body(request):
     try:
         data = json.loads(request.content.read() or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep
         raise ApiError(400, "the body is not JSON") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the body must be a JSON object")
@@ -196,6 +197,8 @@ class AdminResource(resource.Resource):
         ts, eid = body.get("time_ms"), body.get("event_id")
         if (ts is None) == (eid is None) or not isinstance(ts if ts is not None else eid, int):
             raise ApiError(400, "give one of time_ms and event_id, as an integer")
+        if kind and kind not in _KINDS:
+            raise ApiError(400, f"kind must be one of {', '.join(_KINDS)}")
         self._topic(topic)
         kinds = [kind] if kind else _KINDS
         found = [c for c in (self.stats.find(k, name, topic) for k in kinds) if c is not None]
@@ -218,6 +221,7 @@ class AdminSite(server.Site):
     """The admin door's factory (quiet access log)."""
 
     noisy = False
+    requestFactory = webrequest.Request
 
     def log(self, request):
         pass

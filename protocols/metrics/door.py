@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from twisted.web import resource, server
 
+from mqserver import webrequest
 from protocols.metrics.collector import BrokerCollector
 
 
@@ -30,6 +31,7 @@ class MetricsSite(server.Site):
     """The metrics door's factory (a Site with quiet access logs)."""
 
     noisy = False
+    requestFactory = webrequest.Request
 
     def log(self, request):
         pass

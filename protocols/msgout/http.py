@@ -8,6 +8,7 @@ before any of the body is buffered (L{MsgoutRequest.gotLength}).
 from twisted.internet import defer
 from twisted.web import http, resource, server
 
+from mqserver import webrequest
 from mqserver.security import BearerTokenResource, bearer_authorized
 
 from protocols.msgout.api import ApiError, Messages, MsgoutApi, dumps, split_path, status_of
@@ -49,7 +50,7 @@ class _Discard:
         pass
 
 
-class MsgoutRequest(server.Request):
+class MsgoutRequest(webrequest.Request):
     """A request that refuses its body before buffering it when it is too large, or
     when its route or queue does not exist."""
 
@@ -127,10 +128,12 @@ class MsgoutResource(resource.Resource):
         else:
             raw = request.content.read() if request.content is not None else b""
             d = self.api.call(request.method, parts, raw)
-        if d.called:
-            result = []
-            d.addBoth(result.append)
-            return self._body(request, result[0])
+        # answered now when the result is there; a fired Deferred can still be waiting
+        # on another (a publish to a persistent queue waits for the fsync)
+        now = []
+        d.addCallback(lambda r: now.append(r) or r)
+        if now:
+            return self._body(request, now[0])
         request.notifyFinish().addErrback(lambda _: self._gone(d))
         d.addCallback(self._finish, request)
         return server.NOT_DONE_YET

@@ -26,12 +26,14 @@ from protocols.smss.client import SmssClient
 from protocols.smss.payload import encode_payload
 from tests.support.remoting_client import RemotingClient
 
-DOORS = ("smss", "namesrv", "broker", "nsqd_tcp", "nsqd_http", "lookupd_tcp", "lookupd_http")
+DOORS = ("smss", "namesrv", "broker", "nsqd_tcp", "nsqd_http", "lookupd_tcp", "lookupd_http",
+         "msgout", "console", "admin", "metrics")
 #: The ServerProcess port name of each door.
 PORT_NAMES = {
     "smss": "SmssFactory", "namesrv": "NamesrvFactory", "broker": "BrokerDoor",
     "nsqd_tcp": "NsqdFactory", "nsqd_http": "NsqdHttpSite",
     "lookupd_tcp": "LookupdFactory", "lookupd_http": "LookupdHttpSite",
+    "msgout": "MsgoutSite", "console": "ConsoleFactory", "admin": "AdminSite", "metrics": "MetricsSite",
 }
 # A small pool keeps the fuzzer from creating a topic per frame.
 TOPICS = ["fz", "fz2", "fz.3", "fz_4", "%RETRY%fzg", "TBW102"]
@@ -368,6 +370,190 @@ def http_frame(rng, lookupd):
     return mutate(rng, request, text=True)
 
 
+# -- msgout, admin and metrics (HTTP/JSON) ----------------------------------------------------
+
+
+_QUEUES = ["fzq", "fzq2", "fz.q3", "fzt"]
+_BAD_SEGMENTS = ["", "%00", "%ff%fe", "..", "a" * 300, "\u00e9", "x y", "%2F", "q?x=1"]
+
+
+def _queue(rng):
+    return rng.choice(_QUEUES) if rng.random() < 0.9 else rng.choice(_BAD_SEGMENTS)
+
+
+def _maybe(rng, good, p=0.7):
+    """C{good} most of the time, else a JSON value of any type."""
+    return good if rng.random() < p else _json_value(rng)
+
+
+def _msgout_request(rng):
+    q = _queue(rng)
+    kind = rng.randrange(14)
+    if kind == 0:
+        return "GET", "/v1/queues", None
+    if kind == 1:
+        attrs = {k: _maybe(rng, v) for k, v in (("mode", rng.choice(["queue", "topic", "x"])),
+                                                 ("ack", rng.random() < 0.8),
+                                                 ("ordered", rng.random() < 0.2),
+                                                 ("persistent", rng.random() < 0.1),
+                                                 ("ack_timeout_ms", rng.choice([99, 100, 30000, 3600001])))
+                 if rng.random() < 0.5}
+        return "PUT", f"/v1/queues/{q}", attrs
+    if kind == 2:
+        return "GET", f"/v1/queues/{q}", None
+    if kind == 3:
+        return "DELETE", f"/v1/queues/{rng.choice(['fz-del', q])}", None
+    if kind <= 6:
+        msgs = [{"body": _maybe(rng, "m%d" % rng.randrange(9)), "headers": _maybe(rng, {"k": "v"})}
+                for _ in range(rng.randrange(0, 4))]
+        return "POST", f"/v1/queues/{q}/messages", {"messages": _maybe(rng, msgs, 0.85)}
+    if kind <= 8:
+        body = {"max": _maybe(rng, rng.choice([1, 10, 1000, 1001, 0, -1])),
+                "wait_ms": _maybe(rng, rng.choice([0, 0, 0, 50, -1]), 0.9)}
+        for key, value in (("sub_id", "s%d" % rng.randrange(3)), ("from", rng.choice(["earliest", "latest", 0, 5])),
+                           ("from_id", rng.choice([0, 1, 2**63, -1]))):
+            if rng.random() < 0.25:
+                body[key] = _maybe(rng, value)
+        return "POST", f"/v1/queues/{q}/fetch", body
+    if kind == 9:
+        receipts = _maybe(rng, ["%d.%d.%d" % (rng.randrange(3), rng.randrange(50), rng.randrange(3))
+                                for _ in range(rng.randrange(4))] + [rng.choice(["", "x", "1.2", "9.9.9.9"])])
+        return "POST", rng.choice(["/v1/ack", "/v1/nack"]), {"receipts": receipts}
+    if kind == 10:
+        body = {"url": _maybe(rng, rng.choice(["http://127.0.0.1:9/p", "ftp://x", "http://", ""])),
+                "sub_id": _maybe(rng, "push%d" % rng.randrange(2)), "batch": _maybe(rng, rng.choice([1, 100, 0]))}
+        return "POST", f"/v1/queues/{q}/subscriptions", body
+    if kind == 11:
+        return rng.choice(["GET", "DELETE"]), f"/v1/queues/{q}/subscriptions/push{rng.randrange(2)}", None
+    if kind == 12:
+        return "GET", f"/v1/queues/{q}/subscriptions", None
+    return rng.choice(["GET", "POST", "PATCH", "OPTIONS"]), rng.choice(
+        ["/", "/v1", "/v2/queues", "/v1/queues/%s/nope" % q, "/v1/queues/" + "/".join(["a"] * 40)]), None
+
+
+def _admin_request(rng):
+    t = _topic(rng) if rng.random() < 0.9 else rng.choice(_BAD_SEGMENTS)
+    kind = rng.randrange(9)
+    if kind == 0:
+        return "GET", rng.choice(["/stats", "/topics", "/consumers", f"/consumers?topic={t}"]), None
+    if kind == 1:
+        name = _maybe(rng, rng.choice([t, "fz-del"]))
+        return "POST", "/topics", {"name": name, "queues": _maybe(rng, rng.choice([1, 4, 0, -1, 10**6]))}
+    if kind == 2:
+        return "GET", f"/topics/{t}", None
+    if kind == 3:
+        # never the shared topics (TBW102 is RocketMQ's auto-create template)
+        return "DELETE", f"/topics/{rng.choice(['fz-del', 'fz-del', rng.choice(_BAD_SEGMENTS)])}", None
+    if kind == 4:
+        query = "&".join(f"{k}={v}" for k, v in (("n", rng.choice([1, 10, 0, 1001, "x", -1, 10**30])),
+                                                  ("after", rng.choice([0, 5, -1, "x", 2**64])))
+                         if rng.random() < 0.6)
+        return "GET", f"/topics/{t}/messages" + ("?" + query if query else ""), None
+    if kind == 5:
+        body = {"topic": _maybe(rng, t), "name": _maybe(rng, rng.choice(["c", "fzg", "PG"])),
+                "kind": _maybe(rng, rng.choice([None, "nsq", "rocketmq", "smss", "msgout", "x"]))}
+        body[rng.choice(["time_ms", "event_id"])] = _maybe(rng, rng.choice([0, 1, -1, 2**63, 10**30]))
+        if rng.random() < 0.2:
+            body["event_id"] = 1
+        return "POST", "/consumers/rewind", body
+    return rng.choice(["GET", "POST", "PUT", "DELETE", "HEAD"]), rng.choice(
+        ["/", "/stats/x", "/topics/a/b/c", "/consumers/rewind", "/nope", "/topics//messages"]), None
+
+
+def _metrics_request(rng):
+    path = rng.choice(["/metrics", "/metrics", "/metrics?name[]=mqserver_up", "/metrics?name[]=%ff",
+                       "/", "/metrics/x", "/favicon.ico"])
+    headers = []
+    if rng.random() < 0.3:
+        headers.append(b"Accept: " + rng.choice([b"application/openmetrics-text; version=1.0.0", b"text/plain",
+                                                 b"*/*;q=x", b"\xff\xfe"]))
+    if rng.random() < 0.2:
+        headers.append(b"Accept-Encoding: " + rng.choice([b"gzip", b"gzip;q=0", b"br, x", b"\x00"]))
+    return rng.choice(["GET", "GET", "GET", "HEAD", "POST"]), path, None, headers
+
+
+def _http_bytes(rng, method, path, body, extra=()):
+    """One HTTP/1.1 request, JSON body sometimes garbled, nested deep, chunked wrongly or
+    announced with a wrong Content-Length."""
+    data = b"" if body is None else json.dumps(body).encode()
+    roll = rng.random()
+    if roll < 0.05:
+        data = rng.choice(_DEEP)
+    elif roll < 0.15 and data:
+        data = garble_text(rng, data)
+    elif roll < 0.18:
+        data = rng.choice([b"\xff\xfe{}", b'{"messages": [{"body": "\xc3\x28"}]}', b"null", b"[]", b'"x"', b"1e999"])
+    headers = [b"Host: fuzz", b"Content-Type: " + rng.choice([b"application/json", b"text/plain", b"\xff"])]
+    headers += extra
+    roll = rng.random()
+    if roll < 0.08:
+        headers.append(b"Transfer-Encoding: chunked")
+        if rng.random() < 0.5:
+            data = b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+        else:
+            data = rng.choice([b"zz\r\n", b"ffffffffffffffff\r\nx", b"5\r\nab\r\n0\r\n\r\n", b"-1\r\n"]) + data
+    elif roll < 0.14:
+        headers.append(b"Content-Length: %s" % rng.choice(
+            [b"-1", b"x", b"99999999999999999999", b"%d" % (len(data) + 10), b"%d" % max(0, len(data) - 3),
+             b"1, 2", b"%d" % (1 << 40)]))
+    else:
+        headers.append(b"Content-Length: %d" % len(data))
+    if rng.random() < 0.03:
+        headers.append(b"X-Long: " + rng.choice(_LONG))
+    if rng.random() < 0.02:
+        headers += [b"X-H%d: v" % i for i in range(rng.choice([100, 600]))]
+    if rng.random() < 0.03:
+        headers.append(b"Authorization: " + rng.choice([b"Bearer x", b"Bearer \xff", b"Basic", b""]))
+    request = method.encode() + b" " + path.encode("utf-8", "surrogatepass") + b" HTTP/1.1\r\n"
+    request += b"\r\n".join(headers) + b"\r\n\r\n" + data
+    return mutate(rng, request, text=True)
+
+
+def json_http_frame(rng, door):
+    if door == "metrics":
+        method, path, body, extra = _metrics_request(rng)
+    else:
+        method, path, body = (_msgout_request if door == "msgout" else _admin_request)(rng)
+        extra = ()
+    return _http_bytes(rng, method, path, body, extra)
+
+
+# -- console (lines) ---------------------------------------------------------------------
+
+
+_CONSOLE_WORDS = [b"HELP", b"STATS", b"TOPICS", b"INFO", b"PUB", b"PEEK", b"TAIL", b"FETCH", b"SUB", b"ACK",
+                  b"NACK", b"AUTH", b"help", b"NOPE", b""]
+
+
+def _console_arg(rng):
+    return rng.choice([_queue(rng).encode("utf-8", "surrogatepass"), b"FROM", b"ID", b"earliest", b"latest",
+                       b"%d" % rng.choice(EXTREME_INTS), b"1.2.3", b"0.0.0", b"-", b'"quoted words"', b'"open',
+                       b"'", b"\\", b"\xff\xfe", b"\x00", b"s%d" % rng.randrange(3)])
+
+
+def console_line(rng):
+    kind = rng.randrange(40)
+    if kind == 0:
+        return rng.randbytes(rng.randrange(1, 200)) + b"\n"
+    if kind == 1:
+        return b"PUB fzq " + rng.choice(_LONG) + rng.choice([b"\n", b"\r\n"])
+    if kind == 2:
+        # over console.maxLineLength (rarely: a megabyte each), or under
+        return b"X" * ((1 << 20) + 10 if rng.random() < 0.05 else 1 << 16) + b"\n"
+    if kind == 3:
+        return b"".join(b"PUB fzq m%d\n" % i for i in range(rng.choice([10, 600])))  # a pipelined burst
+    if kind == 4:
+        return b"PUB %s %s\n" % (_queue(rng).encode("utf-8", "surrogatepass"), _body(rng)[:60].replace(b"\n", b" "))
+    if kind == 5:
+        return b"FETCH fzq %d\nACK %d.%d.1\n" % (rng.choice([1, 10, 0, 1001]), rng.randrange(3), rng.randrange(50))
+    if kind == 6:
+        return b"SUB fzq FROM earliest\n" + b"ACK 1.1.1\n" * rng.randrange(3) + b"done\n"
+    if kind == 7:
+        return b"TAIL fzq\n" + b"PUB fzq during-tail\n" + b"x\n"
+    line = b" ".join([rng.choice(_CONSOLE_WORDS)] + [_console_arg(rng) for _ in range(rng.randrange(5))])
+    return mutate(rng, line, text=True) + rng.choice([b"\n", b"\r\n", b"\r", b""])
+
+
 # -- per door ----------------------------------------------------------------------------
 
 
@@ -383,6 +569,10 @@ def conversation(door, rng, n):
         return lookupd_conversation(rng, n)
     if door in ("nsqd_http", "lookupd_http"):
         return [http_frame(rng, door == "lookupd_http") for _ in range(n)]
+    if door in ("msgout", "admin", "metrics"):
+        return [json_http_frame(rng, door) for _ in range(n)]
+    if door == "console":
+        return [console_line(rng) for _ in range(n)]
     raise ValueError(f"unknown door {door!r}")
 
 
@@ -453,8 +643,63 @@ def healthy(door, port):
         if door in ("nsqd_http", "lookupd_http"):
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=10) as r:
                 return r.status == 200
+        if door in ("msgout", "admin", "metrics"):
+            return _http_healthy(door, port)
+        if door == "console":
+            return _console_healthy(port)
     except Exception:
         return False
     raise ValueError(door)
 
 
+
+
+def _http_healthy(door, port):
+    """msgout: a message published is fetched back; admin: /stats answers JSON;
+    metrics: /metrics holds the broker's metrics."""
+    def call(method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+
+    if door == "msgout":
+        queue = "fz-health-%d" % time.monotonic_ns()
+        call("PUT", f"/v1/queues/{queue}", {})
+        call("POST", f"/v1/queues/{queue}/messages", {"messages": [{"body": "ok"}]})
+        status, body = call("POST", f"/v1/queues/{queue}/fetch", {"max": 1})
+        ok = status == 200 and [m["body"] for m in json.loads(body)["messages"]] == ["ok"]
+        call("DELETE", f"/v1/queues/{queue}")
+        return ok
+    if door == "admin":
+        status, body = call("GET", "/stats")
+        return status == 200 and isinstance(json.loads(body), dict)
+    status, body = call("GET", "/metrics")
+    return status == 200 and b"mqserver_" in body
+
+
+def _console_healthy(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"STATS\nTOPICS\nQUIT\n")
+        got = b""
+        while b"OK bye" not in got:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            got += chunk
+        lines = got.split(b"\r\n") if b"\r\n" in got else got.split(b"\n")
+        return lines[0].startswith(b"OK topics=") and b"OK bye" in got
+
+
+def prepare(ports):
+    """Make the queues the msgout and console frames use (through msgout's API), so
+    that the fuzzers reach past "unknown queue"; C{ports}: door -> port."""
+    if "msgout" not in ports:
+        return
+    for i, q in enumerate(_QUEUES):
+        body = json.dumps({"mode": "topic"} if q == "fzt" else {"ack_timeout_ms": 1000}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{ports['msgout']}/v1/queues/{q}", data=body, method="PUT",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10):
+            pass
