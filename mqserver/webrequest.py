@@ -5,13 +5,30 @@ from twisted.web import server
 
 
 class Request(server.Request):
-    """A request whose C{repr} never fails.
+    """A request whose C{repr} never fails and whose bad Content-Type gets a 400.
 
     twisted.web puts the request's C{repr} into log events (e.g. its warning about the
     body of a HEAD answer it drops), and C{Request.__repr__} decodes the method and URI as
     ASCII: a request line with other bytes made that log event fail to format, which is
     logged as a traceback. Here those bytes are shown escaped instead.
+
+    On a POST with a body, twisted.web parses the Content-Type (looking for a form) with
+    the e-mail package, which raises ValueError on some values (a CR inside); raised
+    from the channel's C{dataReceived}, that was an unhandled error.
     """
+
+    def requestReceived(self, command, path, version):
+        try:
+            super().requestReceived(command, path, version)
+        except ValueError:
+            # raised while parsing the head, before the request was processed
+            if self.startedWriting or self.finished:
+                raise
+            self.setResponseCode(400)
+            self.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
+            self.setHeader(b"Connection", b"close")
+            self.write(b"bad request head\n")
+            self.finish()
 
     def __repr__(self):
         def text(b):

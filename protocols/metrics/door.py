@@ -19,10 +19,27 @@ class MetricsResource(resource.Resource):
         super().__init__()
         self.registry = registry
 
+    def render(self, request):
+        # every method answered here: twisted.web's own 405 page formats the URI as
+        # ASCII and fails (a logged traceback) on other bytes
+        if request.method not in (b"GET", b"HEAD"):
+            request.setResponseCode(405)
+            request.setHeader(b"Allow", b"GET, HEAD")
+            request.setHeader(b"Content-Type", b"text/plain; charset=utf-8")
+            return b"method not allowed\n"
+        body = self.render_GET(request)
+        if request.method == b"HEAD":  # no body: twisted.web would log that it drops it
+            request.setHeader(b"Content-Length", b"%d" % len(body))
+            return b""
+        return body
+
     def render_GET(self, request):
         # the format the scraper asks for (Prometheus text 0.0.4/1.0.0, OpenMetrics)
         accept = (request.getHeader(b"accept") or b"").decode("latin-1")
-        encoder, content_type = choose_encoder(accept)
+        try:
+            encoder, content_type = choose_encoder(accept)
+        except (TypeError, ValueError):  # a version prometheus_client cannot compare
+            encoder, content_type = choose_encoder("")
         request.setHeader(b"Content-Type", content_type.encode())
         return encoder(self.registry)
 

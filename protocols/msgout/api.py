@@ -306,7 +306,7 @@ class MsgoutApi:
             if raw:
                 try:
                     body = json.loads(raw)
-                except (UnicodeDecodeError, ValueError):
+                except (ValueError, RecursionError):  # RecursionError: nested too deep
                     raise ApiError(400, "the body is not valid JSON") from None
             result = fn(body, *args)
         except Exception as e:

@@ -9,6 +9,7 @@ import struct
 from twisted.internet import defer
 from twisted.web import resource, server
 
+from mqserver import webrequest
 from mqserver.errors import BrokerError, InvalidTopicName
 from mqserver.store.store import Message
 
@@ -298,6 +299,7 @@ class NsqdHttpSite(server.Site):
     """The nsqd HTTP site; learns its port for /info and lookupd."""
 
     noisy = False
+    requestFactory = webrequest.Request
 
     def __init__(self, node, idle_timeout=60.0):
         super().__init__(NsqdHttpResource(node), timeout=idle_timeout or None, reactor=node.reactor)

@@ -3,6 +3,8 @@
 
 from twisted.web import resource, server
 
+from mqserver import webrequest
+
 from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, name_arg, result_body
 from protocols.nsq.node import VERSION
 
@@ -96,6 +98,7 @@ class LookupdHttpSite(server.Site):
     """The nsqlookupd HTTP site."""
 
     noisy = False
+    requestFactory = webrequest.Request
 
     def __init__(self, registry, idle_timeout=60.0, reactor=None):
         super().__init__(LookupdHttpResource(registry), timeout=idle_timeout or None, reactor=reactor)

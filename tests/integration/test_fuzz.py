@@ -129,6 +129,56 @@ def test_http_non_ascii_request_lines(srv, door, request_line):
     no_traceback(srv)
 
 
+def raw_http(port, request):
+    """Send one raw request (Connection: close) and return the whole reply."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request)
+        reply = b""
+        while chunk := s.recv(1 << 16):
+            reply += chunk
+    return reply
+
+
+@pytest.mark.parametrize("door", ["nsqd_http", "lookupd_http", "msgout", "admin", "metrics"])
+def test_http_content_type_with_a_line_break(srv, door):
+    """A POST with a body whose Content-Type holds a byte that Python counts as a line
+    break (NEL, 0x85): twisted.web's form parsing raised ValueError out of the channel's
+    dataReceived (an unhandled error); now a 400."""
+    reply = raw_http(port(srv, door), b"POST /v1/ack HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                      b"Content-Type: application/\x85json\r\nContent-Length: 2\r\n\r\n{}")
+    assert reply.startswith(b"HTTP/1.1 400 ")
+    no_traceback(srv)
+
+
+@pytest.mark.parametrize("method", [b"POST", b"PUT", b"DELETE"])
+def test_metrics_other_methods_with_non_ascii_paths(srv, method):
+    """twisted.web's own 405 page formats the URI as ASCII: a logged traceback."""
+    reply = raw_http(port(srv, "metrics"), method + b" /metrics?\x82 HTTP/1.1\r\nHost: x\r\n"
+                                                    b"Connection: close\r\nContent-Length: 0\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 405 ")
+    no_traceback(srv)
+
+
+@pytest.mark.parametrize("accept", [b"application/openmetrics-text; version=1.x.0", b"application/openmetrics-text;"
+                                    b" version=a.b.c", b"application/openmetrics-text; version=1..0"])
+def test_metrics_accept_with_a_bad_version(srv, accept):
+    """prometheus_client's choose_encoder compared the version's parts as str and int
+    (TypeError, a 500 and a logged traceback); the text format is served instead."""
+    reply = raw_http(port(srv, "metrics"), b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                           b"Accept: " + accept + b"\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 ") and b"mqserver_" in reply
+    no_traceback(srv)
+
+
+def test_msgout_json_nested_too_deep_is_a_400(srv):
+    """RecursionError from the JSON decoder was answered 500 and logged as a failure."""
+    status, _, reply = http(port(srv, "msgout"), "POST", "/v1/queues/fzq/messages", b"[" * 100_000,
+                            headers={"Content-Type": "application/json"})
+    assert status == 400 and json.loads(reply) == {"error": "the body is not valid JSON"}
+    assert "msgout request failed" not in srv.current_log()
+    no_traceback(srv)
+
+
 def test_msgout_publish_to_a_persistent_queue_answered_after_fsync(srv):
     """A publish to a persistent queue: its Deferred has fired but waits on the fsync;
     the site took it for a result at hand (IndexError, a logged traceback, no answer)."""
