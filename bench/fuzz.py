@@ -139,6 +139,10 @@ def fuzz_door(server, door, args, rng):
         if not healthy(door, port):
             unhealthy += 1
             print(f"  {door}: health check failed after {sent[0]} frames")
+        # a run stopped from outside still tells how far it got
+        print(f"  {door}: {sent[0]} frames, {sent[1]} bytes, {sent[2]} connections, {sent[3]} hangs, "
+              f"{unhealthy} failed health checks, {time.monotonic() - start:.0f} s, RSS {rss_mb(pid):.1f} MB",
+              flush=True)
         if args.deadline and time.time() > args.deadline:
             print(f"  {door}: stopped at the deadline")
             break
