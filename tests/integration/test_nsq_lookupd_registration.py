@@ -4,7 +4,6 @@ names its own embedded lookupd is listed once, and topics NSQ cannot name (Rocke
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 from protocols.remoting import codes
 from tests.support.nsq import NsqPorts, http, http_json
 from tests.support.remoting_client import RemotingClient
-from tests.support.server import ROOT
+from tests.support.server import ROOT, terminate
 
 pytestmark = pytest.mark.timeout(120)
 LOOPBACK = "tcp:0:interface=127.0.0.1"
@@ -39,13 +38,7 @@ def mqlookupd(tmp_path):
         assert len(ports) == 2, log_path.read_text()
         yield int(ports["LookupdFactory"]), int(ports["LookupdHttpSite"]), log_path
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
+        terminate(proc, log)
 
 
 def wait_for(check, timeout=15.0):

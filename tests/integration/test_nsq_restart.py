@@ -3,7 +3,6 @@ this broker's topics and channels; NSQ and smss share one log."""
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ import time
 from protocols.nsq.codec import encode_mpub
 from protocols.smss.client import SmssClient
 from tests.support.nsq import ROOT, V2, NsqPorts, http, http_json, nsq_listen
+from tests.support.server import terminate
 
 
 def drain(c, n):
@@ -133,13 +133,7 @@ def test_standalone_mqlookupd_learns_this_broker(tmp_path, server_factory):
             time.sleep(0.1)
         assert http_json(lk_http, "GET", "/lookup?topic=lk_t")[1]["producers"] == []
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
+        terminate(proc, log)
 
 
 def test_lookupd_v1_protocol(tmp_path, server_factory):

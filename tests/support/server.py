@@ -13,6 +13,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _STARTED = re.compile(r"(\w+)(?: \(TLS\))? starting on (\d+)")
 
 
+def terminate(proc, log=None):
+    """Stop a process started by a test: SIGTERM, then SIGKILL if it outlives 10 s;
+    close its log file C{log} if given."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    if log is not None:
+        log.close()
+
+
 def _door_names():
     from mqserver.frontdoor import front_doors
 
