@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 from mqserver import speedups
 from mqserver.broker import channels
 from mqserver.store import format as fmt
-from mqserver.store import store as store_module
+from mqserver.store import writer as store_module
 from mqserver.store.store import Message, MessageStore
 from protocols.nsq import frames
 from protocols.smss import views
@@ -189,7 +189,7 @@ def _run_puts(path, puts, packer):
                 (r.event_id, r.queue_id, r.log_offsets, r.queue_offsets, r.sizes, r.store_ts))
     log = s.commitlog.read_segment  # every segment's bytes, and every queue's entries
     segments = [log(start) for start in s.commitlog.segments]
-    queues = {key: s.read_entries(key[0], key[1], 0, 10_000) for key in sorted(s._queues)}
+    queues = {key: s.read_entries(key[0], key[1], 0, 10_000) for key in sorted(s.queue_table.queues)}
     s.close()
     return outcomes, segments, queues
 

@@ -57,7 +57,7 @@ def test_recovery_rebuilds_queues_and_event_ids(tmp_path):
     result_of(s.put_messages("a", 0, [Message(body=b"x" * 50) for _ in range(30)]))
     result_of(s.put_messages("b", 1, [Message(body=b"y" * 50, properties=b"TAGS\x01T1\x02")]))
     s.commitlog.close()
-    s._fds.close()
+    s.queue_table.close()
     s._lock.release()  # the kernel drops a dead process's lock
     import shutil
     shutil.rmtree(tmp_path / "consumequeue")
@@ -148,7 +148,7 @@ def crash_after_checkpoint_then_delete(path):
     offset = s.last_checkpoint_offset
     result_of(s.put_admin(fmt.OP_DELETE, "x", b""))
     s.commitlog.close()
-    s._fds.close()
+    s.queue_table.close()
     s._lock.release()  # the kernel drops a dead process's lock
     return offset
 

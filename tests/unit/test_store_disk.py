@@ -140,7 +140,7 @@ def test_disk_usage_watermark_refuses_then_accepts(tmp_path, logged, monkeypatch
     clock = Clock()
     s = open_store(tmp_path, FaultyIO(), 1, ratio=0.9, clock=clock)
     usage = [0.5]
-    monkeypatch.setattr(s, "disk_used_ratio", lambda: usage[0])
+    monkeypatch.setattr(s.disk, "used_ratio", lambda: usage[0])
     assert not hasattr(outcome(s.put_messages("t", 0, [Message(b"a")])), "check")
     usage[0] = 0.95
     s.check_disk()  # the service calls it once a second

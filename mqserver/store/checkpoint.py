@@ -1,0 +1,136 @@
+"""The store's checkpoint, ``metadata.json``: what recovery can start from."""
+
+import os
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from mqserver.errors import StoreError
+from mqserver.store.flush import fsync_fds, fsync_paths, read_json, write_json_atomic
+
+
+class Checkpoints:
+    """Owns the checkpoint file: whether one is due (L{dirty}), capturing the store's
+    state and writing it on the disk thread (one at a time), and loading it at start.
+
+    A checkpoint holds the state machine's snapshot, the commit-log offset it is current
+    to, the next eventId and each queue's length.
+
+    @ivar dirty: something changed since the last checkpoint.
+    @ivar last_checkpoint_offset: the commit-log offset the last written checkpoint (or
+        recovery) is current to; retention deletes nothing above it.
+    """
+
+    log = Logger()
+
+    def __init__(self, store, path):
+        """
+        @param store: the L{mqserver.store.store.MessageStore} whose commit log, queues,
+            eventIds and state machine are captured.
+        """
+        self._store = store
+        self.path = os.path.join(path, "metadata.json")
+        self.dirty = False
+        self._running = False
+        self.last_checkpoint_offset = 0
+
+    def capture(self):
+        """Return the checkpoint of the store as it is now (flushing the queues' buffered
+        entries first)."""
+        # The checkpoint promises that the queue files hold every entry below logOffset.
+        store = self._store
+        store.queue_table.flush()
+        return {
+            "version": 1,
+            "logOffset": store.commitlog.end,
+            "nextEventId": store.next_event_id,
+            "queues": store.queue_table.lengths(),
+            "state": store.state.snapshot_state(),
+        }
+
+    def write(self, snap, cq_paths, log_fds=()):
+        """Write C{snap} after fsyncing C{log_fds} and the queue files C{cq_paths}
+        (synchronously)."""
+        fsync_fds(list(log_fds))
+        fsync_paths(cq_paths)
+        write_json_atomic(self.path, snap)
+
+    def checkpoint(self):
+        """Write a checkpoint on the disk thread if anything changed since the last one.
+
+        Returns a Deferred. At most one runs at a time."""
+        store = self._store
+        if self._running or not self.dirty or not store.opened:
+            return defer.succeed(None)
+        try:
+            snap = self.capture()
+        except OSError as e:
+            store.disk.error("consume-queue write", e)
+            return defer.succeed(None)
+        self.dirty = False
+        self._running = True
+        paths = store.queue_table.take_dirty_paths()
+        fds = store.commitlog.take_unsynced() if store.flush_level >= 1 else []
+
+        def done(result):
+            self._running = False
+            self.last_checkpoint_offset = snap["logOffset"]
+            return result
+
+        def failed(f):
+            self._running = False
+            self.dirty = True
+            store.queue_table.restore_dirty_paths(paths)
+            if f.check(OSError):
+                store.commitlog.mark_all_unsynced()  # its log fsync may not have run
+                store.disk.error("checkpoint", f.value)
+            else:
+                self.log.failure("checkpoint failed", f)
+
+        d = store.runner.run(self.write, snap, paths, fds)
+        return d.addCallbacks(done, failed)
+
+    def load(self):
+        """Return the checkpoint, or None (a full rebuild from the log) when it is
+        missing, unreadable, not JSON or not shaped like a checkpoint: everything in it
+        (topics, pending delays, queue lengths) is also in the log.
+
+        @raise StoreError: it is of an unknown version.
+        """
+        try:
+            snap = read_json(self.path)
+        except (OSError, ValueError) as e:
+            self.log.warn(
+                "checkpoint {path} is unreadable ({error}): rebuilding from the commit log",
+                path=self.path, error=e,
+            )
+            return None
+        if snap is None:
+            return None
+        if isinstance(snap, dict) and snap.get("version") not in (1, None):
+            raise StoreError(f"unknown metadata version in {self.path}")
+        if not _checkpoint_shaped(snap):
+            self.log.warn(
+                "checkpoint {path} is not a valid checkpoint: rebuilding from the commit log",
+                path=self.path,
+            )
+            return None
+        return snap
+
+
+def _checkpoint_shaped(snap):
+    """Return True when C{snap} has the fields and types of a version-1 checkpoint."""
+    if not isinstance(snap, dict) or snap.get("version") != 1:
+        return False
+    if not all(type(snap.get(k)) is int and snap[k] >= 0 for k in ("logOffset", "nextEventId")):
+        return False
+    queues = snap.get("queues", {})
+    if not isinstance(queues, dict) or not isinstance(snap.get("state", {}), dict):
+        return False
+    for qs in queues.values():
+        if not isinstance(qs, dict):
+            return False
+        for qid, count in qs.items():
+            if not (isinstance(qid, str) and qid.lstrip("-").isdigit() and type(count) is int):
+                return False
+    return True

@@ -1,0 +1,83 @@
+"""Telling waiters about new records, and which records readers may see."""
+
+from twisted.internet import defer
+
+
+class Notifier:
+    """Owns what readers may see (L{visible_end}) and the listeners told of new records:
+    arrival listeners (new messages in a queue), append listeners (any new record) and
+    dispatch listeners (every message record, written or replayed).
+
+    @ivar visible_end: commit-log offset below which readers may read. At flush level 2
+        it is the durable offset, so no consumer sees a message a crash could take back.
+    @ivar dispatch_listeners: the C{callback(offset, topic, properties, store_ts)}s; the
+        writer and recovery call them.
+    """
+
+    def __init__(self, flush_level):
+        self.flush_level = flush_level
+        self.visible_end = 0
+        self.dispatch_listeners = []
+        self._arrival_listeners = []
+        self._append_listeners = []
+        self._pending_visible = []  # (end offset, topic, queue id) waiting for fsync
+        self.commitlog = None
+        self._flusher = None
+
+    def open(self, commitlog, flusher):
+        """Make what C{commitlog} holds visible; at flush level 2, wait on C{flusher}."""
+        self.commitlog = commitlog
+        self._flusher = flusher
+        self.visible_end = commitlog.end
+
+    def after_write(self, result, topic, queue_id):
+        """Return a Deferred firing with C{result} once the write that ended the log is
+        as durable as the flush level asks, telling the listeners when it is visible.
+        C{topic} None: an admin record."""
+        end = self.commitlog.end
+        if self.flush_level >= 2:
+            self._pending_visible.append((end, topic, queue_id))
+            return self._flusher.request(end).addCallback(lambda _: result)
+        self.visible_end = end
+        self._notify(topic, queue_id)
+        return defer.succeed(result)
+
+    def durable(self, offset):
+        """The log is durable up to C{offset}: at flush level 2, show what it holds."""
+        if self.flush_level < 2:
+            return
+        self.visible_end = max(self.visible_end, offset)
+        ready = [p for p in self._pending_visible if p[0] <= offset]
+        self._pending_visible = [p for p in self._pending_visible if p[0] > offset]
+        seen = set()
+        for _, topic, qid in ready:
+            if (topic, qid) not in seen:
+                seen.add((topic, qid))
+                self._notify(topic, qid)
+
+    def add_arrival_listener(self, callback):
+        """Call C{callback(topic, queue_id)} whenever new messages become readable."""
+        self._arrival_listeners.append(callback)
+
+    def add_append_listener(self, callback):
+        """Call C{callback()} whenever any record (message or admin) becomes readable."""
+        self._append_listeners.append(callback)
+
+    def remove_append_listener(self, callback):
+        """Stop calling C{callback}."""
+        if callback in self._append_listeners:
+            self._append_listeners.remove(callback)
+
+    def add_dispatch_listener(self, callback):
+        """Call C{callback(offset, topic, properties, store_ts)} for every message record,
+        as it is written and as it is replayed at start-up (so derived indexes such as
+        L{mqserver.store.index} can be rebuilt; they must skip records they already hold)."""
+        self.dispatch_listeners.append(callback)
+
+    def _notify(self, topic, queue_id):
+        # topic None: an admin record, which only log readers (replication) care about.
+        if topic is not None:
+            for cb in self._arrival_listeners:
+                cb(topic, queue_id)
+        for cb in self._append_listeners:
+            cb()

@@ -1,0 +1,282 @@
+"""The write path of the store: records packed and appended to the commit log, their
+consume-queue entries buffered, eventIds handed out."""
+
+import errno
+import time
+import zlib
+
+from twisted.internet import defer
+
+from mqserver import speedups
+from mqserver.errors import DiskFullError, StoreError
+from mqserver.store import format as fmt
+from mqserver.store.latency import Latency
+from mqserver.store.message import Message, PutResult
+from mqserver.store.queues import safe_dir_name
+
+
+#: The C speedup of the record packing (None: the Python loop, Writer._pack_py).
+_pack = speedups.load("mqserver.store._pack")
+
+# Module-level names for what every publish reads (a global is one lookup).
+_MESSAGE_MAGIC = fmt.MESSAGE_MAGIC
+_BLANK_SIZE = fmt.BLANK_SIZE
+_crc32 = zlib.crc32
+_perf_counter = time.perf_counter
+#: One write in this many (chosen by its first eventId) is timed for write_latency.
+_TIME_EVERY_MASK = 63
+_tag_hash_of = fmt.tag_hash_of
+
+
+class Writer:
+    """Owns the appending of records: the eventId counter, the packing (C speedup or
+    the Python loop), the STOREHOST stamped in records, the size limit, the write
+    latency, and the applying of admin records as they are written.
+
+    @ivar next_event_id: the eventId the next record gets.
+    @ivar write_latency: a L{Latency} of writes (packing, pwrite, indexing), sampled:
+        one write in 64.
+    """
+
+    def __init__(self, store, disk, notifier, checkpoints, *, store_host, max_message_size,
+                 clock):
+        """
+        @param store: the L{mqserver.store.store.MessageStore} (its C{state} gets the
+            admin records).
+        @param disk: the L{mqserver.store.disk.DiskGuard} (refuses writes, hears of
+            failed ones).
+        @param notifier: the L{mqserver.store.notify.Notifier} (told of every write).
+        @param checkpoints: the L{mqserver.store.checkpoint.Checkpoints} (every write
+            asks for the next one).
+        """
+        self._store = store
+        self._disk = disk
+        self._after_write = notifier.after_write
+        self._dispatch_listeners = notifier.dispatch_listeners
+        self._checkpoints = checkpoints
+        self.store_host = store_host
+        self.max_message_size = max_message_size
+        self._clock = clock
+        self.next_event_id = 1
+        self.write_latency = Latency()
+        self._topic_tails = {}  # topic -> its name as records end with it (length, UTF-8)
+        self.commitlog = None
+        self._table = None
+        self._queues = None
+
+    def open(self, commitlog, table):
+        """Write to C{commitlog}, indexing into the L{QueueTable} C{table}."""
+        self.commitlog = commitlog
+        self._table = table
+        self._queues = table.queues  # the very dict: one lookup per publish
+
+    def put_messages(self, topic, queue_id, messages, now_ms=None, event_id=None):
+        """Append C{messages} to (topic, queue id) as one write. A message is a
+        L{Message}, or bytes: a message with only a body, born at the write.
+
+        Returns a Deferred firing with a L{PutResult} once the write is as durable as the
+        flush level asks; it fails with L{StoreError} when the write or fsync fails.
+        C{event_id} (a replication slave applying its master's records) gives the first
+        eventId; it may skip ahead of L{next_event_id} but never go back.
+        """
+        try:
+            if self._disk.refusal is not None:
+                raise self._disk.refusal
+            if event_id is not None:
+                self._force_event_id(event_id)
+            result = self._append(topic, queue_id, messages, _MESSAGE_MAGIC, 0, now_ms)
+        except StoreError as e:
+            return defer.fail(e)
+        except OSError as e:
+            return defer.fail(self._write_failed(e))
+        return self._after_write(result, topic, queue_id)
+
+    def put_admin(self, op, topic, body, now_ms=None, event_id=None):
+        """Append one admin record; the state machine applies it before this returns.
+        Returns a Deferred firing with the L{PutResult}. C{event_id}: as for
+        L{put_messages}."""
+        try:
+            self._disk.check_writable()
+            self._force_event_id(event_id)
+            msg = Message(body=body)
+            result = self._append(topic, -1, [msg], fmt.ADMIN_MAGIC, op, now_ms)
+        except StoreError as e:
+            return defer.fail(e)
+        except OSError as e:
+            return defer.fail(self._write_failed(e))
+        return self._after_write(result, None, None)
+
+    def _write_failed(self, e):
+        self._disk.error("write", e)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return DiskFullError(f"disk full: {e.strerror}")
+        return StoreError(f"write failed: {e.strerror or e}")
+
+    def _force_event_id(self, event_id):
+        if event_id is None:
+            return
+        if event_id < self.next_event_id:
+            raise StoreError(f"eventId {event_id} is behind the log ({self.next_event_id})")
+        self.next_event_id = event_id
+
+    def _append(self, topic, queue_id, messages, magic, op, now_ms):
+        # The publish hot path: records packed by the C speedup (_pack.c) or _pack_py,
+        # one pwrite per segment touched, consume-queue entries buffered (see
+        # ConsumeQueue.write).
+        tail = self._topic_tails.get(topic)
+        if tail is None:
+            # First write of this name: no record (admin records too, which a slave
+            # applies straight from its master) carries a name unfit for a directory.
+            if not safe_dir_name(topic):
+                raise StoreError(f"unsafe topic name {topic!r}")
+            tbytes = topic.encode("utf-8")
+            tail = self._topic_tails[topic] = bytes((len(tbytes),)) + tbytes
+        now = int(self._clock() * 1000) if now_ms is None else now_ms
+        log = self.commitlog
+        is_msg = magic == _MESSAGE_MAGIC
+        if is_msg:
+            q = self._queues.get((topic, queue_id)) or self._table.queue(topic, queue_id)
+            first_qoff = q.max_offset
+        else:
+            first_qoff = -1
+        event_id = self.next_event_id
+        t0 = 0.0 if event_id & _TIME_EVERY_MASK else _perf_counter()
+        start = log.end
+        if type(messages) is not list:
+            messages = list(messages)
+        try:
+            if _pack is None:
+                result, entries = self._pack_py(messages, magic, queue_id, op, is_msg,
+                                                first_qoff, now, tail, event_id)
+            else:
+                packed = _pack.pack(
+                    messages, 0, magic, queue_id, op, is_msg, first_qoff, start,
+                    log.space_left(), _BLANK_SIZE, now, self.store_host, event_id, tail,
+                    self.max_message_size, _crc32, _tag_hash_of)
+                if packed[5] == 0:  # all in the current segment: the usual case
+                    data, entries, offs, qoffs, sizes, _ = packed
+                    if sizes:
+                        log.append(data)
+                    result = PutResult(event_id, queue_id, now, offs, qoffs, sizes)
+                else:
+                    result, entries = self._pack_c_rest(
+                        messages, magic, queue_id, op, is_msg, first_qoff, now, tail,
+                        event_id, packed)
+        except BaseException:
+            log.truncate(start)
+            raise
+        self.next_event_id = event_id + len(result.sizes)
+        if is_msg:
+            q.write(first_qoff, entries)
+            # Statistics count here, where every protocol's publish ends (once); the
+            # messages are the queue's growth (ConsumeQueue.in_msgs).
+            q.in_bytes += sum(result.sizes)
+            if self._dispatch_listeners:
+                for cb in self._dispatch_listeners:
+                    for off, m in zip(result.log_offsets, messages):
+                        cb(off, topic, b"" if type(m) is bytes else m.properties, now)
+        else:
+            for off, size in zip(result.log_offsets, result.sizes):
+                self.apply_admin(fmt.RecordView(log.read(off, size)))
+        self._checkpoints.dirty = True
+        if t0:
+            self.write_latency.observe(_perf_counter() - t0)
+        return result
+    def _pack_py(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id):
+        # The reference packing and writing (the C speedup _pack.c packs the same bytes):
+        # one pwrite per segment touched. Returns the PutResult and the consume-queue
+        # entries.
+        log = self.commitlog
+        pos = log.end
+        seg_left = log.space_left()
+        seg_size = log.segment_size
+        overhead = fmt.HEADER_SIZE + 2 + len(tail)
+        max_size = self.max_message_size
+        host = self.store_host
+        pack = fmt.HEADER.pack
+        crc = zlib.crc32
+        result = PutResult(event_id, queue_id, now)
+        offsets, qoffsets, sizes = result.log_offsets, result.queue_offsets, result.sizes
+        chunk = []
+        entries = []
+        last = len(messages) - 1
+        for i, m in enumerate(messages):
+            if type(m) is bytes:
+                m = Message(body=m)
+            sys_flag = m.sys_flag & ~fmt.SYSFLAG_BATCH_MORE
+            if is_msg and i < last:
+                sys_flag |= fmt.SYSFLAG_BATCH_MORE
+            body, props = m.body, m.properties
+            blen = len(body)
+            if blen > max_size:
+                raise StoreError(f"message of {blen} bytes is over the limit")
+            size = overhead + blen + len(props)
+            if size + fmt.BLANK_SIZE > seg_left:
+                if chunk:
+                    log.append(b"".join(chunk))
+                    chunk = []
+                log.roll()
+                pos = log.end
+                seg_left = seg_size
+            chunk.append(pack(
+                size, magic, crc(body) & 0x7FFFFFFF, queue_id, m.flag if is_msg else op,
+                qoff, pos, sys_flag, m.born_ts or now, m.born_host, now, host,
+                m.reconsume_times, event_id, blen,
+            ))
+            chunk.append(body)
+            chunk.append(tail)
+            chunk.append(len(props).to_bytes(2, "big"))
+            chunk.append(props)
+            if is_msg:
+                entries.append(fmt.CQ_ENTRY.pack(pos, size, fmt.tag_hash_of(props) if props else 0))
+            offsets.append(pos)
+            qoffsets.append(qoff)
+            sizes.append(size)
+            pos += size
+            seg_left -= size
+            event_id += 1
+            if is_msg:
+                qoff += 1
+        if chunk:
+            log.append(b"".join(chunk))
+        return result, b"".join(entries)
+
+    def _pack_c_rest(self, messages, magic, queue_id, op, is_msg, first_qoff, now, tail,
+                     event_id, first):
+        # The C packing of a write that its first call (C{first}, what _pack.pack
+        # returned) did not finish: stop 1, the current segment is full (roll and go
+        # on); stop 2, a body over the limit. Returns the PutResult and the entries.
+        log = self.commitlog
+        data, ents, offs, qoffs, sizes, stop = first
+        result = PutResult(event_id, queue_id, now, offs, qoffs, sizes)
+        entries = [ents]
+        while True:
+            if sizes:
+                log.append(data)
+            if stop == 0:
+                return result, b"".join(entries)
+            done = len(result.sizes)
+            if stop == 2:
+                m = messages[done]
+                blen = len(m if type(m) is bytes else m.body)
+                raise StoreError(f"message of {blen} bytes is over the limit")
+            if not sizes and log.space_left() == log.segment_size:
+                raise StoreError("a record larger than a whole segment")
+            log.roll()
+            data, ents, offs, qoffs, sizes, stop = _pack.pack(
+                messages, done, magic, queue_id, op, is_msg,
+                first_qoff + done if is_msg else first_qoff, log.end, log.space_left(),
+                _BLANK_SIZE, now, self.store_host, event_id + done, tail,
+                self.max_message_size, _crc32, _tag_hash_of)
+            if sizes:
+                result.log_offsets += offs
+                result.queue_offsets += qoffs
+                result.sizes += sizes
+            entries.append(ents)
+
+    def apply_admin(self, view, replaying=False):
+        """Apply the admin record C{view}: a DELETE drops the topic's queues, and the
+        store's state machine gets every one (also as recovery replays them)."""
+        if view.flag == fmt.OP_DELETE:
+            self._table.drop_topic(view.topic)
+        self._store.state.apply_record(view, replaying)
