@@ -3,10 +3,10 @@
 import os
 
 from twisted.internet import defer
-from twisted.logger import Logger
 
 from mqserver.errors import StoreError
 from mqserver.store.flush import fsync_fds, fsync_paths, read_json, write_json_atomic
+from mqserver.store.logs import store_logger
 
 
 class Checkpoints:
@@ -21,13 +21,12 @@ class Checkpoints:
         recovery) is current to; retention deletes nothing above it.
     """
 
-    log = Logger()
-
     def __init__(self, store, path):
         """
         @param store: the L{mqserver.store.store.MessageStore} whose commit log, queues,
             eventIds and state machine are captured.
         """
+        self.log = store_logger(self)
         self._store = store
         self.path = os.path.join(path, "metadata.json")
         self.dirty = False

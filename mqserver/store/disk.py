@@ -2,9 +2,9 @@
 
 import os
 
-from twisted.logger import Logger
 
 from mqserver.errors import DiskFullError, StoreError
+from mqserver.store.logs import store_logger
 
 
 class DiskGuard:
@@ -20,13 +20,12 @@ class DiskGuard:
     @ivar disk_errors: writes and fsyncs that failed since start.
     """
 
-    log = Logger()
-
     def __init__(self, store, path, flush_level, max_used_ratio):
         """
         @param store: the L{mqserver.store.store.MessageStore} (its commit log's end and
             flusher tell when a trouble is over).
         """
+        self.log = store_logger(self)
         self._store = store
         self.path = path
         self.flush_level = flush_level

@@ -1,10 +1,9 @@
 """The read path of the store: consume-queue entries, the records they point to, each
 checked as it comes off the disk, and eventId lookups."""
 
-from twisted.logger import Logger
-
 from mqserver import speedups
 from mqserver.store import format as fmt
+from mqserver.store.logs import store_logger
 
 
 #: The C speedup of the read-path record check (format.first_damaged).
@@ -25,12 +24,11 @@ class Reader:
         counted once).
     """
 
-    log = Logger()
-
     def __init__(self, notifier):
         """
         @param notifier: the L{mqserver.store.notify.Notifier} (what is visible).
         """
+        self.log = store_logger(self)
         self._notifier = notifier
         self.damaged_offsets = set()
         self.trusted_from = 0

@@ -1,9 +1,9 @@
 """Store recovery at start-up: the checkpoint loaded, the commit log replayed from it."""
 
-from twisted.logger import Logger
 
 from mqserver.errors import StoreError
 from mqserver.store import format as fmt
+from mqserver.store.logs import store_logger
 
 
 class Recovery:
@@ -16,12 +16,11 @@ class Recovery:
     the reader's C{trusted_from} and damage counts, the checkpoints' last offset.
     """
 
-    log = Logger()
-
     def __init__(self, store):
         """
         @param store: the L{mqserver.store.store.MessageStore}, its files open.
         """
+        self.log = store_logger(self)
         self._store = store
         self.commitlog = store.commitlog
         self._writer = store.writer

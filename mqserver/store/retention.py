@@ -1,13 +1,11 @@
 """Retention: deleting what the store no longer keeps."""
 
-from twisted.logger import Logger
+from mqserver.store.logs import store_logger
 
 
 class Retention:
     """Owns the deletion of old data: sealed commit-log segments past their age that no
     reader needs and no recovery would replay, then the queue files below the log."""
-
-    log = Logger()
 
     def __init__(self, store, clock):
         """
@@ -15,6 +13,7 @@ class Retention:
             and last checkpoint).
         @param clock: returns the time in seconds (segment ages are measured with it).
         """
+        self.log = store_logger(self)
         self._store = store
         self._clock = clock
 
