@@ -3,13 +3,17 @@
  * A speedup of protocols.smss.views.py_encode_records, byte for byte (the Python
  * function stays the reference and the fallback; tests compare the two). The store's
  * record layout is not written here: views.py hands its field offsets to configure()
- * from mqserver.store.format at import, so that layout keeps one definition.
+ * from mqserver.store.format at import, so that layout keeps one definition. Nor is the
+ * head of the pushed record: configure() also gets the offsets of its fields, derived
+ * from protocols.smss.wire.PUSHED_RECORD.
  *
  * The pushed record is smss's (spec section 7.3), little-endian:
  *   ts i64, eventId i64, queueId i64, queueOffset+1 i64, then the message record:
  *   S u32 (headers block + body), H u32 (header count), headers (u32 len, key, u32 len,
  *   value)..., body.
  * A record stored with SYSFLAG_SMSS_FRAMED already holds S, H, headers and body.
+ * What stays fixed here is the width and byte order of each field of that head, which
+ * configure() checks against the sizes it is given.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -23,6 +27,11 @@
 static Py_ssize_t off_queue_id, off_queue_offset, off_sys_flag, off_store_ts,
     off_event_id, off_body_len, header_size;
 static uint32_t framed_flag;
+/* The pushed record's head (set by configure): where ts, eventId, queueId,
+ * queueOffset+1 (i64 LE each), S and H (u32 LE each) go, the size of the part before
+ * the message record (prefix_size) and of the whole head (head_size). */
+static Py_ssize_t out_ts, out_event_id, out_queue_id, out_next_pos, out_size, out_count,
+    prefix_size, head_size;
 static int configured;
 
 /* One record's parts, found in the first pass and used again in the second. */
@@ -91,11 +100,33 @@ static Py_ssize_t headers_block(const unsigned char *p, Py_ssize_t n, PyObject *
     return size;
 }
 
+/* Is [off, off+width) inside a head of size bytes? */
+static int fits(Py_ssize_t off, Py_ssize_t width, Py_ssize_t size) {
+    return off >= 0 && off <= size - width;
+}
+
 static PyObject *push_configure(PyObject *self, PyObject *args) {
-    if (!PyArg_ParseTuple(args, "nnnnnnnI", &header_size, &off_queue_id, &off_queue_offset,
-                          &off_sys_flag, &off_store_ts, &off_event_id, &off_body_len,
-                          &framed_flag))
+    Py_ssize_t h_size, o_ts, o_eid, o_qid, o_pos, o_s, o_h, p_size;
+    configured = 0;
+    if (!PyArg_ParseTuple(args, "nnnnnnnI(nnnnnn)nn", &header_size, &off_queue_id,
+                          &off_queue_offset, &off_sys_flag, &off_store_ts, &off_event_id,
+                          &off_body_len, &framed_flag, &o_ts, &o_eid, &o_qid, &o_pos, &o_s,
+                          &o_h, &p_size, &h_size))
         return NULL;
+    if (!(fits(o_ts, 8, p_size) && fits(o_eid, 8, p_size) && fits(o_qid, 8, p_size) &&
+          fits(o_pos, 8, p_size) && p_size <= h_size && fits(o_s, 4, h_size) &&
+          fits(o_h, 4, h_size) && o_s >= p_size && o_h >= p_size)) {
+        PyErr_SetString(PyExc_ValueError, "pushed record head fields outside the head");
+        return NULL;
+    }
+    out_ts = o_ts;
+    out_event_id = o_eid;
+    out_queue_id = o_qid;
+    out_next_pos = o_pos;
+    out_size = o_s;
+    out_count = o_h;
+    prefix_size = p_size;
+    head_size = h_size;
     configured = 1;
     Py_RETURN_NONE;
 }
@@ -150,10 +181,10 @@ static PyObject *push_encode(PyObject *self, PyObject *args) {
         r->body = buf + b0;
         r->props = r->props_len ? buf + p + 2 : NULL;
         r->framed = (get_be32(r->rec + off_sys_flag) & framed_flag) != 0;
-        total += 32 + r->body_len;
+        total += prefix_size + r->body_len;
         if (!r->framed) {
             uint32_t count;
-            total += 8;
+            total += head_size - prefix_size;
             if (r->props != NULL)
                 total += headers_block(r->props, r->props_len, hidden, &count, NULL);
         }
@@ -166,18 +197,20 @@ static PyObject *push_encode(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         parts_t *r = &parts[i];
         const unsigned char *rec = r->rec;
-        o = put_le64(o, get_be64(rec + off_store_ts));
-        o = put_le64(o, get_be64(rec + off_event_id));
-        o = put_le64(o, (uint64_t)(int64_t)(int32_t)get_be32(rec + off_queue_id));
-        o = put_le64(o, get_be64(rec + off_queue_offset) + 1);
-        if (!r->framed) {
+        put_le64(o + out_ts, get_be64(rec + off_store_ts));
+        put_le64(o + out_event_id, get_be64(rec + off_event_id));
+        put_le64(o + out_queue_id, (uint64_t)(int64_t)(int32_t)get_be32(rec + off_queue_id));
+        put_le64(o + out_next_pos, get_be64(rec + off_queue_offset) + 1);
+        if (r->framed) {
+            o += prefix_size;
+        } else {
             uint32_t count = 0;
             Py_ssize_t block = 0;
             if (r->props != NULL)
-                block = headers_block(r->props, r->props_len, hidden, &count, o + 8);
-            o = put_le32(o, (uint32_t)(block + r->body_len));
-            o = put_le32(o, count);
-            o += block;
+                block = headers_block(r->props, r->props_len, hidden, &count, o + head_size);
+            put_le32(o + out_size, (uint32_t)(block + r->body_len));
+            put_le32(o + out_count, count);
+            o += head_size + block;
         }
         memcpy(o, r->body, r->body_len);
         o += r->body_len;
@@ -194,7 +227,9 @@ done:
 static PyMethodDef push_methods[] = {
     {"configure", push_configure, METH_VARARGS,
      "configure(header_size, off_queue_id, off_queue_offset, off_sys_flag, off_store_ts, "
-     "off_event_id, off_body_len, framed_flag): the store's record layout."},
+     "off_event_id, off_body_len, framed_flag, (out_ts, out_event_id, out_queue_id, "
+     "out_next_pos, out_size, out_count), prefix_size, head_size): the store's record "
+     "layout, then the pushed record's head."},
     {"encode", push_encode, METH_VARARGS,
      "encode(buffer, locs, hidden) -> bytes: the pushed-batch body of the records at "
      "locs [(pos, size), ...] in buffer, leaving out properties named in hidden."},

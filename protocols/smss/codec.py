@@ -72,6 +72,8 @@ DEFAULT_MAX_TOPIC = 1024
 DEFAULT_MAX_WHO = 1024
 
 _HDR = wire.REQUEST_HEADER_SIZE
+_OFF_BATCH = wire.SUB_HEADER_OFFSETS["args.batch"]
+_OFF_ACK_FLAG = wire.SUB_HEADER_OFFSETS["args.ack_flag"]
 _unpack_header = wire.REQUEST_HEADER_STRUCT.unpack_from
 _unpack_u16 = wire.U16.unpack_from
 _unpack_u32 = wire.U32.unpack_from
@@ -337,8 +339,8 @@ class RequestDecoder:
 
     def _sub(self, buf, off, end, body, topic, trace):
         """Decode the SUB body (section 7.1) that starts at ``body``."""
-        batch = buf[off + 3] or 1
-        has_timeout = buf[off + 4] == 1
+        batch = buf[off + _OFF_BATCH] or 1
+        has_timeout = buf[off + _OFF_ACK_FLAG] == 1
         who_len_at = body + (16 if has_timeout else 8)
         who_at = who_len_at + 4
         if end < who_at:

@@ -174,6 +174,7 @@ if _push is not None:
     _push.configure(
         fmt.HEADER_SIZE, fmt.OFF_QUEUE_ID, fmt.OFF_QUEUE_OFFSET, fmt.OFF_SYS_FLAG,
         fmt.OFF_STORE_TS, fmt.OFF_EVENT_ID, fmt.OFF_BODY_LEN, fmt.SYSFLAG_SMSS_FRAMED,
+        wire.PUSHED_HEAD_OFFSETS, wire.PUSHED_PREFIX_SIZE, _PUSHED.size,
     )
     _HIDDEN_KEYS = tuple(_HIDDEN)
 

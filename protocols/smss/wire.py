@@ -7,9 +7,9 @@ batch record (section 7.3) and the binlog record (section 11.4).  They are
 used by tests, tools and anything that is not performance critical.
 
 Hot paths (the request decoder, the publish validation walk, the batch encoder)
-use the precompiled ``struct.Struct`` objects at the end of this module instead.
-``tests/unit/test_smss_codec.py`` checks that every one of them agrees
-byte-for-byte with the matching construct schema, so the two cannot drift.
+use the precompiled ``struct.Struct`` objects at the end of this module instead;
+they, the header sizes and the offsets ``_push.c`` is configured with are derived
+from the schemas at import (``mqserver.layout``), so no layout is written twice.
 
 All integers are little-endian.  This module has no Twisted imports.
 """
@@ -38,6 +38,8 @@ from construct import (
     this,
 )
 
+from mqserver.layout import layout
+
 # -- command codes (section 2) ------------------------------------------------
 
 CMD_SUB = 0
@@ -64,11 +66,6 @@ STATUS_ERR = 400
 ACK_NEXT = 0
 ACK_END = 1
 
-REQUEST_HEADER_SIZE = 20
-RESPONSE_HEADER_SIZE = 10
-MESSAGE_PREFIX_SIZE = 8
-PUSHED_PREFIX_SIZE = 32
-
 # -- request header (section 3) ---------------------------------------------------
 
 #: Bytes 3..18 of a PUB or DELAY header: the payload length, then reserved zeros.
@@ -76,6 +73,18 @@ PUB_ARGS = Struct("payload_len" / Int32ul, Padding(12))
 
 #: Bytes 3..18 of a SUB header: batch size, ack-timeout flag, reserved zeros.
 SUB_ARGS = Struct("batch" / Int8ul, "ack_flag" / Int8ul, Padding(14))
+
+
+def _request_header(args):
+    """The 20-byte request header with C{args} as its bytes 3..18."""
+    return Struct("code" / Int8ul, "topic_len" / Int16ul, "args" / args, "trace_len" / Int8ul)
+
+
+#: The request header of PUB and DELAY (and the shape the decoder reads every
+#: command's header in: the u32 at offset 3 is its argument).
+PUB_REQUEST_HEADER = _request_header(PUB_ARGS)
+#: The request header of SUB.
+SUB_REQUEST_HEADER = _request_header(SUB_ARGS)
 
 #: The 20-byte request header; ``args`` depends on the command code.
 REQUEST_HEADER = Struct(
@@ -231,30 +240,49 @@ BINLOG_RECORD = Struct(
 )
 
 # -- precompiled struct fast paths ------------------------------------------------------
-# Each of these mirrors a construct schema above; a unit test builds and parses the
-# same values with both and asserts byte-for-byte equality.
+# Derived from the construct schemas above at import; tests also build and parse the
+# same values with both and assert byte-for-byte equality.
 
-#: REQUEST_HEADER with PUB_ARGS: (code, topic_len, payload_len, trace_len).
+_PUB_REQUEST = layout(PUB_REQUEST_HEADER)
+_PUSHED_HEAD = layout(PUSHED_RECORD, prefix=True)
+
+#: PUB_REQUEST_HEADER: (code, topic_len, payload_len, trace_len).
 #: For SUB the u32 holds batch (low byte) and ack flag (next byte); see SUB_REQUEST_HEADER.
-REQUEST_HEADER_STRUCT = struct.Struct("<BHI12xB")
-#: REQUEST_HEADER with SUB_ARGS: (code, topic_len, batch, ack_flag, trace_len).
-SUB_REQUEST_HEADER_STRUCT = struct.Struct("<BHBB14xB")
+REQUEST_HEADER_STRUCT = _PUB_REQUEST.struct
+_SUB_REQUEST = layout(SUB_REQUEST_HEADER)
+#: SUB_REQUEST_HEADER: (code, topic_len, batch, ack_flag, trace_len).
+SUB_REQUEST_HEADER_STRUCT = _SUB_REQUEST.struct
+#: Offsets of the SUB header's fields (dotted names: "args.batch", "args.ack_flag").
+SUB_HEADER_OFFSETS = {f.name: f.offset for f in _SUB_REQUEST.fields if f.name}
 #: STATUS_HEADER: (status,).
-STATUS_HEADER_STRUCT = struct.Struct("<H8x")
+STATUS_HEADER_STRUCT = layout(STATUS_HEADER).struct
 #: OK_JSON_HEADER: (status, body_len).
-OK_JSON_HEADER_STRUCT = struct.Struct("<HI4x")
+OK_JSON_HEADER_STRUCT = layout(OK_JSON_HEADER).struct
 #: BATCH_HEADER: (status, count, body_len).
-BATCH_HEADER_STRUCT = struct.Struct("<HBxI2x")
+BATCH_HEADER_STRUCT = layout(BATCH_HEADER).struct
 #: ERR_HEADER: (status, text_len).
-ERR_HEADER_STRUCT = struct.Struct("<HH6x")
+ERR_HEADER_STRUCT = layout(ERR_HEADER).struct
 #: REPLICA_FRAME_HEADER: (status, block_len).
-REPLICA_FRAME_HEADER_STRUCT = struct.Struct("<H8xI")
+REPLICA_FRAME_HEADER_STRUCT = layout(REPLICA_FRAME_HEADER).struct
 #: First 8 bytes of MESSAGE_RECORD: (size, header_count).
-MESSAGE_PREFIX_STRUCT = struct.Struct("<II")
+MESSAGE_PREFIX_STRUCT = layout(MESSAGE_RECORD, prefix=True).struct
 #: First 32 bytes of PUSHED_RECORD: (ts, event_id, next_file_id, next_pos).
-PUSHED_PREFIX_STRUCT = struct.Struct("<qqqq")
+PUSHED_PREFIX_STRUCT = _PUSHED_HEAD.select("ts", "event_id", "next_file_id", "next_pos")
 #: PUSHED_RECORD up to and including S and H: (ts, event_id, next_file_id, next_pos, S, H).
-PUSHED_RECORD_HEAD_STRUCT = struct.Struct("<qqqqII")
+PUSHED_RECORD_HEAD_STRUCT = _PUSHED_HEAD.struct
+
+REQUEST_HEADER_SIZE = _PUB_REQUEST.size
+RESPONSE_HEADER_SIZE = STATUS_HEADER_STRUCT.size
+MESSAGE_PREFIX_SIZE = MESSAGE_PREFIX_STRUCT.size
+PUSHED_PREFIX_SIZE = PUSHED_PREFIX_STRUCT.size
+
+#: Where C{_push.c} writes each field of a pushed record's head (see views.py), in the
+#: order of PUSHED_RECORD_HEAD_STRUCT: ts, event_id, next_file_id, next_pos, S, H.
+PUSHED_HEAD_OFFSETS = tuple(_PUSHED_HEAD.offset(name) for name in _PUSHED_HEAD.names)
+# _push.c writes every byte of the head through these fields: a pad byte would be left
+# unwritten, so the schema must have none.
+assert all(f.kind != "pad" for f in _PUSHED_HEAD.fields), "pushed record head has padding"
+
 #: Single fields: status / ack value, lengths, and 8-byte ids, times and timeouts.
 U16 = struct.Struct("<H")
 U32 = struct.Struct("<I")

@@ -802,3 +802,91 @@ def test_whole_pub_declines_while_the_decoder_holds_bytes_or_waits():
     acks.ack_mode = True
     assert acks.whole_pub(pub) is None
     assert RequestDecoder().whole_pub(bytearray(pub)) is None  # only bytes, as Twisted reads
+
+
+# -- the schemas are the one definition: golden vectors parsed with them ------------------
+
+
+def _header_fields(schema_fields):
+    """The named values of a parsed construct container, nested args flattened."""
+    out = {}
+    for key, value in schema_fields.items():
+        if key.startswith("_"):
+            continue
+        if hasattr(value, "items"):
+            out.update({f"{key}.{k}": v for k, v in value.items() if not k.startswith("_")})
+        else:
+            out[key] = value
+    return out
+
+
+@pytest.mark.parametrize("name, data, event", REQUEST_VECTORS, ids=[v[0] for v in REQUEST_VECTORS])
+def test_request_vector_headers_parse_with_the_schema(name, data, event):
+    """Each spec section 15 request header parses with REQUEST_HEADER, and the struct
+    the decoder uses (derived from the schema) reads the same values."""
+    parsed = wire.REQUEST_HEADER.parse(data[: wire.REQUEST_HEADER_SIZE])
+    topic = getattr(event, "topic", b"")
+    assert parsed.topic_len == len(topic)
+    assert parsed.trace_len == len(getattr(event, "trace", b""))
+    if parsed.code == wire.CMD_SUB:
+        values = wire.SUB_REQUEST_HEADER_STRUCT.unpack_from(data)
+        assert values == (0, parsed.topic_len, parsed.args.batch, parsed.args.ack_flag,
+                          parsed.trace_len)
+        assert parsed.args.batch == event.batch
+        assert parsed.args.ack_flag == (event.ack_timeout_ns is not None)
+    else:
+        code, topic_len, arg, trace_len = wire.REQUEST_HEADER_STRUCT.unpack_from(data)
+        assert (code, topic_len, trace_len) == (parsed.code, parsed.topic_len, parsed.trace_len)
+        if parsed.code in (wire.CMD_PUB, wire.CMD_DELAY):
+            assert arg == parsed.args.payload_len == len(event.payload)
+
+
+RESPONSE_VECTORS = [
+    ("ok", wire.STATUS_HEADER, "c8 00 00 00 00 00 00 00 00 00", {"status": 200}),
+    ("alive", wire.STATUS_HEADER, "c9 00 00 00 00 00 00 00 00 00", {"status": 201}),
+    ("subend", wire.STATUS_HEADER, "ff 00 00 00 00 00 00 00 00 00", {"status": 255}),
+    ("err", wire.ERR_HEADER, "90 01 0f 00 00 00 00 00 00 00", {"status": 400, "text_len": 15}),
+    ("list", wire.OK_JSON_HEADER, "c8 00 61 01 00 00 00 00 00 00",
+     {"status": 200, "body_len": 353}),
+    ("batch-one", wire.BATCH_HEADER, "c8 00 01 00 2d 00 00 00 00 00",
+     {"status": 200, "count": 1, "body_len": 45}),
+    ("batch-two", wire.BATCH_HEADER, "c8 00 02 00 6b 00 00 00 00 00",
+     {"status": 200, "count": 2, "body_len": 0x6B}),
+    ("replica", wire.REPLICA_FRAME_HEADER, "c8 00 00 00 00 00 00 00 00 00 3b 00 00 00",
+     {"status": 200, "block_len": 59}),
+]
+_RESPONSE_STRUCTS = {
+    id(wire.STATUS_HEADER): wire.STATUS_HEADER_STRUCT,
+    id(wire.ERR_HEADER): wire.ERR_HEADER_STRUCT,
+    id(wire.OK_JSON_HEADER): wire.OK_JSON_HEADER_STRUCT,
+    id(wire.BATCH_HEADER): wire.BATCH_HEADER_STRUCT,
+    id(wire.REPLICA_FRAME_HEADER): wire.REPLICA_FRAME_HEADER_STRUCT,
+}
+
+
+@pytest.mark.parametrize("name, schema, data, fields", RESPONSE_VECTORS,
+                         ids=[v[0] for v in RESPONSE_VECTORS])
+def test_response_vector_headers_parse_with_the_schema(name, schema, data, fields):
+    """Each spec section 15 response header parses with its schema, and the struct the
+    encoders use (derived from it) reads and writes the same bytes."""
+    raw = h(data)
+    assert _header_fields(schema.parse(raw)) == fields
+    hot = _RESPONSE_STRUCTS[id(schema)]
+    assert hot.size == len(raw)
+    assert hot.unpack(raw) == tuple(fields.values())
+    assert hot.pack(*fields.values()) == raw
+
+
+def test_pushed_record_head_parses_with_the_schema():
+    """The head of the spec's one-message pushed batch, read with the derived structs,
+    gives what PUSHED_RECORD parses; its offsets are the ones _push.c is given."""
+    record = ONE_BATCH[wire.RESPONSE_HEADER_SIZE:]
+    parsed = wire.PUSHED_RECORD.parse(record)
+    head = (parsed.ts, parsed.event_id, parsed.next_file_id, parsed.next_pos,
+            parsed.message.size, parsed.message.header_count)
+    assert head == (1700000000123, 3, 0, 59, 5, 0)
+    assert wire.PUSHED_RECORD_HEAD_STRUCT.unpack_from(record) == head
+    assert wire.PUSHED_PREFIX_STRUCT.unpack_from(record) == head[:4]
+    assert wire.PUSHED_HEAD_OFFSETS == (0, 8, 16, 24, 32, 36)
+    assert (wire.PUSHED_PREFIX_SIZE, wire.PUSHED_RECORD_HEAD_STRUCT.size) == (32, 40)
+    assert (wire.REQUEST_HEADER_SIZE, wire.RESPONSE_HEADER_SIZE) == (20, 10)

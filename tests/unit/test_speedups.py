@@ -2,6 +2,7 @@
 gives (mqserver/speedups.py)."""
 
 import importlib
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -14,7 +15,7 @@ from mqserver.store import format as fmt
 from mqserver.store import writer as store_module
 from mqserver.store.store import Message, MessageStore
 from protocols.nsq import frames
-from protocols.smss import views
+from protocols.smss import views, wire
 
 _SPEEDUPS = ["protocols.smss._push", "protocols.nsq._frames", "mqserver.store._pack",
              "mqserver.broker._inflight", "mqserver.store._check"]
@@ -106,6 +107,35 @@ def test_smss_push_rejects_records_past_the_buffer():
     with pytest.raises(ValueError):
         encode(rec, [(-1, 0)], ())
     assert encode(rec, [(0, len(rec))], ()) == views.py_encode_records(rec, [(0, len(rec))])
+
+
+def _configure_push(push, offsets, prefix_size, head_size):
+    push.configure(fmt.HEADER_SIZE, fmt.OFF_QUEUE_ID, fmt.OFF_QUEUE_OFFSET, fmt.OFF_SYS_FLAG,
+                   fmt.OFF_STORE_TS, fmt.OFF_EVENT_ID, fmt.OFF_BODY_LEN,
+                   fmt.SYSFLAG_SMSS_FRAMED, offsets, prefix_size, head_size)
+
+
+def test_smss_push_takes_the_pushed_head_layout_from_configure():
+    """_push.c writes the pushed record's head where configure() says (the offsets
+    derived from protocols.smss.wire.PUSHED_RECORD), not at offsets of its own, and
+    refuses offsets outside the head."""
+    push = _c_module("protocols.smss._push")
+    rec = _pack({"queue_id": 7, "queue_offset": 41, "sys_flag": 0, "store_ts": 1000,
+                 "event_id": 3, "body": b"hello", "topic": b"t", "properties": b"k\x01v\x02"})
+    locs = [(0, len(rec))]
+    try:
+        # The head in another order: next_pos, queue id, event id, ts, then H, S.
+        _configure_push(push, (24, 16, 8, 0, 36, 32), 32, 40)
+        out = push.encode(rec, locs, ())
+        assert struct.unpack_from("<qqqqII", out) == (42, 7, 3, 1000, 1, 15)
+        with pytest.raises(ValueError):
+            _configure_push(push, (0, 8, 16, 25, 32, 36), 32, 40)
+        with pytest.raises(RuntimeError):
+            push.encode(rec, locs, ())
+    finally:
+        _configure_push(push, wire.PUSHED_HEAD_OFFSETS, wire.PUSHED_PREFIX_SIZE,
+                        wire.PUSHED_RECORD_HEAD_STRUCT.size)
+    assert push.encode(rec, locs, ()) == views.py_encode_records(rec, locs)
 
 
 _delivery = st.tuples(
