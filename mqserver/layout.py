@@ -99,6 +99,11 @@ class Layout:
         """Return the width in bytes of field C{name}."""
         return self._field(name).size
 
+    def field_struct(self, name):
+        """Return a C{struct.Struct} of field C{name} alone (to read or write it at its
+        offset with C{unpack_from}/C{pack_into})."""
+        return struct.Struct(self.order + _code(self._field(name)))
+
     def _field(self, name):
         for f in self.fields:
             if f.name == name:

@@ -16,8 +16,8 @@ from mqserver import speedups
 from .errors import NsqError
 from .messages import Message
 from .wire import (FRAME_HEADER, FRAME_TYPE_ERROR, FRAME_TYPE_MESSAGE, FRAME_TYPE_RESPONSE,
-                   MESSAGE_FRAME_HEADER, MESSAGE_HEADER, MESSAGE_HEADER_LENGTH, MSG_ID_LENGTH,
-                   U32)
+                   MESSAGE_FRAME_HEADER, MESSAGE_FRAME_OFFSETS, MESSAGE_HEADER,
+                   MESSAGE_HEADER_LENGTH, MSG_ID_LENGTH, U32)
 
 __all__ = ["response", "error", "message_frame", "message_frames", "delivery_frames", "OK",
            "CLOSE_WAIT", "HEARTBEAT", "FrameReader", "decode_message", "encode_command",
@@ -28,7 +28,8 @@ __all__ = ["response", "error", "message_frame", "message_frames", "delivery_fra
 
 _pack_frame_header = FRAME_HEADER.pack
 _pack_message_frame_header = MESSAGE_FRAME_HEADER.pack
-_MSG_FRAME_OVERHEAD = 4 + MESSAGE_HEADER_LENGTH  # frame type + message header
+# What a message frame's size counts besides the body: frame type + message header.
+_MSG_FRAME_OVERHEAD = MESSAGE_FRAME_HEADER.size - U32.size
 
 
 def response(data: bytes) -> bytes:
@@ -91,6 +92,7 @@ def py_delivery_frames(items: list) -> bytes:
 
 _frames = speedups.load("protocols.nsq._frames")
 if _frames is not None:
+    _frames.configure(MESSAGE_FRAME_OFFSETS, MESSAGE_FRAME_HEADER.size)
     _c_frames = _frames.message_frames
 
     def delivery_frames(items: list) -> bytes:
@@ -144,7 +146,8 @@ class FrameReader:
 def decode_message(payload: bytes) -> Message:
     """Split a type-2 frame's payload into timestamp, attempts, id and body."""
     if len(payload) < MESSAGE_HEADER_LENGTH:
-        raise ValueError(f"message payload too short ({len(payload)} < 26 bytes)")
+        raise ValueError(
+            f"message payload too short ({len(payload)} < {MESSAGE_HEADER_LENGTH} bytes)")
     timestamp, attempts, msg_id = MESSAGE_HEADER.unpack_from(payload)
     return Message(timestamp, attempts, msg_id, payload[MESSAGE_HEADER_LENGTH:])
 

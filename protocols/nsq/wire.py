@@ -1,7 +1,9 @@
 """Byte layouts of the nsqd V2 protocol: construct schemas plus precompiled structs.
 
-The construct schemas are the readable reference (and what the tests check the
-fast paths against); the ``struct.Struct`` objects are what the hot paths use.
+The construct schemas are the one definition (spec: shared/specs/nsq-protocol.md
+sections 3 and 5). The ``struct.Struct`` objects the hot paths use, the header sizes
+and the offsets ``_frames.c`` is configured with are derived from them at import
+(``mqserver.layout``).
 """
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ import struct
 from construct import (Bytes, Const, GreedyBytes, Int16ub, Int32ub, Int64sb, Prefixed,
                        PrefixedArray, Struct)
 
+from mqserver.layout import layout
+
 __all__ = [
     "MAGIC_V2", "MAGIC", "FRAME", "MESSAGE", "MPUB_BODY",
     "FRAME_TYPE_RESPONSE", "FRAME_TYPE_ERROR", "FRAME_TYPE_MESSAGE",
-    "MSG_ID_LENGTH", "MESSAGE_HEADER_LENGTH",
+    "MESSAGE_FRAME", "MSG_ID_LENGTH", "MESSAGE_HEADER_LENGTH", "MESSAGE_FRAME_OFFSETS",
     "U32", "FRAME_HEADER", "MESSAGE_HEADER", "MESSAGE_FRAME_HEADER",
 ]
 
@@ -21,8 +25,8 @@ MAGIC_V2 = b"  V2"
 FRAME_TYPE_RESPONSE = 0
 FRAME_TYPE_ERROR = 1
 FRAME_TYPE_MESSAGE = 2
+#: nsqd's MsgIDLength: the id is 16 ASCII hex digits.
 MSG_ID_LENGTH = 16
-MESSAGE_HEADER_LENGTH = 26  # timestamp 8 + attempts 2 + id 16
 
 #: The 4 bytes a client sends right after connecting.
 MAGIC = Const(MAGIC_V2)
@@ -41,16 +45,33 @@ MESSAGE = Struct(
     "body" / GreedyBytes,
 )
 
+#: A whole type-2 frame: the frame around one MESSAGE.
+MESSAGE_FRAME = Prefixed(Int32ub, Struct(
+    "frame_type" / Const(FRAME_TYPE_MESSAGE, Int32ub),
+    "message" / MESSAGE,
+))
+
 #: MPUB body after its own u32 length: u32 count, then (u32 size, bytes) per message.
 MPUB_BODY = PrefixedArray(Int32ub, Prefixed(Int32ub, GreedyBytes))
 
-# -- precompiled hot-path structs ------------------------------------------------
-U32 = struct.Struct(">I")
-#: size, frame type
-FRAME_HEADER = struct.Struct(">II")
-#: timestamp, attempts, id (26 bytes)
-MESSAGE_HEADER = struct.Struct(">qH16s")
-#: size, frame type, timestamp, attempts, id: everything before a message body (34 bytes)
-MESSAGE_FRAME_HEADER = struct.Struct(">IIqH16s")
+# -- precompiled hot-path structs, derived from the schemas above --------------------
+_FRAME_HEAD = layout(FRAME, prefix=True)
+_MESSAGE_HEAD = layout(MESSAGE, prefix=True)
+_MESSAGE_FRAME_HEAD = layout(MESSAGE_FRAME, prefix=True)
 
-assert MESSAGE_HEADER.size == MESSAGE_HEADER_LENGTH
+#: A u32 BE size prefix: a frame's, and also a command body's and MPUB's counts.
+U32 = _FRAME_HEAD.field_struct("length")
+#: size, frame type
+FRAME_HEADER = _FRAME_HEAD.struct
+#: timestamp, attempts, id (26 bytes)
+MESSAGE_HEADER = _MESSAGE_HEAD.struct
+MESSAGE_HEADER_LENGTH = MESSAGE_HEADER.size
+#: size, frame type, timestamp, attempts, id: everything before a message body (34 bytes)
+MESSAGE_FRAME_HEADER = _MESSAGE_FRAME_HEAD.struct
+#: Where C{_frames.c} writes the fields of a message frame's head (see frames.py):
+#: size, frame type, timestamp, attempts, id.
+MESSAGE_FRAME_OFFSETS = tuple(_MESSAGE_FRAME_HEAD.offset(n) for n in _MESSAGE_FRAME_HEAD.names)
+
+assert _MESSAGE_HEAD.field_size("id") == MSG_ID_LENGTH
+# _frames.c writes every byte of the head through these fields: no padding allowed.
+assert all(f.kind != "pad" for f in _MESSAGE_FRAME_HEAD.fields)

@@ -42,6 +42,8 @@ def test_formats_offsets_and_sizes():
     assert lay.names == ("code", "length", "inner.a", "magic", "id", "when")
     assert [lay.offset(n) for n in lay.names] == [0, 1, 3, 10, 12, 16]
     assert lay.field_size("id") == 4
+    assert lay.field_struct("inner.a").format == "<I"
+    assert lay.field_struct("when").format == "<q"
     assert [f.value for f in lay.fields if f.name == "magic"] == [0xBEEF]
     values = (9, 7, 0x01020304, 0xBEEF, b"abcd", -5)
     built = HEADER.build(dict(code=9, inner=dict(a=0x01020304), id=b"abcd", when=-5))

@@ -190,3 +190,29 @@ def test_mpub_struct_and_construct_agree(bodies):
     inner = raw[len(b"MPUB t\n") + 4:]
     assert inner == wire.MPUB_BODY.build(bodies)
     assert struct.unpack(">I", raw[7:11])[0] == len(inner)
+
+
+@pytest.mark.parametrize("raw, frame_type", [(OK_BYTES, 0), (CLOSE_WAIT_BYTES, 0),
+                                             (HEARTBEAT_BYTES, 0), (BAD_PROTOCOL_BYTES, 1),
+                                             (MESSAGE_BYTES, 2)])
+def test_frame_headers_parse_with_the_schema(raw, frame_type):
+    """Each observed frame's head, read with the struct the encoders use (derived from
+    FRAME), gives what the FRAME schema parses."""
+    parsed = wire.FRAME.parse(raw)
+    assert parsed.frame_type == frame_type
+    assert wire.FRAME_HEADER.unpack_from(raw) == (len(raw) - 4, frame_type)
+
+
+def test_message_frame_head_parses_with_the_schema():
+    """The observed message frame parses with MESSAGE_FRAME; the derived struct and the
+    offsets _frames.c is given read the same fields."""
+    parsed = wire.MESSAGE_FRAME.parse(MESSAGE_BYTES)
+    head = (len(MESSAGE_BYTES) - 4, parsed.frame_type, parsed.message.timestamp,
+            parsed.message.attempts, parsed.message.id)
+    assert head == (0x23, 2, TS, 1, ID)
+    assert wire.MESSAGE_FRAME_HEADER.unpack_from(MESSAGE_BYTES) == head
+    assert wire.MESSAGE_FRAME_OFFSETS == (0, 4, 8, 16, 18)
+    assert (wire.MESSAGE_FRAME_HEADER.size, wire.MESSAGE_HEADER_LENGTH) == (34, 26)
+    assert wire.MESSAGE_FRAME.build(
+        {"message": {"timestamp": TS, "attempts": 1, "id": ID, "body": b"hello"}}
+    ) == MESSAGE_BYTES

@@ -15,7 +15,10 @@ from mqserver.store import format as fmt
 from mqserver.store import writer as store_module
 from mqserver.store.store import Message, MessageStore
 from protocols.nsq import frames
+from protocols.nsq import wire as nsq_wire
 from protocols.smss import views, wire
+
+TS_NS = 1795267410341448703
 
 _SPEEDUPS = ["protocols.smss._push", "protocols.nsq._frames", "mqserver.store._pack",
              "mqserver.broker._inflight", "mqserver.store._check"]
@@ -136,6 +139,26 @@ def test_smss_push_takes_the_pushed_head_layout_from_configure():
         _configure_push(push, wire.PUSHED_HEAD_OFFSETS, wire.PUSHED_PREFIX_SIZE,
                         wire.PUSHED_RECORD_HEAD_STRUCT.size)
     assert push.encode(rec, locs, ()) == views.py_encode_records(rec, locs)
+
+
+def test_nsq_frames_take_the_head_layout_from_configure():
+    """_frames.c writes a message frame's head where configure() says (the offsets
+    derived from protocols.nsq.wire.MESSAGE_FRAME), and refuses offsets outside it."""
+    c = _c_module("protocols.nsq._frames")
+    items = [(TS_NS, 3, 0xABC, b"xxhelloyy", 2, 7)]
+    try:
+        # id first, then attempts, timestamp, frame type.
+        c.configure((0, 30, 22, 20, 4), 34)
+        out = c.message_frames(items, 2)
+        assert struct.unpack_from(">I16sHqI", out) == (35, b"%016x" % 0xABC, 3, TS_NS, 2)
+        assert out[34:] == b"hello"
+        with pytest.raises(ValueError):
+            c.configure((0, 4, 8, 16, 19), 34)
+        with pytest.raises(RuntimeError):
+            c.message_frames(items, 2)
+    finally:
+        c.configure(nsq_wire.MESSAGE_FRAME_OFFSETS, nsq_wire.MESSAGE_FRAME_HEADER.size)
+    assert frames.delivery_frames(items) == frames.py_delivery_frames(items)
 
 
 _delivery = st.tuples(
