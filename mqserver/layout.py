@@ -150,7 +150,9 @@ class _Stop(Exception):
 def _visit(con, name, offset, order, out):
     """Append the fields of C{con} (named C{name}) at C{offset}; return the new offset."""
     if isinstance(con, Renamed):
-        return _visit(con.subcon, con.name, offset, order, out)
+        # A Struct has already named its field (with its dotted path); a Renamed that
+        # only adds docs (C{Int8ul * "text"}) has no name.
+        return _visit(con.subcon, name or con.name, offset, order, out)
     if isinstance(con, Struct):
         for sub in con.subcons:
             sub_name = getattr(sub, "name", None)

@@ -20,7 +20,12 @@ from protocols.remoting.wire import (
     INT32_STRUCT,
     LENGTH_STRUCT,
     MAX_HEADER_LENGTH,
+    SERIALIZE_TYPE_OFFSET,
+    SERIALIZE_TYPE_SHIFT,
+    WORD_SIZE,
 )
+
+_LENGTH_SIZE = LENGTH_STRUCT.size
 
 _JSON_TYPE_NAME = codes.SERIALIZE_TYPE_NAMES[codes.SERIALIZE_JSON]
 _OTHER_LANGUAGE_CODE = codes.LANGUAGE_CODES[codes.LANGUAGE_OTHER]
@@ -243,15 +248,15 @@ def encode_binary_header(command: RemotingCommand) -> bytes:
 def decode_payload(payload) -> RemotingCommand:
     """Decode one frame without its 4-byte length prefix (what Int32StringReceiver hands over)."""
     view = memoryview(payload)
-    if len(view) < 4:
+    if len(view) < WORD_SIZE:
         raise RemotingProtocolError(f"frame too short: {len(view)} bytes")
     (word,) = LENGTH_STRUCT.unpack_from(view, 0)
-    serialize_type = word >> 24
+    serialize_type = word >> SERIALIZE_TYPE_SHIFT
     header_len = word & MAX_HEADER_LENGTH
-    if 4 + header_len > len(view):
+    if WORD_SIZE + header_len > len(view):
         raise RemotingProtocolError(f"header length {header_len} exceeds frame length {len(view)}")
-    header = view[4:4 + header_len]
-    body = view[4 + header_len:]
+    header = view[WORD_SIZE:WORD_SIZE + header_len]
+    body = view[WORD_SIZE + header_len:]
     if serialize_type == codes.SERIALIZE_JSON:
         return decode_json_header(header, body)
     if serialize_type == codes.SERIALIZE_ROCKETMQ:
@@ -262,12 +267,13 @@ def decode_payload(payload) -> RemotingCommand:
 def decode_frame(frame) -> RemotingCommand:
     """Decode exactly one whole frame, length prefix included."""
     view = memoryview(frame)
-    if len(view) < 4:
+    if len(view) < _LENGTH_SIZE:
         raise RemotingProtocolError("frame shorter than its length prefix")
     (length,) = LENGTH_STRUCT.unpack_from(view, 0)
-    if length != len(view) - 4:
-        raise RemotingProtocolError(f"length prefix {length} does not match {len(view) - 4} bytes")
-    return decode_payload(view[4:])
+    if length != len(view) - _LENGTH_SIZE:
+        raise RemotingProtocolError(
+            f"length prefix {length} does not match {len(view) - _LENGTH_SIZE} bytes")
+    return decode_payload(view[_LENGTH_SIZE:])
 
 
 def encode(command: RemotingCommand) -> bytes:
@@ -281,10 +287,11 @@ def encode(command: RemotingCommand) -> bytes:
     if len(header) > MAX_HEADER_LENGTH:
         raise RemotingProtocolError(f"header of {len(header)} bytes does not fit in 24 bits")
     body = bytes(command.body)
-    length = 4 + len(header) + len(body)
+    length = WORD_SIZE + len(header) + len(body)
     if length > 0xFFFFFFFF:
         raise RemotingProtocolError(f"frame of {length} bytes does not fit the length prefix")
-    return b"".join((FRAME_PREFIX_STRUCT.pack(length, (command.serialize_type << 24) | len(header)), header, body))
+    word = (command.serialize_type << SERIALIZE_TYPE_SHIFT) | len(header)
+    return b"".join((FRAME_PREFIX_STRUCT.pack(length, word), header, body))
 
 
 class FrameDecoder:
@@ -319,7 +326,7 @@ class FrameDecoder:
             while True:
                 available = len(buffer) - self._pos
                 if not self._need:
-                    if available < 4:
+                    if available < _LENGTH_SIZE:
                         break
                     self._need = self._check_prefix(buffer, available)
                 if available < self._need:
@@ -328,7 +335,7 @@ class FrameDecoder:
                 # Decode from an immutable copy: a view into the bytearray (kept alive by
                 # a traceback, say) would forbid resizing it later.
                 with memoryview(buffer) as view:
-                    payload = bytes(view[start + 4:start + self._need])
+                    payload = bytes(view[start + _LENGTH_SIZE:start + self._need])
                 commands.append(decode_payload(payload))
                 self._pos = start + self._need
                 self._need = 0
@@ -348,10 +355,13 @@ class FrameDecoder:
     def _check_prefix(self, buffer: bytearray, available: int) -> int:
         """Validate the announced length (and the type byte if present); return the frame size."""
         (length,) = LENGTH_STRUCT.unpack_from(buffer, self._pos)
-        if length + 4 > self.max_frame:
-            raise RemotingProtocolError(f"frame of {length + 4} bytes exceeds the {self.max_frame}-byte limit")
-        if length < 4:
+        size = length + _LENGTH_SIZE
+        if size > self.max_frame:
+            raise RemotingProtocolError(f"frame of {size} bytes exceeds the {self.max_frame}-byte limit")
+        if length < WORD_SIZE:
             raise RemotingProtocolError(f"frame length {length} leaves no room for the header length")
-        if available >= 5 and buffer[self._pos + 4] not in codes.SERIALIZE_TYPE_NAMES:
-            raise RemotingProtocolError(f"unknown serialize type {buffer[self._pos + 4]}")
-        return length + 4
+        if available > SERIALIZE_TYPE_OFFSET:
+            serialize_type = buffer[self._pos + SERIALIZE_TYPE_OFFSET]
+            if serialize_type not in codes.SERIALIZE_TYPE_NAMES:
+                raise RemotingProtocolError(f"unknown serialize type {serialize_type}")
+        return size

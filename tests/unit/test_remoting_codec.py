@@ -70,6 +70,8 @@ def test_construct_frame_schema_agrees_with_encoder(command):
     prefix = wire.FRAME_PREFIX.parse(frame[:8])
     length, word = wire.FRAME_PREFIX_STRUCT.unpack(frame[:8])
     assert (prefix.length, (prefix.serialize_type << 24) | prefix.header_length) == (length, word)
+    assert wire.pack_frame_prefix(prefix.serialize_type, prefix.header_length,
+                                  len(parsed.body)) == frame[:8]
 
 
 @given(commands(codes.SERIALIZE_ROCKETMQ))
@@ -103,6 +105,23 @@ def test_binary_header_matches_spec_example():
     expected = "00000025 01000021 0069 00 0191 00000003 00000000 00000000 0000000c 0005 746f706963 00000001 54"
     assert encode(command) == bytes.fromhex(expected.replace(" ", ""))
     assert decode_frame(encode(command)) == command
+
+
+def test_binary_header_spec_example_parses_with_the_schema():
+    """Spec 1.5's frame parses with FRAME and ROCKETMQ_HEADER, and the structs the codec
+    uses (derived from them) read the same fixed fields."""
+    frame = bytes.fromhex("00000025 01000021 0069 00 0191 00000003 00000000 00000000 0000000c"
+                          " 0005 746f706963 00000001 54".replace(" ", ""))
+    parsed = wire.FRAME.parse(frame)
+    assert (parsed.serialize_type, len(parsed.header), parsed.body) == (1, 0x21, b"")
+    length, word = wire.FRAME_PREFIX_STRUCT.unpack_from(frame)
+    assert (length, word >> wire.SERIALIZE_TYPE_SHIFT, word & wire.MAX_HEADER_LENGTH) == (0x25, 1, 0x21)
+    header = wire.ROCKETMQ_HEADER.parse(parsed.header)
+    assert wire.BINARY_HEADER_FIXED.unpack_from(parsed.header) == (
+        header.code, header.language, header.version, header.opaque, header.flag, 0)
+    assert (header.code, header.version, header.opaque) == (105, 401, 3)
+    assert wire.INT32_STRUCT.unpack_from(parsed.header, wire.BINARY_HEADER_FIXED.size) == (12,)
+    assert wire.INT16_STRUCT.unpack_from(parsed.header, wire.BINARY_HEADER_FIXED.size + 4) == (5,)
 
 
 # -- round trips ---------------------------------------------------------------------------

@@ -323,3 +323,24 @@ def test_json_bodies_of_cpp_requests_end_with_newline():
     for command in bodies:
         assert command.body.endswith(b"}\n")
         assert isinstance(json.loads(command.body), dict)
+
+
+def test_captured_frame_prefixes_parse_with_the_schema():
+    """Every captured frame's first 8 bytes parse with FRAME_PREFIX, and the struct,
+    shift and mask the codec uses (derived from that schema) read the same fields; the
+    captures are all JSON-type, the binary header's golden test is in
+    test_remoting_codec.py)."""
+    from protocols.remoting import wire
+
+    for capture in ALL:
+        frame = capture.frame
+        prefix = wire.FRAME_PREFIX.parse(frame)
+        length, word = wire.FRAME_PREFIX_STRUCT.unpack_from(frame)
+        assert length == prefix.length == len(frame) - 4 or not capture.body_captured, capture.where
+        assert word >> wire.SERIALIZE_TYPE_SHIFT == prefix.serialize_type, capture.where
+        assert word & wire.MAX_HEADER_LENGTH == prefix.header_length, capture.where
+        assert frame[wire.SERIALIZE_TYPE_OFFSET] == prefix.serialize_type, capture.where
+    assert len(ALL) > 50
+    assert (wire.FRAME_PREFIX_STRUCT.size, wire.WORD_SIZE, wire.SERIALIZE_TYPE_SHIFT,
+            wire.MAX_HEADER_LENGTH, wire.SERIALIZE_TYPE_OFFSET) == (8, 4, 24, 0xFFFFFF, 4)
+    assert wire.BATCH_MESSAGE_HEAD_SIZE == 22
