@@ -33,15 +33,15 @@ MAGIC = Const(MAGIC_V2)
 
 #: Server -> client frame: u32 BE size (= 4 + len(data)), u32 BE frame type, data.
 FRAME = Prefixed(Int32ub, Struct(
-    "frame_type" / Int32ub,
+    "frame_type" / Int32ub * "0 response, 1 error, 2 message",
     "data" / GreedyBytes,
 ))
 
 #: Payload of a type-2 frame (also nsqd's on-disk record after its length prefix).
 MESSAGE = Struct(
-    "timestamp" / Int64sb,   # ns since the epoch
-    "attempts" / Int16ub,
-    "id" / Bytes(MSG_ID_LENGTH),
+    "timestamp" / Int64sb * "ns since the epoch",
+    "attempts" / Int16ub * "deliveries so far, this one included",
+    "id" / Bytes(MSG_ID_LENGTH) * "mqserver: the eventId in 16 lowercase hex digits",
     "body" / GreedyBytes,
 )
 
@@ -53,6 +53,9 @@ MESSAGE_FRAME = Prefixed(Int32ub, Struct(
 
 #: MPUB body after its own u32 length: u32 count, then (u32 size, bytes) per message.
 MPUB_BODY = PrefixedArray(Int32ub, Prefixed(Int32ub, GreedyBytes))
+
+#: The schemas the layout tables of docs/nsq.md show (python -m mqserver.layoutdoc).
+DOC_SCHEMAS = {"FRAME": FRAME, "MESSAGE": MESSAGE, "MESSAGE_FRAME": MESSAGE_FRAME}
 
 # -- precompiled hot-path structs, derived from the schemas above --------------------
 _FRAME_HEAD = layout(FRAME, prefix=True)

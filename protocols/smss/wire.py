@@ -69,15 +69,24 @@ ACK_END = 1
 # -- request header (section 3) ---------------------------------------------------
 
 #: Bytes 3..18 of a PUB or DELAY header: the payload length, then reserved zeros.
-PUB_ARGS = Struct("payload_len" / Int32ul, Padding(12))
+PUB_ARGS = Struct("payload_len" / Int32ul * "P: payload bytes after topic and trace", Padding(12))
 
 #: Bytes 3..18 of a SUB header: batch size, ack-timeout flag, reserved zeros.
-SUB_ARGS = Struct("batch" / Int8ul, "ack_flag" / Int8ul, Padding(14))
+SUB_ARGS = Struct(
+    "batch" / Int8ul * "messages per pushed batch (0 = 1)",
+    "ack_flag" / Int8ul * "1: an ack timeout follows the eventId",
+    Padding(14),
+)
 
 
 def _request_header(args):
     """The 20-byte request header with C{args} as its bytes 3..18."""
-    return Struct("code" / Int8ul, "topic_len" / Int16ul, "args" / args, "trace_len" / Int8ul)
+    return Struct(
+        "code" / Int8ul * "command code (section 2)",
+        "topic_len" / Int16ul * "N: topic bytes after the header",
+        "args" / args,
+        "trace_len" / Int8ul * "T: traceId bytes after the topic",
+    )
 
 
 #: The request header of PUB and DELAY (and the shape the decoder reads every
@@ -102,30 +111,36 @@ REQUEST_HEADER = Struct(
 # -- response headers (section 4) --------------------------------------------------
 
 #: A header with nothing but a status: OK for simple commands, ALIVE, SUBEND.
-STATUS_HEADER = Struct("status" / Int16ul, Padding(8))
+STATUS_HEADER = Struct("status" / Int16ul * "200 OK, 201 ALIVE, 255 SUBEND", Padding(8))
 
 #: OK for TOPIC INFO / LIST / VALID LIST: JSON body length at offset 2.
 OK_JSON_HEADER = Struct(
-    "status" / Const(STATUS_OK, Int16ul), "body_len" / Int32ul, Padding(4)
+    "status" / Const(STATUS_OK, Int16ul),
+    "body_len" / Int32ul * "JSON bytes after the header (0: none)",
+    Padding(4),
 )
 
 #: OK header of one SUB push batch: count at byte 2, body length at offset 4.
 BATCH_HEADER = Struct(
     "status" / Const(STATUS_OK, Int16ul),
-    "count" / Int8ul,
+    "count" / Int8ul * "records in the batch",
     Padding(1),
-    "body_len" / Int32ul,
+    "body_len" / Int32ul * "bytes of records after the header",
     Padding(2),
 )
 
 #: ERR header: u16 text length at offset 2, text follows.
 ERR_HEADER = Struct(
-    "status" / Const(STATUS_ERR, Int16ul), "text_len" / Int16ul, Padding(6)
+    "status" / Const(STATUS_ERR, Int16ul),
+    "text_len" / Int16ul * "error text bytes after the header",
+    Padding(6),
 )
 
 #: OK header of one REPLICA frame plus the u32 block length that follows it.
 REPLICA_FRAME_HEADER = Struct(
-    "status" / Const(STATUS_OK, Int16ul), Padding(8), "block_len" / Int32ul
+    "status" / Const(STATUS_OK, Int16ul),
+    Padding(8),
+    "block_len" / Int32ul * "B: binlog record bytes that follow",
 )
 
 #: Complete frames, header plus body, for tests and tools.
@@ -159,23 +174,24 @@ def _record_size(ctx):
 #: One message record: S (bytes after the first 8), H, H headers, then the body.
 #: A header list that runs past S fails the Check instead of eating the next record.
 MESSAGE_RECORD = Struct(
-    "size" / Rebuild(Int32ul, _record_size),
-    "header_count" / Rebuild(Int32ul, len_(this.headers)),
+    "size" / Rebuild(Int32ul, _record_size) * "S: bytes after these 8 (headers + body)",
+    "header_count" / Rebuild(Int32ul, len_(this.headers)) * "H: number of headers",
     "_headers_start" / Tell,
     "headers" / Array(this.header_count, MESSAGE_HEADER),
     "_headers_end" / Tell,
     Check(this._headers_end - this._headers_start <= this.size),
-    "body" / Bytes(this.size - (this._headers_end - this._headers_start)),
+    "body" / Bytes(this.size - (this._headers_end - this._headers_start))
+    * "the rest of S",
 )
 
 # -- pushed batch (section 7.3) ---------------------------------------------------------
 
 #: One record of a SUB push batch: 32-byte prefix then the stored message record.
 PUSHED_RECORD = Struct(
-    "ts" / Int64sl,
+    "ts" / Int64sl * "store time, ms",
     "event_id" / Int64sl,
-    "next_file_id" / Int64sl,
-    "next_pos" / Int64sl,
+    "next_file_id" / Int64sl * "mqserver: the queue id",
+    "next_pos" / Int64sl * "mqserver: the queue offset after the record",
     "message" / MESSAGE_RECORD,
 )
 
@@ -238,6 +254,20 @@ BINLOG_RECORD = Struct(
     "cmd_line" / _BinlogCmdLine(Bytes(this.cmd_len)),
     "payload" / Bytes(this.cmd_line["payload_len"]),
 )
+
+#: The schemas the layout tables of docs/smss.md show (python -m mqserver.layoutdoc).
+DOC_SCHEMAS = {
+    "PUB_REQUEST_HEADER": PUB_REQUEST_HEADER,
+    "SUB_REQUEST_HEADER": SUB_REQUEST_HEADER,
+    "STATUS_HEADER": STATUS_HEADER,
+    "OK_JSON_HEADER": OK_JSON_HEADER,
+    "ERR_HEADER": ERR_HEADER,
+    "BATCH_HEADER": BATCH_HEADER,
+    "REPLICA_FRAME_HEADER": REPLICA_FRAME_HEADER,
+    "MESSAGE_RECORD": MESSAGE_RECORD,
+    "MESSAGE_HEADER": MESSAGE_HEADER,
+    "PUSHED_RECORD": PUSHED_RECORD,
+}
 
 # -- precompiled struct fast paths ------------------------------------------------------
 # Derived from the construct schemas above at import; tests also build and parse the

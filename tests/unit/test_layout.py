@@ -98,3 +98,9 @@ def test_mixed_byte_orders_are_refused():
     with pytest.raises(LayoutError):
         layout(Struct("a" / Int16ul, "b" / Int32ub))
 
+
+
+def test_field_docs_keep_the_field_name():
+    """A field documented with C{* "text"} keeps its name and dotted path."""
+    lay = layout(Struct("a" / Int8ul * "first", "b" / Struct("c" / Int16ul * "inner")))
+    assert lay.names == ("a", "b.c")
