@@ -23,7 +23,6 @@ master's field for field (physical offset and store host aside):
 """
 
 import json
-import struct
 from dataclasses import dataclass
 
 from mqserver.broker.topics import create_body
@@ -35,10 +34,11 @@ from protocols.smss.errors import InvalidPayload
 from protocols.smss.payload import parse_record, record_spans
 from protocols.smss.views import message_record
 
-CMD_PUB, CMD_CREATE, CMD_DELETE, CMD_DELAY, CMD_DELAY_APPLY = 1, 2, 3, 16, 101
+CMD_PUB, CMD_CREATE, CMD_DELETE = wire.CMD_PUB, wire.CMD_CREATE, wire.CMD_DELETE
+CMD_DELAY, CMD_DELAY_APPLY = wire.CMD_DELAY, wire.CMD_DELAY_APPLY
 REC_HEADER = b"MQ_REC"
-_I64 = struct.Struct("<q")
-_DELAY_PREFIX = struct.Struct("<qq")  # trigger time, delay eventId
+_I64 = wire.BINLOG_CREATE_STRUCT  # expireAt
+_DELAY_PREFIX = wire.BINLOG_DELAY_STRUCT  # trigger time, delay eventId
 
 
 PROPS_HEADER = b"MQ_PROPS"
@@ -209,7 +209,7 @@ def messages_of(payload, born_ts, extra_props=b""):
 def create_spec(payload):
     """Return (expireAt, queues, perm, attrs, is_update) of a CREATE payload."""
     (expire_at,) = _I64.unpack_from(payload, 0)
-    more = json.loads(payload[8:]) if len(payload) > 8 else {}
+    more = json.loads(payload[_I64.size:]) if len(payload) > _I64.size else {}
     return (
         expire_at,
         more.get("queues", 1),

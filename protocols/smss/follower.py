@@ -7,7 +7,6 @@ the master goes away or stays silent for twice the ALIVE interval.
 """
 
 import json
-import struct
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.endpoints import clientFromString, wrapClientTLS
@@ -19,12 +18,12 @@ from mqserver.config import MASTER_ENDPOINT_PREFIXES
 from mqserver.replication.applier import Applier
 from mqserver.store import format as fmt
 
-from protocols.smss import binlog
+from protocols.smss import binlog, wire
 from protocols.smss.client_codec import Expect, ResponseDecoder, encode_replica, encode_valid_list
 from protocols.smss.errors import SmssProtocolError
 from protocols.smss.messages import AliveResponse, ErrResponse, OkResponse, ReplicaBlock
 
-_DELAY_PREFIX = struct.Struct("<qq")
+_DELAY_PREFIX = wire.BINLOG_DELAY_STRUCT
 
 
 def topic_from_json(d):

@@ -255,6 +255,17 @@ BINLOG_RECORD = Struct(
     "payload" / Bytes(this.cmd_line["payload_len"]),
 )
 
+#: The raw payload of a CREATE (2) binlog record: expireAt; mqserver may add JSON after it.
+BINLOG_CREATE = Struct("expire_at" / Int64sl * "ms, 0 = never", "more" / GreedyBytes)
+
+#: The raw payload of a DELAY (16) or DelayApply (101) binlog record: the delay's trigger
+#: time and eventId, then its messages (section 5 records).
+BINLOG_DELAY = Struct(
+    "trigger_time" / Int64sl * "ms",
+    "delay_event_id" / Int64sl * "the DELAY record's eventId",
+    "messages" / GreedyBytes,
+)
+
 #: The schemas the layout tables of docs/smss.md show (python -m mqserver.layoutdoc).
 DOC_SCHEMAS = {
     "PUB_REQUEST_HEADER": PUB_REQUEST_HEADER,
@@ -267,6 +278,8 @@ DOC_SCHEMAS = {
     "MESSAGE_RECORD": MESSAGE_RECORD,
     "MESSAGE_HEADER": MESSAGE_HEADER,
     "PUSHED_RECORD": PUSHED_RECORD,
+    "BINLOG_CREATE": BINLOG_CREATE,
+    "BINLOG_DELAY": BINLOG_DELAY,
 }
 
 # -- precompiled struct fast paths ------------------------------------------------------
@@ -300,6 +313,11 @@ MESSAGE_PREFIX_STRUCT = layout(MESSAGE_RECORD, prefix=True).struct
 PUSHED_PREFIX_STRUCT = _PUSHED_HEAD.select("ts", "event_id", "next_file_id", "next_pos")
 #: PUSHED_RECORD up to and including S and H: (ts, event_id, next_file_id, next_pos, S, H).
 PUSHED_RECORD_HEAD_STRUCT = _PUSHED_HEAD.struct
+
+#: BINLOG_CREATE's expireAt: (expire_at,).
+BINLOG_CREATE_STRUCT = layout(BINLOG_CREATE, prefix=True).struct
+#: BINLOG_DELAY up to its messages: (trigger_time, delay_event_id).
+BINLOG_DELAY_STRUCT = layout(BINLOG_DELAY, prefix=True).struct
 
 REQUEST_HEADER_SIZE = _PUB_REQUEST.size
 RESPONSE_HEADER_SIZE = STATUS_HEADER_STRUCT.size

@@ -890,3 +890,18 @@ def test_pushed_record_head_parses_with_the_schema():
     assert wire.PUSHED_HEAD_OFFSETS == (0, 8, 16, 24, 32, 36)
     assert (wire.PUSHED_PREFIX_SIZE, wire.PUSHED_RECORD_HEAD_STRUCT.size) == (32, 40)
     assert (wire.REQUEST_HEADER_SIZE, wire.RESPONSE_HEADER_SIZE) == (20, 10)
+
+
+def test_binlog_payload_prefixes_parse_with_the_schema():
+    """CREATE and DELAY binlog payloads (spec 11.4) parse with their schemas, and the
+    derived structs the binlog code runs read the same values."""
+    from protocols.smss import binlog
+
+    create = h("60 52 e6 cf 8b 01 00 00")  # expireAt 1700000060000, as in section 15
+    assert wire.BINLOG_CREATE.parse(create).expire_at == 1700000060000
+    assert binlog.create_spec(create)[0] == 1700000060000
+    delay = h("88 13 00 00 00 00 00 00 07 00 00 00 00 00 00 00") + HELLO
+    parsed = wire.BINLOG_DELAY.parse(delay)
+    assert (parsed.trigger_time, parsed.delay_event_id, parsed.messages) == (5000, 7, HELLO)
+    assert wire.BINLOG_DELAY_STRUCT.unpack_from(delay) == (5000, 7)
+    assert wire.BINLOG_DELAY_STRUCT.size == 16
