@@ -158,7 +158,7 @@ def _visit(con, name, offset, order, out):
             sub_name = getattr(sub, "name", None)
             if sub_name is not None and name:
                 sub_name = f"{name}.{sub_name}"
-            offset = _visit_named(sub, sub_name, offset, order, out)
+            offset = _visit(sub, sub_name, offset, order, out)
         return offset
     if isinstance(con, Const):
         before = len(out)
@@ -184,7 +184,7 @@ def _visit(con, name, offset, order, out):
         return offset + con.length
     if isinstance(con, BytesInteger) and isinstance(con.length, int):
         if not isinstance(con.swapped, bool):
-            raise _Stop()
+            raise LayoutError(f"{name}: byte order decided at parse time")
         _note_order("<" if con.swapped else ">", order, name)
         signed = "s" if con.signed else "u"
         out.append(Field(name, offset, con.length, f"{signed}{con.length * 8}"))
@@ -193,13 +193,6 @@ def _visit(con, name, offset, order, out):
         out.append(Field(name, offset, con.length, "bytes"))
         return offset + con.length
     raise _Stop()
-
-
-def _visit_named(sub, name, offset, order, out):
-    """Visit one subcon of a Struct, keeping the dotted name the Struct gave it."""
-    if isinstance(sub, Renamed):
-        return _visit(sub.subcon, name, offset, order, out)
-    return _visit(sub, name, offset, order, out)
 
 
 def _note_order(char, order, name):
