@@ -4,6 +4,8 @@ channel admin, /config. Parameters come from the query string; errors are
 ``X-NSQ-Content-Type: nsq; version=1.0``.
 """
 
+import struct
+
 from twisted.internet import defer
 from twisted.web import resource, server
 
@@ -15,7 +17,8 @@ from protocols.nsq.codec import is_valid_name, is_valid_topic
 from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, result_body
 from protocols.nsq.node import VERSION, get_node
 from protocols.nsq.stats import stats_json, stats_text
-from protocols.nsq.wire import U32 as _U32
+
+_U32 = struct.Struct(">I")
 
 
 def _bool_arg(request, name, default):

@@ -5,6 +5,7 @@ replies starting with ``E_`` and fatal ones close the socket.
 
 import itertools
 import json
+import struct
 
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
@@ -13,8 +14,8 @@ from mqserver.idle import IdleWatch
 
 from protocols.nsq.codec import DEFAULT_MAX_LINE, is_valid_name
 from protocols.nsq.node import VERSION
-from protocols.nsq.wire import U32 as _U32
 
+_U32 = struct.Struct(">I")
 _ids = itertools.count(1)
 #: Largest IDENTIFY body: an nsqd's JSON is a few hundred bytes.
 MAX_IDENTIFY_BODY = 1 << 20

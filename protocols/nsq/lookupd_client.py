@@ -4,14 +4,15 @@ each topic and channel, REGISTER/UNREGISTER on changes, PING every 15 s, reconne
 """
 
 import json
+import struct
 from collections import deque
 
 from twisted.internet import protocol
 from twisted.logger import Logger
 
 from protocols.nsq.node import VERSION
-from protocols.nsq.wire import U32 as _U32
 
+_U32 = struct.Struct(">I")
 PING_INTERVAL = 15.0
 #: Topics are not announced by the broker, so the registration list is refreshed this often.
 RESYNC_INTERVAL = 1.0
