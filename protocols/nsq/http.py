@@ -15,7 +15,8 @@ from mqserver.store.store import Message
 
 from protocols.nsq.codec import is_valid_name, is_valid_topic
 from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, result_body
-from protocols.nsq.node import VERSION, get_node
+from protocols.nsq.node import get_node
+from protocols.nsq.version import VERSION
 from protocols.nsq.stats import stats_json, stats_text
 
 _U32 = struct.Struct(">I")
