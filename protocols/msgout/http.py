@@ -134,8 +134,9 @@ class MsgoutResource(resource.Resource):
         d.addCallback(lambda r: now.append(r) or r)
         if now:
             return self._body(request, now[0])
+        gone = webrequest.departure(request)
         request.notifyFinish().addErrback(lambda _: self._gone(d))
-        d.addCallback(self._finish, request)
+        d.addCallback(self._finish, request, gone)
         return server.NOT_DONE_YET
 
     @staticmethod
@@ -144,8 +145,8 @@ class MsgoutResource(resource.Resource):
         if not d.called:
             d.cancel()
 
-    def _finish(self, result, request):
-        if request._disconnected:
+    def _finish(self, result, request, gone):
+        if gone:
             status, data = result
             receipts = data.receipts() if isinstance(data, Messages) else []
             if receipts:
