@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from mqserver.answers import PendingAnswer
 from mqserver.errors import BrokerError
 from mqserver.interfaces import IChannelConsumer
 from mqserver.sendnow import Cork
@@ -142,9 +143,6 @@ class NsqdProtocol(SecurityGate, Protocol):
         self.can_receive = False
         if self.channel is not None:
             self.channel.remove_consumer(self)
-        for a in self._answers:
-            if isinstance(a, defer.Deferred):
-                a.addErrback(lambda f: None)
         self._answers.clear()
 
     # IPushProducer: the transport tells us when its write buffer is full
@@ -230,20 +228,20 @@ class NsqdProtocol(SecurityGate, Protocol):
 
     # -- replies in order ----------------------------------------------------------------
 
-    def _answer(self, item):
-        """Queue a reply: bytes, a Deferred firing with bytes, or a callable run in turn."""
-        if not self._answers:
-            if not isinstance(item, defer.Deferred):
-                self._emit(item)
-                return
-            if item.called and type(item.result) is bytes:
-                # already answered (flush level 0/1 publishes): no queueing needed
-                self._emit(item.result)
-                return
-        self._answers.append(item)
+    def _answer(self, item, verb="PUB"):
+        """Queue a reply: bytes, a Deferred firing with bytes (a failure is answered as
+        C{verb}'s error), or a callable run in turn."""
+        answers = self._answers
         if isinstance(item, defer.Deferred):
-            item.addBoth(self._drain)
-        if len(self._answers) > MAX_PIPELINE and not self._read_paused:
+            slot = PendingAnswer(item)
+            answers.append(slot)
+            item.addBoth(self._settle, slot, verb)  # at once if it has fired
+        elif not answers:
+            self._emit(item)
+            return
+        else:
+            answers.append(item)
+        if len(answers) > MAX_PIPELINE and not self._read_paused:
             self._read_paused = True
             self.transport.pauseProducing()
 
@@ -254,37 +252,33 @@ class NsqdProtocol(SecurityGate, Protocol):
             self._flush()
             self._write(item)
 
-    def _drain(self, result=None):
+    def _settle(self, value, slot, verb):
+        # A Deferred's answer is ready (a failure becomes verb's error, so nothing is
+        # left unhandled): write what the head of the queue now allows.
+        if isinstance(value, Failure):
+            value = self._fatal_later(self._publish_error(verb, value))
+        slot.settle(value)
+        self._drain()
+
+    def _drain(self):
         answers = self._answers
         while answers:
             head = answers[0]
-            if isinstance(head, defer.Deferred):
-                if not head.called:
-                    return result
-                value = head.result
-                if isinstance(value, defer.Deferred):
-                    return result
-                answers.popleft()
-                if isinstance(value, Failure):
-                    head.addErrback(lambda f: None)
-                    value = self._fatal_later(self._publish_error(head, value))
-                if self._dead:
-                    continue
-                self._emit(value)
-            else:
-                answers.popleft()
-                if not self._dead:
-                    self._emit(head)
+            if type(head) is PendingAnswer:
+                if not head.ready:
+                    return
+                head = head.value
+            answers.popleft()
+            if not self._dead:
+                self._emit(head)
         if self._read_paused and not self._dead:
             self._read_paused = False
             if not self._inflating():
                 self.transport.resumeProducing()
             elif self._inflate_call is None:
                 self._inflate_call = self.reactor.callLater(0, self._inflate_more)
-        return result
 
-    def _publish_error(self, d, failure):
-        verb = getattr(d, "nsq_verb", "PUB")
+    def _publish_error(self, verb, failure):
         reason = failure.getErrorMessage() if failure.check(BrokerError) else "internal error"
         if not failure.check(BrokerError):
             self.log.failure("NSQ {verb} failed", failure, verb=verb)
@@ -453,7 +447,6 @@ class NsqdProtocol(SecurityGate, Protocol):
         self.state = SUBSCRIBED
         self.topic, self.channel_name = cmd.topic, cmd.channel
         d = self.node.ensure_topic(cmd.topic)
-        d.nsq_verb = "SUB"
 
         def attach(_):
             if self._dead:
@@ -465,8 +458,7 @@ class NsqdProtocol(SecurityGate, Protocol):
             return OK
 
         d.addCallback(attach)
-        d.nsq_verb = "SUB"
-        self._answer(d)
+        self._answer(d, "SUB")
 
     def do_rdy(self, cmd):
         if self.state == CLOSING:
@@ -505,24 +497,35 @@ class NsqdProtocol(SecurityGate, Protocol):
         self._answer(CLOSE_WAIT)
 
     def _publish(self, verb, topic, messages, defer_ms=0):
-        node = self.node
+        broker = self.broker
+        if defer_ms or broker.topic(topic) is None:
+            stored = self._publish_later(topic, messages, defer_ms)
+        else:
+            try:
+                stored = broker.publish_now(topic, messages)
+            except Exception as e:  # answered in its turn, as a failed write's would be
+                stored = defer.fail(e)
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(messages)
+        if not isinstance(stored, defer.Deferred):
+            # Stored already (flush levels 0 and 1): OK at once, without a Deferred,
+            # or in turn behind the answers ahead of it.
+            if self._answers:
+                self._answer(OK)
+            else:
+                self._emit(OK)
+            return
+        stored.addCallback(_ok)
+        self._answer(stored, verb)
+
+    def _publish_later(self, topic, messages, defer_ms):
+        # A DPUB, or a publish that creates its topic first: a Deferred.
         broker = self.broker
         if broker.topic(topic) is not None:
-            d = (broker.publish(topic, messages) if not defer_ms
-                 else broker.delay(topic, defer_ms, messages))
-        else:
-            d = node.ensure_topic(topic)
-            d.addCallback(lambda _: broker.publish(topic, messages) if not defer_ms
-                          else broker.delay(topic, defer_ms, messages))
-        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(messages)
-        if d.called and not self._answers and not isinstance(d.result, (Failure, defer.Deferred)):
-            # Stored already (flush levels 0 and 1) with nothing answered ahead of it:
-            # OK at once, without a callback round through the Deferred.
-            self._emit(OK)
-            return
-        d.addCallback(_ok)
-        d.nsq_verb = verb
-        self._answer(d)
+            return broker.delay(topic, defer_ms, messages)
+        d = self.node.ensure_topic(topic)
+        d.addCallback(lambda _: broker.publish(topic, messages) if not defer_ms
+                      else broker.delay(topic, defer_ms, messages))
+        return d
 
     # A body alone (bytes) is a message the store stamps with the time of its write.
     def do_pub(self, cmd):
