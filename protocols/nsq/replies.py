@@ -117,7 +117,8 @@ class Replies:
             self._flush()
             self._write(error(err))
         if err.fatal:
-            self._dead = True
+            # nsqd runs nothing after a fatal error, not even what the same read holds
+            self._dead = self._dead_input = True
             self.can_receive = False
             self.transport.loseConnection()
 

@@ -272,3 +272,19 @@ def test_a_pub_pipelined_behind_a_waiting_sub_is_answered_after_it(held):
     assert c.take() == b""
     held.runner.release()
     assert c.take() == OK + OK
+
+
+def test_nothing_after_a_fatal_publish_error_in_the_same_read_is_run(tmp_path):
+    # nsqd stops at a fatal error: the PUB behind the refused one is neither stored
+    # nor answered (it was stored, and its OK written after the error frame)
+    big = {"nsq.maxMsgSize": 8 << 20, "nsq.maxBodySize": 16 << 20}
+    with running(tmp_path / "data", make_factory, config=big) as n:
+        c = connect(n)
+        c.send(pub(b"t", b"1"))
+        assert c.take() == OK
+        c.send(pub(b"t", b"x" * (5 << 20)) + pub(b"t", b"2"))
+        assert c.take() == error_frame(
+            b"E_PUB_FAILED PUB failed message of 5242880 bytes is over the limit")
+        assert not c.connected
+        r = consumer(n)
+        assert [m.body for m in messages(r.take())] == [b"1"]
