@@ -3,7 +3,8 @@
 Two fast paths read attributes Twisted does not promise to keep:
 L{mqserver.reactor.SpinningEPollReactor} (the epoll reactor's poller, selectables,
 dispatch helpers and timed-call queues) and L{mqserver.sendnow.send_now} (a TCP
-connection's socket and write buffers). L{choose} checks, on real instances, that every
+connection's socket and write buffers; L{mqserver.sendnow.TRANSPORT_ATTRIBUTES} lists
+them next to the code that reads them). L{choose} checks, on real instances, that every
 one of them is there before the broker uses either; if any is missing (a Twisted
 release renamed it) it logs one warning and the broker runs on Twisted's standard epoll
 reactor and plain C{transport.write}, which are slower but rely on public API only.
@@ -13,10 +14,15 @@ C{setup.cfg} pins the Twisted releases this was tested with; the check is what k
 release outside that range from breaking start-up.
 """
 
-import socket
 import sys
 
+from twisted.internet.main import installReactor
 from twisted.logger import Logger
+
+from mqserver import sendnow
+# send_now lists the transport internals it reads (TRANSPORT_ATTRIBUTES) next to the
+# code reading them, and how to check them on a real connection
+from mqserver.sendnow import missing_transport_internals
 
 log = Logger()
 
@@ -28,11 +34,6 @@ REACTOR_ATTRIBUTES = (
 )
 #: Module-level names SpinningEPollReactor imports.
 REACTOR_MODULE_NAMES = (("twisted.internet.posixbase", "_NO_FILEDESC"),)
-#: Attributes send_now reads on a TCP connection (tcp.Connection / FileDescriptor).
-TRANSPORT_ATTRIBUTES = (
-    "socket", "dataBuffer", "_tempDataBuffer", "connected", "disconnecting",
-    "_writeDisconnected",
-)
 
 
 class Choice:
@@ -71,26 +72,6 @@ def missing_reactor_internals(reactor):
     return missing
 
 
-class _NoReactor:
-    """Stands in for a reactor while a probe connection is built (it never runs)."""
-
-
-def missing_transport_internals():
-    """Return the names of L{TRANSPORT_ATTRIBUTES} missing on a real (never started)
-    C{tcp.Server}-like connection, or on the module (C{tcp.Server} itself)."""
-    from twisted.internet import tcp
-
-    if not isinstance(getattr(tcp, "Server", None), type):
-        return ["twisted.internet.tcp.Server"]
-    a, b = socket.socketpair()
-    try:
-        conn = tcp.Connection(a, None, _NoReactor())
-        return [f"tcp.Connection.{n}" for n in TRANSPORT_ATTRIBUTES if not hasattr(conn, n)]
-    finally:
-        a.close()
-        b.close()
-
-
 def choose(spin, standard=False):
     """Build the reactor twistd should install, and decide whether L{send_now} writes
     directly (L{mqserver.sendnow.enable}). Returns a L{Choice}; logs one warning when
@@ -100,8 +81,6 @@ def choose(spin, standard=False):
     @param standard: run the standard paths whatever the check finds.
     """
     from twisted.internet.epollreactor import EPollReactor
-
-    from mqserver import sendnow
 
     if standard:
         sendnow.enable(False)
@@ -131,3 +110,31 @@ def _twisted_version():
     import twisted
 
     return twisted.__version__
+
+
+def service_reactor(spin, standard=False):
+    """Return the reactor a twistd service should use: the one already installed (for
+    example by C{twistd --reactor}), else a newly installed L{SpinningEPollReactor} where
+    epoll exists and Twisted's internals fit it (L{choose}; otherwise, or with
+    C{standard}, Twisted's own epoll reactor), else Twisted's default.
+
+    @param spin: seconds of busy polling for the spinning reactor.
+    """
+    if "twisted.internet.reactor" not in sys.modules:
+        try:
+            choice = choose(spin, standard)
+        except ImportError:
+            pass  # no epoll on this platform: Twisted picks its default below
+        else:
+            installReactor(choice.reactor)
+            service_reactor.choice = choice
+            return choice.reactor
+    elif standard:
+        sendnow.enable(False)
+    from twisted.internet import reactor
+
+    return reactor
+
+
+#: The last L{Choice} made by L{service_reactor}, or None.
+service_reactor.choice = None

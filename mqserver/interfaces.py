@@ -45,6 +45,10 @@ class IBroker(Interface):
     def publish(topic, messages, queue_id=None):
         """Store messages in one write; Deferred firing with a PutResult."""
 
+    def publish_now(topic, messages, queue_id=None):
+        """As publish, but the PutResult itself when the write is already as durable as
+        asked (else a Deferred of it); raises BrokerError when refused or failed."""
+
     def delay(topic, delay_ms, messages):
         """Store messages to publish later; Deferred firing with the delay's eventId."""
 

@@ -155,34 +155,3 @@ def install(spin=DEFAULT_SPIN):
     reactor = SpinningEPollReactor(spin)
     installReactor(reactor)
     return reactor
-
-
-def service_reactor(spin=DEFAULT_SPIN, standard=False):
-    """Return the reactor a twistd service should use: the one already installed (for
-    example by C{twistd --reactor}), else a newly installed L{SpinningEPollReactor} where
-    epoll exists and Twisted's internals fit it (L{mqserver.fastpath.choose}; otherwise,
-    or with C{standard}, Twisted's own epoll reactor), else Twisted's default."""
-    import sys
-
-    from mqserver import fastpath
-
-    if "twisted.internet.reactor" not in sys.modules:
-        try:
-            choice = fastpath.choose(spin, standard)
-        except ImportError:
-            pass  # no epoll on this platform: Twisted picks its default below
-        else:
-            installReactor(choice.reactor)
-            service_reactor.choice = choice
-            return choice.reactor
-    elif standard:
-        from mqserver import sendnow
-
-        sendnow.enable(False)
-    from twisted.internet import reactor
-
-    return reactor
-
-
-#: The last L{mqserver.fastpath.Choice} made by L{service_reactor}, or None.
-service_reactor.choice = None

@@ -10,6 +10,8 @@ fit (L{mqserver.fastpath}) or the operator chose the standard path, it is always
 C{transport.write}.
 """
 
+import socket
+
 from twisted.internet import tcp
 
 __all__ = ["send_now", "Cork", "WriteCork"]
@@ -22,12 +24,36 @@ def enable(on):
     _SUPPORTED = bool(on)
 
 
+#: Attributes send_now reads on a TCP connection (tcp.Connection / FileDescriptor).
+TRANSPORT_ATTRIBUTES = (
+    "socket", "dataBuffer", "_tempDataBuffer", "connected", "disconnecting",
+    "_writeDisconnected",
+)
+
+
+class _NoReactor:
+    """Stands in for a reactor while a probe connection is built (it never runs)."""
+
+
+def missing_transport_internals():
+    """Return the names of L{TRANSPORT_ATTRIBUTES} missing on a real (never started)
+    C{tcp.Server}-like connection, or on the module (C{tcp.Server} itself)."""
+    if not isinstance(getattr(tcp, "Server", None), type):
+        return ["twisted.internet.tcp.Server"]
+    a, b = socket.socketpair()
+    try:
+        conn = tcp.Connection(a, None, _NoReactor())
+        return [f"tcp.Connection.{n}" for n in TRANSPORT_ATTRIBUTES if not hasattr(conn, n)]
+    finally:
+        a.close()
+        b.close()
+
+
 def _fast_path_supported():
     # send_now reads a TCP connection's socket and buffer attributes; when a Twisted
     # release renames them it must degrade to plain transport.write, never to reordered
-    # bytes or an AttributeError. The check is mqserver.fastpath's, on a real connection.
-    from mqserver.fastpath import missing_transport_internals
-
+    # bytes or an AttributeError. mqserver.fastpath runs the same check when it chooses
+    # the paths (and may turn send_now off); here it sets the default at import.
     return not missing_transport_internals()
 
 

@@ -14,7 +14,7 @@ from twisted.python.failure import Failure
 from mqserver import speedups
 from mqserver.broker.broker import Broker
 from mqserver.errors import StartupError
-from mqserver.reactor import service_reactor
+from mqserver.fastpath import service_reactor
 from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store.flush import ThreadRunner
 from mqserver.store.store import MessageStore

@@ -4,8 +4,8 @@ from twisted.internet import endpoints
 from twisted.python import usage
 
 from mqserver.config import ConfigError, load_config
+from mqserver.fastpath import service_reactor
 from mqserver.frontdoor import front_doors
-from mqserver.reactor import service_reactor
 from mqserver.service import BrokerService
 
 

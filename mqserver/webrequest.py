@@ -36,3 +36,18 @@ class Request(server.Request):
 
         return "<{} at 0x{:x} method={} uri={} clientproto={}>".format(
             type(self).__name__, id(self), text(self.method), text(self.uri), text(self.clientproto))
+
+
+def departure(request):
+    """Return a list that stays empty while the client of C{request} can still get the
+    answer, and holds the reason once the connection was lost before the answer was
+    finished.
+
+    Call it when a resource returns C{NOT_DONE_YET} (the connection cannot be lost while
+    C{render} runs), and check the list before writing the late answer. It listens on
+    C{request.notifyFinish()}, the public API for this, and so works with any
+    C{IRequest}, not only with the request class that has the private flag it sets.
+    """
+    gone = []
+    request.notifyFinish().addErrback(gone.append)
+    return gone

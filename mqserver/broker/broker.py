@@ -255,17 +255,24 @@ class Broker:
 
         Returns a Deferred firing with the L{PutResult} when the write is as durable as
         the flush level asks."""
+        try:
+            result = self.publish_now(topic, messages, queue_id)
+        except Exception as e:
+            return defer.fail(e)
+        return result if isinstance(result, defer.Deferred) else defer.succeed(result)
+
+    def publish_now(self, topic, messages, queue_id=None):
+        """L{publish} for a front door that answers at once when it can: returns the
+        L{PutResult} itself when the write is already as durable as the flush level asks
+        (levels 0 and 1), else a Deferred firing with it. Raises L{BrokerError} when
+        the publish is refused or the write fails."""
         t = self.registry.topics.get(topic)
         if (queue_id is None and t is not None and t.queues == 1 and self.is_master
                 and t.valid(self.now_ms())):
             # The usual publish, in short: a writable one-queue topic on a master.
-            return self.store.put_messages(topic, 0, messages)
-        try:
-            t = self._writable(topic)
-            qid = self._pick_queue(t, queue_id)
-        except Exception as e:
-            return defer.fail(e)
-        return self.store.put_messages(topic, qid, messages)
+            return self.store.put_messages_now(topic, 0, messages)
+        t = self._writable(topic)
+        return self.store.put_messages_now(topic, self._pick_queue(t, queue_id), messages)
 
     def delay(self, topic, delay_ms, messages):
         """Store C{messages} to be published C{delay_ms} from now. Returns a Deferred

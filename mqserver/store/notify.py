@@ -1,7 +1,5 @@
 """Telling waiters about new records, and which records readers may see."""
 
-from twisted.internet import defer
-
 
 class Notifier:
     """Owns what readers may see (L{visible_end}) and the listeners told of new records:
@@ -31,16 +29,16 @@ class Notifier:
         self.visible_end = commitlog.end
 
     def after_write(self, result, topic, queue_id):
-        """Return a Deferred firing with C{result} once the write that ended the log is
-        as durable as the flush level asks, telling the listeners when it is visible.
-        C{topic} None: an admin record."""
+        """Return C{result} when the write that ended the log is already as durable as
+        the flush level asks (levels 0 and 1), else a Deferred firing with it once it
+        is; tell the listeners when it is visible. C{topic} None: an admin record."""
         end = self.commitlog.end
         if self.flush_level >= 2:
             self._pending_visible.append((end, topic, queue_id))
             return self._flusher.request(end).addCallback(lambda _: result)
         self.visible_end = end
         self._notify(topic, queue_id)
-        return defer.succeed(result)
+        return result
 
     def durable(self, offset):
         """The log is durable up to C{offset}: at flush level 2, show what it holds."""

@@ -44,8 +44,9 @@ class MessageStore:
     """The storage engine. Runs on the reactor thread; fsync runs on the runner's thread.
 
     Owns the life cycle (the directory lock, opening the files, closing them) and hands
-    everything else to its parts. C{put_messages}, C{read_entries} and C{read_records},
-    the per-message paths, are the parts' own bound methods (no facade call on them).
+    everything else to its parts. C{put_messages}, C{put_messages_now}, C{read_entries}
+    and C{read_records}, the per-message paths, are the parts' own bound methods (no
+    facade call on them).
 
     @ivar writer: the L{Writer} (appending, eventIds).
     @ivar reader: the L{Reader} (reading and checking records).
@@ -94,6 +95,7 @@ class MessageStore:
         self._retention = Retention(self, clock)
         # The per-message paths go straight to their part (one call, not two).
         self.put_messages = self.writer.put_messages
+        self.put_messages_now = self.writer.put_messages_now
         self.read_entries = self.reader.read_entries
         self.read_records = self.reader.read_records
 

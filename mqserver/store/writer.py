@@ -80,15 +80,24 @@ class Writer:
         eventId; it may skip ahead of L{next_event_id} but never go back.
         """
         try:
-            if self._disk.refusal is not None:
-                raise self._disk.refusal
-            if event_id is not None:
-                self._force_event_id(event_id)
-            result = self._append(topic, queue_id, messages, _MESSAGE_MAGIC, 0, now_ms)
+            result = self.put_messages_now(topic, queue_id, messages, now_ms, event_id)
         except StoreError as e:
             return defer.fail(e)
+        return result if type(result) is not PutResult else defer.succeed(result)
+
+    def put_messages_now(self, topic, queue_id, messages, now_ms=None, event_id=None):
+        """L{put_messages} for a caller that answers at once when it can: returns the
+        L{PutResult} itself when the write is already as durable as the flush level asks
+        (levels 0 and 1), else a Deferred firing with it; raises L{StoreError} when the
+        write is refused or fails."""
+        if self._disk.refusal is not None:
+            raise self._disk.refusal
+        if event_id is not None:
+            self._force_event_id(event_id)
+        try:
+            result = self._append(topic, queue_id, messages, _MESSAGE_MAGIC, 0, now_ms)
         except OSError as e:
-            return defer.fail(self._write_failed(e))
+            raise self._write_failed(e) from None
         return self._after_write(result, topic, queue_id)
 
     def put_admin(self, op, topic, body, now_ms=None, event_id=None):
@@ -104,7 +113,8 @@ class Writer:
             return defer.fail(e)
         except OSError as e:
             return defer.fail(self._write_failed(e))
-        return self._after_write(result, None, None)
+        result = self._after_write(result, None, None)
+        return result if type(result) is not PutResult else defer.succeed(result)
 
     def _write_failed(self, e):
         self._disk.error("write", e)

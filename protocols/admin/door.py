@@ -75,8 +75,9 @@ class AdminResource(resource.Resource):
         except ApiError as e:
             return self._error(request, e.status, str(e))
         if isinstance(result, defer.Deferred):
-            result.addCallbacks(lambda r: self._finish(request, 200, r),
-                                lambda f: self._failed(request, f))
+            gone = webrequest.departure(request)
+            result.addCallbacks(lambda r: self._finish(request, 200, r, gone),
+                                lambda f: self._failed(request, f, gone))
             return server.NOT_DONE_YET
         return self._answer(request, 200, result)
 
@@ -113,12 +114,12 @@ class AdminResource(resource.Resource):
     def _error(self, request, status, text):
         return self._answer(request, status, {"error": text})
 
-    def _finish(self, request, status, obj):
-        if not request._disconnected:
+    def _finish(self, request, status, obj, gone):
+        if not gone:  # else the client left before the answer was ready
             request.write(self._answer(request, status, obj))
             request.finish()
 
-    def _failed(self, request, f):
+    def _failed(self, request, f, gone):
         if f.check(ApiError):
             status, text = f.value.status, str(f.value)
         elif f.check(TopicNotFound):
@@ -130,7 +131,7 @@ class AdminResource(resource.Resource):
         else:
             self.log.failure("admin request failed", f)
             status, text = 500, "internal error"
-        self._finish(request, status, {"error": text})
+        self._finish(request, status, {"error": text}, gone)
 
     # -- topics --------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from twisted.web import http, resource, server
 
 from mqserver import webrequest
 from mqserver.security import BearerTokenResource, bearer_authorized
+from mqserver.service import HookService
 
 from protocols.msgout.api import ApiError, Messages, MsgoutApi, dumps, split_path, status_of
 from protocols.msgout.push import PushManager
@@ -134,8 +135,9 @@ class MsgoutResource(resource.Resource):
         d.addCallback(lambda r: now.append(r) or r)
         if now:
             return self._body(request, now[0])
+        gone = webrequest.departure(request)
         request.notifyFinish().addErrback(lambda _: self._gone(d))
-        d.addCallback(self._finish, request)
+        d.addCallback(self._finish, request, gone)
         return server.NOT_DONE_YET
 
     @staticmethod
@@ -144,8 +146,8 @@ class MsgoutResource(resource.Resource):
         if not d.called:
             d.cancel()
 
-    def _finish(self, result, request):
-        if request._disconnected:
+    def _finish(self, result, request, gone):
+        if gone:
             status, data = result
             receipts = data.receipts() if isinstance(data, Messages) else []
             if receipts:
@@ -165,7 +167,8 @@ class MsgoutResource(resource.Resource):
 
 
 class MsgoutSite(server.Site):
-    """The msgout HTTP site; starts the push subscriptions once the reactor runs."""
+    """The msgout HTTP site; its push subscriptions run as a service of the broker's
+    tree (L{services})."""
 
     noisy = False
     requestFactory = MsgoutRequest
@@ -176,21 +179,18 @@ class MsgoutSite(server.Site):
         self.token = token
         self.api = api
         self.pushes = pushes
-        self._reactor = api.reactor
 
     def log(self, request):
         pass  # no access log: a line per request would cost more than the request
 
-    def startFactory(self):
-        super().startFactory()
-        if self.pushes is not None:
-            # after the broker has started (its channels are built then)
-            self._reactor.callLater(0, self.pushes.start)
-
-    def stopFactory(self):
-        if self.pushes is not None:
-            self.pushes.stop()
-        super().stopFactory()
+    def services(self):
+        """The service pushing the subscriptions (none without pushes), added to the
+        broker's service tree beside the listener: it starts after the broker (whose
+        channels the pushes read) and stops after the listener closes, waiting for the
+        push connections to close (L{mqserver.service.BrokerService.add_door_services})."""
+        if self.pushes is None:
+            return []
+        return [HookService(self.pushes.start, self.pushes.stop, "msgout-pushes")]
 
 
 def make_factory(broker, config, reactor):

@@ -15,8 +15,9 @@ from mqserver.store.store import Message
 
 from protocols.nsq.codec import is_valid_name, is_valid_topic
 from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, result_body
-from protocols.nsq.node import VERSION, get_node
+from protocols.nsq.node import get_node
 from protocols.nsq.stats import stats_json, stats_text
+from protocols.nsq.version import VERSION
 
 _U32 = struct.Struct(">I")
 
@@ -100,8 +101,9 @@ class NsqdHttpResource(resource.Resource):
         except HttpError as e:
             return error_body(request, e)
         if isinstance(result, defer.Deferred):
-            result.addCallbacks(lambda r: self._finish(request, r),
-                                lambda f: self._finish(request, self._failure(f)))
+            gone = webrequest.departure(request)
+            result.addCallbacks(lambda r: self._finish(request, r, gone),
+                                lambda f: self._finish(request, self._failure(f), gone))
             return server.NOT_DONE_YET
         return result_body(request, result, path == b"/ping")
 
@@ -123,9 +125,9 @@ class NsqdHttpResource(resource.Resource):
         request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
         return b'{"message": "TLS_REQUIRED", "https_port": %d}' % port
 
-    def _finish(self, request, result):
-        if request._disconnected:
-            return
+    def _finish(self, request, result, gone):
+        if gone:
+            return  # the client left before the answer was ready
         if isinstance(result, HttpError):
             request.write(error_body(request, result))
         else:

@@ -13,7 +13,7 @@ from twisted.logger import Logger
 from mqserver.idle import IdleWatch
 
 from protocols.nsq.codec import DEFAULT_MAX_LINE, is_valid_name
-from protocols.nsq.node import VERSION
+from protocols.nsq.version import VERSION
 
 _U32 = struct.Struct(">I")
 _ids = itertools.count(1)

@@ -10,7 +10,7 @@ from collections import deque
 from twisted.internet import protocol
 from twisted.logger import Logger
 
-from protocols.nsq.node import VERSION
+from protocols.nsq.version import VERSION
 
 _U32 = struct.Struct(">I")
 PING_INTERVAL = 15.0

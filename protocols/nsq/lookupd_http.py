@@ -6,7 +6,7 @@ from twisted.web import resource, server
 from mqserver import webrequest
 
 from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, name_arg, result_body
-from protocols.nsq.node import VERSION
+from protocols.nsq.version import VERSION
 
 
 def _topic(request):

@@ -18,8 +18,8 @@ from mqserver.errors import TopicExists
 from protocols.nsq.auth import AuthClient
 from protocols.nsq.codec import is_valid_name
 from protocols.nsq.identify import ServerSettings
-
-VERSION = "1.3.0"
+from protocols.nsq.lookupd_client import LookupdClients
+from protocols.nsq.version import VERSION
 
 
 def tls_options(cert, key):
@@ -131,8 +131,6 @@ class NsqNode:
         """The TCP door is listening: register with the configured lookupds."""
         addresses = self.config["nsq.lookupdTcpAddresses"]
         if addresses and not self.lookupd_clients:
-            from protocols.nsq.lookupd_client import LookupdClients
-
             clients = LookupdClients(self, addresses)
             self.lookupd_clients.append(clients)
             self.broker.channels.observers.append(clients)

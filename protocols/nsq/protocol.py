@@ -1,73 +1,49 @@
 """The nsqd TCP protocol (V2): commands in, OK/error/message frames out.
 
-Replies go out in command order (a PUB answers when the store has the message, so
-pipelined PUBs share a group commit). A subscribed connection is a consumer of a broker
-L{Channel}: the channel hands it messages while RDY allows, and its frames are buffered
-as nsqd does (flushed when the buffer fills, when the connection stops being ready,
-or after output_buffer_timeout). Fatal errors are sent, then the socket closes.
+L{NsqdProtocol} is one client connection, put together from a part per responsibility:
+
+  - this module: the connection's life (made, lost), reading (the cork, inflating a
+    compressed stream, the FIN fast path), command dispatch by state (L{_run} and the
+    C{_handlers} table) and IDENTIFY, which upgrades the stream (TLS, compression);
+  - L{protocols.nsq.replies.Replies}: writing, the delivery frame buffer, replies in
+    command order and errors;
+  - L{protocols.nsq.subscriber.Subscriber}: SUB, RDY, FIN, REQ, TOUCH, CLS and
+    deliveries (the connection as a channel's consumer);
+  - L{protocols.nsq.publisher.Publisher}: PUB, MPUB, DPUB;
+  - L{protocols.nsq.heartbeats.Heartbeats}: heartbeats and the read deadline;
+  - L{protocols.nsq.gate.SecurityGate}: the TLS policy and AUTH.
+
+The states and the verbs each allows are in L{protocols.nsq.states}.
 """
 
-import re
-import struct
-from binascii import unhexlify
 from collections import deque
 
-from twisted.internet import defer
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from mqserver.errors import BrokerError
 from mqserver.interfaces import IChannelConsumer
 from mqserver.sendnow import Cork
-from mqserver.store.store import Message
 
 from protocols.nsq import errors as E
-from protocols.nsq.codec import CLOSE_WAIT, HEARTBEAT, OK, CommandDecoder, error, response
+from protocols.nsq.codec import OK, CommandDecoder, response
 from protocols.nsq.compress import (CompressionError, DeflateCompressor, DeflateDecompressor,
                                     SnappyCompressor, SnappyDecompressor)
 from protocols.nsq.errors import NsqError
-from protocols.nsq.frames import delivery_frames
 from protocols.nsq.gate import SecurityGate
+from protocols.nsq.heartbeats import Heartbeats
 from protocols.nsq.identify import ClientSettings, negotiate
 from protocols.nsq.messages import (Auth, Cls, Dpub, Fin, Identify, Invalid, Mpub, Nop, Pub,
                                     Rdy, Req, Sub, Touch)
-
-INIT, SUBSCRIBED, CLOSING = 0, 3, 4
-#: Verbs allowed per state (anything else is the fatal "cannot <VERB> in current state").
-_ALLOWED = {
-    INIT: {"IDENTIFY", "AUTH", "SUB", "PUB", "MPUB", "DPUB", "NOP"},
-    SUBSCRIBED: {"RDY", "FIN", "REQ", "TOUCH", "CLS", "PUB", "MPUB", "DPUB", "NOP"},
-    CLOSING: {"RDY", "FIN", "REQ", "TOUCH", "PUB", "MPUB", "DPUB", "NOP"},
-}
-#: Replies waiting before the connection stops reading (bounds a pipelining producer).
-MAX_PIPELINE = 512
-
-
-def message_id(event_id):
-    """The 16-byte NSQ message id of a stored record: its eventId in 16 hex digits."""
-    return b"%016x" % event_id
-
-
-#: A run of FIN lines with ids in our own spelling (16 lowercase hex digits).
-_FIN_RUN = re.compile(rb"(?:FIN [0-9a-f]{16}\n)+")
-_FIN_LINE = 21
-
-
-def parse_message_id(msg_id):
-    """The eventId of a 16-byte id, or None when it is not one of ours."""
-    try:
-        eid = int(msg_id, 16)
-    except ValueError:
-        return None
-    # int() also takes "0x", "_" and spaces: only our exact spelling is an id
-    return eid if b"%016x" % eid == msg_id else None
+from protocols.nsq.publisher import Publisher
+from protocols.nsq.replies import Replies
+from protocols.nsq.states import ALLOWED, CLOSING, INIT
+from protocols.nsq.subscriber import Subscriber, parse_message_id
 
 
 @implementer(IPushProducer, IChannelConsumer)
-class NsqdProtocol(SecurityGate, Protocol):
+class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Protocol):
     """One V2 client connection (producer, consumer or both).
 
     Consumer attributes read by the channel: C{rdy}, C{in_flight}, C{msg_timeout},
@@ -75,7 +51,7 @@ class NsqdProtocol(SecurityGate, Protocol):
     """
 
     log = Logger()
-    _ALLOWED = _ALLOWED
+    _ALLOWED = ALLOWED
 
     def __init__(self, factory):
         node = factory.node
@@ -142,175 +118,7 @@ class NsqdProtocol(SecurityGate, Protocol):
         self.can_receive = False
         if self.channel is not None:
             self.channel.remove_consumer(self)
-        for a in self._answers:
-            if isinstance(a, defer.Deferred):
-                a.addErrback(lambda f: None)
         self._answers.clear()
-
-    # IPushProducer: the transport tells us when its write buffer is full
-
-    def pauseProducing(self):
-        self._write_paused = True
-        self._update_ready()
-
-    def resumeProducing(self):
-        self._write_paused = False
-        self._update_ready()
-
-    def stopProducing(self):
-        self._write_paused = True
-        self.can_receive = False
-
-    def _update_ready(self):
-        ready = self.state == SUBSCRIBED and not self._write_paused and not self._dead
-        was = self.can_receive
-        self.can_receive = ready
-        if ready and not was and self.channel is not None:
-            self.channel.schedule_pump()
-
-    # -- heartbeats ----------------------------------------------------------------------
-
-    def _arm_heartbeat(self):
-        if self._hb_call is not None and self._hb_call.active():
-            self._hb_call.cancel()
-        self._hb_call = None
-        interval = self.settings.heartbeat_interval_ms
-        if interval > 0 and not self._dead:
-            self._hb_call = self.reactor.callLater(interval / 1000.0, self._heartbeat)
-
-    def _heartbeat(self):
-        self._hb_call = None
-        interval = self.settings.heartbeat_interval_ms / 1000.0
-        if self.reactor.seconds() - self._last_recv >= 2 * interval - 0.001:
-            # nsqd's read deadline: nothing at all from the client for 2 intervals
-            self.transport.loseConnection()
-            return
-        self._flush()
-        self._write(HEARTBEAT)
-        self._arm_heartbeat()
-
-    # -- output --------------------------------------------------------------------------
-
-    def _write(self, data):
-        if self._compressor is not None:
-            data = self._compressor.compress(data)
-        self._cork.write(self.transport, data)
-
-    def _flush(self):
-        if self._flush_call is not None:
-            if self._flush_call.active():
-                self._flush_call.cancel()
-            self._flush_call = None
-        if self._out:
-            data = b"".join(self._out)
-            self._out = []
-            self._out_size = 0
-            if not self._dead:
-                self._write(data)
-
-    def deliver(self, items):
-        """Channel callback: frame C{items} into the output buffer."""
-        frames = delivery_frames(items)
-        self._out.append(frames)
-        self._out_size = size = self._out_size + len(frames)
-        self.message_count += len(items)
-        s = self.settings
-        if self.in_flight >= self.rdy or size >= s.output_buffer_size:
-            self._flush()
-        elif self._flush_call is None and s.output_buffer_timeout_ms > 0:
-            self._flush_call = self.reactor.callLater(s.output_buffer_timeout_ms / 1000.0,
-                                                      self._flush)
-
-    def channel_closed(self):
-        """Channel callback: the channel was deleted; nsqd closes its consumers."""
-        self.channel = None
-        self.can_receive = False
-        self._flush()
-        self.transport.loseConnection()
-
-    # -- replies in order ----------------------------------------------------------------
-
-    def _answer(self, item):
-        """Queue a reply: bytes, a Deferred firing with bytes, or a callable run in turn."""
-        if not self._answers:
-            if not isinstance(item, defer.Deferred):
-                self._emit(item)
-                return
-            if item.called and type(item.result) is bytes:
-                # already answered (flush level 0/1 publishes): no queueing needed
-                self._emit(item.result)
-                return
-        self._answers.append(item)
-        if isinstance(item, defer.Deferred):
-            item.addBoth(self._drain)
-        if len(self._answers) > MAX_PIPELINE and not self._read_paused:
-            self._read_paused = True
-            self.transport.pauseProducing()
-
-    def _emit(self, item):
-        if callable(item):
-            item()
-        elif item:
-            self._flush()
-            self._write(item)
-
-    def _drain(self, result=None):
-        answers = self._answers
-        while answers:
-            head = answers[0]
-            if isinstance(head, defer.Deferred):
-                if not head.called:
-                    return result
-                value = head.result
-                if isinstance(value, defer.Deferred):
-                    return result
-                answers.popleft()
-                if isinstance(value, Failure):
-                    head.addErrback(lambda f: None)
-                    value = self._fatal_later(self._publish_error(head, value))
-                if self._dead:
-                    continue
-                self._emit(value)
-            else:
-                answers.popleft()
-                if not self._dead:
-                    self._emit(head)
-        if self._read_paused and not self._dead:
-            self._read_paused = False
-            if not self._inflating():
-                self.transport.resumeProducing()
-            elif self._inflate_call is None:
-                self._inflate_call = self.reactor.callLater(0, self._inflate_more)
-        return result
-
-    def _publish_error(self, d, failure):
-        verb = getattr(d, "nsq_verb", "PUB")
-        reason = failure.getErrorMessage() if failure.check(BrokerError) else "internal error"
-        if not failure.check(BrokerError):
-            self.log.failure("NSQ {verb} failed", failure, verb=verb)
-        make = {"PUB": E.pub_failed, "MPUB": E.mpub_failed, "DPUB": E.dpub_failed,
-                "SUB": E.sub_failed}[verb]
-        return make(reason)
-
-    def _fatal_later(self, err):
-        def send():
-            self._send_error(err)
-        return send
-
-    def _send_error(self, err):
-        if err.send_frame:
-            self._flush()
-            self._write(error(err))
-        if err.fatal:
-            self._dead = True
-            self.can_receive = False
-            self.transport.loseConnection()
-
-    def _fail(self, err):
-        """Answer an NsqError in order; a fatal one stops reading and closes."""
-        if err.fatal:
-            self._dead_input = True
-        self._answer(self._fatal_later(err))
 
     # -- input ---------------------------------------------------------------------------
 
@@ -378,32 +186,18 @@ class NsqdProtocol(SecurityGate, Protocol):
         answered in order."""
         kind = type(cmd)
         try:
-            if kind is not Invalid and cmd.verb not in _ALLOWED[self.state]:
+            if kind is not Invalid and cmd.verb not in ALLOWED[self.state]:
                 raise E.cannot_in_state(cmd.verb)
             self._handlers[kind](self, cmd)
         except NsqError as err:
             self._fail(err)
 
-    def _fast_fins(self, data):
-        """Consume leading ``FIN <id>\\n`` lines that succeed; return where they stop
-        (the decoder handles the rest, including any FIN that fails).
-
-        A reader acknowledges in runs of FINs: the run is found by one regular-expression
-        match, its ids decoded in one C call and finished in one channel call."""
-        m = _FIN_RUN.match(data)
-        if m is None:
-            return 0
-        count = m.end() // _FIN_LINE
-        ids = data[:m.end()].replace(b"FIN ", b"").replace(b"\n", b"")
-        eids = struct.unpack(">%dQ" % count, unhexlify(ids))
-        n = self.channel.finish_many(eids, self)
-        self.finish_count += n
-        return n * _FIN_LINE
+    # -- commands ------------------------------------------------------------------------
 
     def do_invalid(self, cmd):
         verb = cmd.verb
-        known = any(verb in v for v in _ALLOWED.values()) or verb in ("IDENTIFY", "AUTH", "SUB")
-        if known and verb not in _ALLOWED[self.state]:
+        known = any(verb in v for v in ALLOWED.values()) or verb in ("IDENTIFY", "AUTH", "SUB")
+        if known and verb not in ALLOWED[self.state]:
             raise E.cannot_in_state(verb)
         if verb == "RDY" and self.state == CLOSING:
             return  # nsqd ignores RDY after CLS, even a malformed one
@@ -447,115 +241,12 @@ class NsqdProtocol(SecurityGate, Protocol):
 
         self._answer(upgrade)
 
-    def do_sub(self, cmd):
-        if self.settings.heartbeat_interval_ms <= 0:
-            raise E.sub_heartbeats_disabled()
-        self.state = SUBSCRIBED
-        self.topic, self.channel_name = cmd.topic, cmd.channel
-        d = self.node.ensure_topic(cmd.topic)
-        d.nsq_verb = "SUB"
-
-        def attach(_):
-            if self._dead:
-                return OK
-            ch = self.broker.channels.create_channel(cmd.topic, cmd.channel)
-            self.channel = ch
-            self._update_ready()
-            ch.add_consumer(self)
-            return OK
-
-        d.addCallback(attach)
-        d.nsq_verb = "SUB"
-        self._answer(d)
-
-    def do_rdy(self, cmd):
-        if self.state == CLOSING:
-            return
-        self.rdy = cmd.count
-        if self.channel is not None and self.rdy > self.in_flight:
-            self.channel.schedule_pump()
-        elif self.in_flight >= self.rdy:
-            self._flush()
-
-    def _consumer_call(self, verb, cmd, fn, *args):
-        ch = self.channel
-        eid = parse_message_id(cmd.msg_id)
-        why = "ID not in flight" if ch is None or eid is None else fn(ch, eid, self, *args)
-        if why is not None:
-            make = {"FIN": E.fin_failed, "REQ": E.req_failed, "TOUCH": E.touch_failed}[verb]
-            self._fail(make(cmd.msg_id, why))
-            return False
-        return True
-
-    def do_fin(self, cmd):
-        if self._consumer_call("FIN", cmd, _finish):
-            self.finish_count += 1
-
-    def do_req(self, cmd):
-        if self._consumer_call("REQ", cmd, _requeue, cmd.timeout_ms):
-            self.requeue_count += 1
-
-    def do_touch(self, cmd):
-        self._consumer_call("TOUCH", cmd, _touch, self.node.server.max_msg_timeout_ms / 1000.0)
-
-    def do_cls(self, cmd):
-        self.state = CLOSING
-        self.rdy = 0
-        self._update_ready()
-        self._answer(CLOSE_WAIT)
-
-    def _publish(self, verb, topic, messages, defer_ms=0):
-        node = self.node
-        broker = self.broker
-        if broker.topic(topic) is not None:
-            d = (broker.publish(topic, messages) if not defer_ms
-                 else broker.delay(topic, defer_ms, messages))
-        else:
-            d = node.ensure_topic(topic)
-            d.addCallback(lambda _: broker.publish(topic, messages) if not defer_ms
-                          else broker.delay(topic, defer_ms, messages))
-        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(messages)
-        if d.called and not self._answers and not isinstance(d.result, (Failure, defer.Deferred)):
-            # Stored already (flush levels 0 and 1) with nothing answered ahead of it:
-            # OK at once, without a callback round through the Deferred.
-            self._emit(OK)
-            return
-        d.addCallback(_ok)
-        d.nsq_verb = verb
-        self._answer(d)
-
-    # A body alone (bytes) is a message the store stamps with the time of its write.
-    def do_pub(self, cmd):
-        self._publish("PUB", cmd.topic, [bytes(cmd.body)])
-
-    def do_mpub(self, cmd):
-        self._publish("MPUB", cmd.topic, [bytes(b) for b in cmd.bodies])
-
-    def do_dpub(self, cmd):
-        self._publish("DPUB", cmd.topic, [Message(cmd.body, born_ts=self.broker.now_ms())],
-                      cmd.defer_ms)
-
     _handlers = {
-        Invalid: do_invalid, Nop: do_nop, Identify: do_identify, Auth: SecurityGate.do_auth, Sub: do_sub,
-        Rdy: do_rdy, Fin: do_fin, Req: do_req, Touch: do_touch, Cls: do_cls, Pub: do_pub,
-        Mpub: do_mpub, Dpub: do_dpub,
+        Invalid: do_invalid, Nop: do_nop, Identify: do_identify, Auth: SecurityGate.do_auth,
+        Sub: Subscriber.do_sub, Rdy: Subscriber.do_rdy, Fin: Subscriber.do_fin,
+        Req: Subscriber.do_req, Touch: Subscriber.do_touch, Cls: Subscriber.do_cls,
+        Pub: Publisher.do_pub, Mpub: Publisher.do_mpub, Dpub: Publisher.do_dpub,
     }
-
-
-def _ok(_):
-    return OK
-
-
-def _finish(ch, eid, owner):
-    return ch.finish(eid, owner)
-
-
-def _requeue(ch, eid, owner, delay_ms):
-    return ch.requeue(eid, owner, delay_ms)
-
-
-def _touch(ch, eid, owner, max_timeout):
-    return ch.touch(eid, owner, max_timeout)
 
 
 class NsqdFactory(Factory):

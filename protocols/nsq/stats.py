@@ -6,7 +6,7 @@ import time
 from mqserver.broker.stats import payload_bytes
 from mqserver.replication.status import replication_status
 
-from protocols.nsq.node import VERSION
+from protocols.nsq.version import VERSION
 
 _E2E = {"count": 0, "percentiles": None}
 _MEMORY = {"heap_objects": 0, "heap_idle_bytes": 0, "heap_in_use_bytes": 0,

@@ -11,8 +11,8 @@ from collections import deque
 from twisted.internet import defer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
+from mqserver.answers import PendingAnswer
 from mqserver.broker.cursor import EventNotFound
 from mqserver.errors import (
     BrokerError,
@@ -50,16 +50,12 @@ MAX_PIPELINE = 256
 _OK = codec.ok()
 
 
-def _ok_when_done(d):
-    """Return OK at once for a write that is already complete (flush levels 0 and 1),
-    or a Deferred of it; a failure is re-raised or passed on."""
-    if d.called:
-        result = d.result
-        if isinstance(result, Failure):
-            d.addErrback(lambda f: None)  # handled here: keep it out of the error log
-            result.raiseException()
-        return _OK
-    return d.addCallback(lambda _: _OK)
+def _ok_when_done(stored):
+    """Return OK at once for a write that is already complete (L{Broker.publish_now}
+    gave its PutResult: flush levels 0 and 1), or a Deferred of it."""
+    if isinstance(stored, defer.Deferred):
+        return stored.addCallback(lambda _: _OK)
+    return _OK
 
 
 class SmssServerProtocol(IdleWatch, Protocol):
@@ -79,7 +75,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self.broker = factory.broker
         self.decoder = codec.RequestDecoder(max_payload=factory.max_payload)
         self.subscription = None
-        self._answers = deque()  # Deferreds or bytes, in request order
+        self._answers = deque()  # PendingAnswers or bytes, in request order
         self._paused = False
         self._held_sub = None  # a SUB waiting for the answers before it
         self.replica_feed = None
@@ -180,11 +176,14 @@ class SmssServerProtocol(IdleWatch, Protocol):
             # Nothing ahead of it: write at once (the common case).
             self.write(result)
             return
-        self._answers.append(result)
         if isinstance(result, defer.Deferred):
+            slot = PendingAnswer(result)
+            self._answers.append(slot)
             result.addErrback(self._failure_to_err)
             # Exactly one flush per answer, when it is ready (at once if it already is).
-            result.addBoth(self._flush_answers)
+            result.addBoth(self._settle, slot)
+        else:
+            self._answers.append(result)
         self._flush_answers()
         if len(self._answers) > MAX_PIPELINE and not self._paused:
             self._paused = True
@@ -196,18 +195,21 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self.log.failure("smss request failed", f)
         return codec.err("internal error")
 
-    def _flush_answers(self, _=None):
+    def _settle(self, answer, slot):
+        slot.settle(answer)
+        self._flush_answers()
+        return answer
+
+    def _flush_answers(self):
         while self._answers:
             head = self._answers[0]
-            if isinstance(head, defer.Deferred):
-                if not head.called:
+            if type(head) is PendingAnswer:
+                if not head.ready:
                     # Its own callback (added in _answer) flushes again when it fires.
                     # Adding one here on every call piled up a callback per later
                     # answer on each pending head: quadratic work for pipelined PUBs.
-                    return _
-                head = head.result
-                if isinstance(head, defer.Deferred):
-                    return _
+                    return
+                head = head.value
             self._answers.popleft()
             if head:
                 self.write(head)
@@ -217,11 +219,10 @@ class SmssServerProtocol(IdleWatch, Protocol):
         if self._held_sub is not None and not self._answers:
             ev, self._held_sub = self._held_sub, None
             self._event(ev)
-        return _
 
     def _close_after_answers(self):
         d = defer.gatherResults(
-            [a for a in self._answers if isinstance(a, defer.Deferred)], consumeErrors=True
+            [a.deferred for a in self._answers if type(a) is PendingAnswer], consumeErrors=True
         )
         d.addBoth(lambda _: self.transport.loseConnection())
 
@@ -281,7 +282,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
             return codec.err("invalid pub payload")
         if not self.broker.is_master:
             raise NotMaster("pub message")
-        return _ok_when_done(self.broker.publish(self._topic_name(topic), msgs))
+        return _ok_when_done(self.broker.publish_now(self._topic_name(topic), msgs))
 
     def do_Delay(self, ev):
         if not self.broker.is_master:
@@ -421,7 +422,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
             self.subscription.stop()
             self.subscription = None
         for a in self._answers:
-            if isinstance(a, defer.Deferred):
-                a.addErrback(lambda f: None)
+            if type(a) is PendingAnswer:
+                a.deferred.addErrback(lambda f: None)
         self._answers.clear()
         self._held_sub = None

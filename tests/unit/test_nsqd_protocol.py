@@ -9,7 +9,7 @@ import pytest
 
 from protocols.nsq.factory import make_factory
 from protocols.nsq.frames import FrameReader, decode_message
-from tests.support.inprocess import NOW, door_fixtures
+from tests.support.inprocess import NOW, door_fixtures, running
 
 MAGIC = b"  V2"
 # nsq-protocol.md §2.3
@@ -242,3 +242,49 @@ def test_compressed_pipelined_commands_fed_one_byte_at_a_time(node, codec):
     c.send_bytewise(enc.compress(pub(b"t", b"1") + b"NOP\n" + pub(b"t", b"2")))
     assert dec.decompress(c.take()) == OK + OK
     assert node.store.queue("t", 0).max_offset == 2
+
+
+def test_a_publish_the_store_refuses_at_once_is_answered_in_its_turn(tmp_path):
+    # nsqd takes bigger messages than the store here, so the store refuses the second
+    # PUB while it is called (no Deferred to wait on): its error still comes after the
+    # OK of the PUB ahead of it, and it is fatal as nsqd's E_PUB_FAILED is
+    big = {"nsq.maxMsgSize": 8 << 20, "nsq.maxBodySize": 16 << 20}
+    with running(tmp_path / "data", make_factory, config=big) as n:
+        c = connect(n)
+        c.send(pub(b"t", b"1"))  # creates the topic
+        assert c.take() == OK
+        c.send(pub(b"t", b"2") + pub(b"t", b"x" * (5 << 20)))
+        assert c.take() == OK + error_frame(
+            b"E_PUB_FAILED PUB failed message of 5242880 bytes is over the limit")
+        assert not c.connected
+        r = consumer(n)
+        assert [m.body for m in messages(r.take())] == [b"1", b"2"]
+
+
+def test_a_pub_pipelined_behind_a_waiting_sub_is_answered_after_it(held):
+    # SUB to a new topic waits for the topic's creation; a PUB to another, existing
+    # topic pipelined behind it is answered after it
+    c = connect(held)
+    c.send(pub(b"t", b"1"))
+    held.runner.release()
+    assert c.take() == OK
+    c.send(b"SUB new ch\n" + pub(b"t", b"2"))
+    assert c.take() == b""
+    held.runner.release()
+    assert c.take() == OK + OK
+
+
+def test_nothing_after_a_fatal_publish_error_in_the_same_read_is_run(tmp_path):
+    # nsqd stops at a fatal error: the PUB behind the refused one is neither stored
+    # nor answered (it was stored, and its OK written after the error frame)
+    big = {"nsq.maxMsgSize": 8 << 20, "nsq.maxBodySize": 16 << 20}
+    with running(tmp_path / "data", make_factory, config=big) as n:
+        c = connect(n)
+        c.send(pub(b"t", b"1"))
+        assert c.take() == OK
+        c.send(pub(b"t", b"x" * (5 << 20)) + pub(b"t", b"2"))
+        assert c.take() == error_frame(
+            b"E_PUB_FAILED PUB failed message of 5242880 bytes is over the limit")
+        assert not c.connected
+        r = consumer(n)
+        assert [m.body for m in messages(r.take())] == [b"1"]

@@ -128,3 +128,22 @@ def test_background_loops_are_services_stopped_before_the_store_closes(tmp_path)
     yield root.stopService()
     assert not any(s.running for s in loops + store_loops)
     assert not root.storage.store.opened
+
+
+@pytest_twisted.inlineCallbacks
+def test_msgout_pushes_are_a_service_started_after_the_broker(tmp_path):
+    # they started on a timer the site armed when its listener started (issue 18.4):
+    # now the tree starts them after the broker and stops them after the listener
+    from twisted.internet import reactor
+
+    root = makeService(options(tmp_path, msgout="tcp:0:interface=127.0.0.1"), reactor)
+    names = [s.name for s in root]
+    assert names.index("storage") < names.index("msgout-pushes") < names.index("listen-msgout")
+    queues = root.storage.broker.queues
+    root.privilegedStartService()
+    assert queues.push_runner is None  # the listener is bound, the broker not started
+    root.startService()
+    assert root.getServiceNamed("msgout-pushes").running
+    assert queues.push_runner is not None  # pushing, without waiting for a reactor turn
+    yield root.stopService()
+    assert queues.push_runner is None

@@ -39,7 +39,8 @@ def test_defaults_and_service_tree(tmp_path):
         "rocketmq-broker", "rocketmq-tick", "rocketmq-register", "rocketmq-expire-clients",
         "rocketmq-check-transactions",
         "listen-broker", "listen-nsqd_tcp", "listen-nsqd_http", "listen-lookupd_tcp",
-        "listen-lookupd_http", "listen-msgout", "listen-console", "listen-metrics", "listen-admin",
+        "listen-lookupd_http", "msgout-pushes", "listen-msgout", "listen-console", "listen-metrics",
+        "listen-admin",
     ]
     assert cfg.listen["msgout"] == "tcp:8280:interface=127.0.0.1"
     assert cfg.listen["console"] == "tcp:12300:interface=127.0.0.1"

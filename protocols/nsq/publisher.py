@@ -1,0 +1,58 @@
+"""The producer side of an nsqd V2 connection, mixed into L{NsqdProtocol}: PUB, MPUB and
+DPUB. A publish to a topic that does not exist yet creates it first (as nsqd does)."""
+
+from twisted.internet import defer
+
+from mqserver.store.store import Message
+
+from protocols.nsq.codec import OK
+
+
+class Publisher:
+    """PUB, MPUB and DPUB of an nsqd connection (counted per topic in C{pub_counts})."""
+
+    def _publish(self, verb, topic, messages, defer_ms=0):
+        broker = self.broker
+        if defer_ms or broker.topic(topic) is None:
+            stored = self._publish_later(topic, messages, defer_ms)
+        else:
+            try:
+                stored = broker.publish_now(topic, messages)
+            except Exception as e:  # answered in its turn, as a failed write's would be
+                stored = defer.fail(e)
+        self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(messages)
+        if not isinstance(stored, defer.Deferred):
+            # Stored already (flush levels 0 and 1): OK at once, without a Deferred,
+            # or in turn behind the answers ahead of it.
+            if self._answers:
+                self._answer(OK)
+            else:
+                self._emit(OK)
+            return
+        stored.addCallback(_ok)
+        self._answer(stored, verb)
+
+    def _publish_later(self, topic, messages, defer_ms):
+        # A DPUB, or a publish that creates its topic first: a Deferred.
+        broker = self.broker
+        if broker.topic(topic) is not None:
+            return broker.delay(topic, defer_ms, messages)
+        d = self.node.ensure_topic(topic)
+        d.addCallback(lambda _: broker.publish(topic, messages) if not defer_ms
+                      else broker.delay(topic, defer_ms, messages))
+        return d
+
+    # A body alone (bytes) is a message the store stamps with the time of its write.
+    def do_pub(self, cmd):
+        self._publish("PUB", cmd.topic, [bytes(cmd.body)])
+
+    def do_mpub(self, cmd):
+        self._publish("MPUB", cmd.topic, [bytes(b) for b in cmd.bodies])
+
+    def do_dpub(self, cmd):
+        self._publish("DPUB", cmd.topic, [Message(cmd.body, born_ts=self.broker.now_ms())],
+                      cmd.defer_ms)
+
+
+def _ok(_):
+    return OK
