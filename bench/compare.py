@@ -8,7 +8,7 @@ is better). Reference servers are optional: with a binary absent its column says
 
     PYTHONPATH=. .venv/bin/python bench/compare.py [--rounds 2] [--seconds 5]
         [--smss-bin PATH] [--nsqd-bin PATH] [--bench-writer PATH] [--bench-reader PATH]
-        [--only smss|nsq|steady|rss] [--variant NAME:KEY=VALUE[,KEY=VALUE]]
+        [--only smss|nsq|rocketmq|steady|rss] [--variant NAME:KEY=VALUE[,KEY=VALUE]]
 
 The paths can also come from SMSS_BIN, NSQD_BIN, NSQ_BENCH_WRITER, NSQ_BENCH_READER.
 C{--variant} adds a second mqserver column with other configuration (e.g.
@@ -36,6 +36,7 @@ for p in (HERE, ROOT):
     if p not in sys.path:
         sys.path.insert(0, p)
 
+import compare_rocketmq as crm  # noqa: E402
 import nsq_bench  # noqa: E402
 import smss_bench as sb  # noqa: E402
 from procstat import cpu_seconds, peak_rss_mb, rss_mb, steal_seconds  # noqa: E402
@@ -56,11 +57,12 @@ def load():
 
 
 class Mq:
-    """mqserver (C{twistd -n mqserver}) with the smss and NSQ doors on loopback."""
+    """mqserver (C{twistd -n mqserver}) with the smss and NSQ doors on loopback, and the
+    RocketMQ nameserver and broker doors too when C{rocket}."""
 
-    def __init__(self, name, tmp, overrides=None, tree=ROOT):
+    def __init__(self, name, tmp, overrides=None, tree=ROOT, rocket=False):
         self.name, self.tmp, self.overrides = name, tmp, dict(overrides or {})
-        self.tree = tree
+        self.tree, self.rocket = tree, rocket
         self.server = None
 
     def start(self):
@@ -73,11 +75,16 @@ class Mq:
             node[leaf] = value
         data = os.path.join(self.tmp, f"{self.name}-{time.monotonic_ns()}")
         support.ROOT = self.tree  # the source tree the server runs from (its PYTHONPATH)
-        self.server = support.ServerProcess(data, config=config, listen={
-            "smss": "tcp:0:interface=127.0.0.1", "nsqd_tcp": "tcp:0:interface=127.0.0.1"})
+        listen = {"smss": "tcp:0:interface=127.0.0.1", "nsqd_tcp": "tcp:0:interface=127.0.0.1"}
+        if self.rocket:
+            listen.update(namesrv="tcp:0:interface=127.0.0.1", broker="tcp:0:interface=127.0.0.1")
+        self.server = support.ServerProcess(data, config=config, listen=listen)
         self.server.start(timeout=60)
         self.smss_port = self.server.smss_port
         self.nsq_port = self.server.ports["NsqdFactory"]
+        if self.rocket:
+            self.namesrv = f"127.0.0.1:{self.server.ports['NamesrvFactory']}"
+            self.rmq_port = self.server.ports["BrokerDoor"]
         self.pid = self.server.proc.pid
         return self
 
@@ -178,9 +185,10 @@ def nsq_writer_reader(sysm, a):
     rrate, read = _go_tool(a.bench_reader, sysm.nsq_port, topic, max(1, a.seconds // 2),
                            ["--channel=ch", "--rdy=2500"])
     c2 = cpu_seconds(sysm.pid)
-    return {"writer": {"rate": wrate, "cpu_us": 1e6 * (c1 - c0) / max(written, 1)},
-            "reader": {"rate": rrate, "cpu_us": 1e6 * (c2 - c1) / max(read, 1),
-                       "note": "drained the backlog" if read >= 0.99 * written else ""}}
+    return {"rows": {
+        "nsq bench_writer MPUB 200": {"rate": wrate, "cpu_us": 1e6 * (c1 - c0) / max(written, 1)},
+        "nsq bench_reader": {"rate": rrate, "cpu_us": 1e6 * (c2 - c1) / max(read, 1),
+                             "note": "drained the backlog" if read >= 0.99 * written else ""}}}
 
 
 def nsq_round_trip(sysm, a):
@@ -196,21 +204,30 @@ def nsq_round_trip(sysm, a):
 def paced_pipelined(port, request, reply_size, rate, seconds, per_write, handshake, out):
     """Send C{rate} requests a second (one message each), C{per_write} of them in one
     write at evenly spaced times, for C{seconds}; a thread reads the replies meanwhile,
-    so a slow reply never delays the next send. Put the count sent."""
+    so a slow reply never delays the next send. Put the count sent.
+
+    @param reply_size: the size of every reply, or a function of the bytes read that
+        returns how many whole replies they start with and the bytes those take."""
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if handshake:
         sock.sendall(handshake)
     writes = int(rate * seconds / per_write)
-    want = reply_size * per_write * writes
+    want = per_write * writes
 
     def drain():
-        got = 0
+        got, nbytes, buf = 0, 0, b""
         while got < want:
-            k = len(sock.recv(1 << 16))
-            if not k:
+            data = sock.recv(1 << 16)
+            if not data:
                 break
-            got += k
+            if callable(reply_size):
+                n, used = reply_size(buf + data)
+                buf = (buf + data)[used:]
+                got += n
+            else:
+                nbytes += len(data)
+                got = nbytes // reply_size
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
@@ -226,6 +243,18 @@ def paced_pipelined(port, request, reply_size, rate, seconds, per_write, handsha
     reader.join(60)
     sock.close()
     out.put(writes * per_write)
+
+
+def paced(port, request, reply_size, rate, seconds, per_write, handshake=b""):
+    """Run L{paced_pipelined} in its own process; return the count of requests sent."""
+    sent_q = MP.Queue()
+    pub = MP.Process(target=paced_pipelined, daemon=True,
+                     args=(port, request, reply_size, rate, seconds, per_write, handshake,
+                           sent_q))
+    pub.start()
+    sent = sent_q.get(timeout=seconds + 120)
+    pub.join(10)
+    return sent
 
 
 def _nsq_consumer(port, topic, total, counter, out):
@@ -266,13 +295,7 @@ def steady(sysm, a, proto, rate):
         request = b"PUB " + topic.encode() + b"\n" + len(body).to_bytes(4, "big") + body
         reply = 10  # size(4) type(4) "OK"
     c0, t0 = cpu_seconds(sysm.pid), time.monotonic()
-    sent_q = MP.Queue()
-    pub = MP.Process(target=paced_pipelined, daemon=True,
-                     args=(port, request, reply, rate, a.steady_seconds, a.steady_per_write, hs,
-                           sent_q))
-    pub.start()
-    sent = sent_q.get(timeout=a.steady_seconds + 120)
-    pub.join(10)
+    sent = paced(port, request, reply, rate, a.steady_seconds, a.steady_per_write, hs)
     r = out.get(timeout=120)
     if not isinstance(r, int) and r[0] != "ok":
         raise RuntimeError(r)
@@ -308,7 +331,7 @@ class Table:
 
     def print(self, systems, refs, skipped):
         print()
-        head = (f"{'figure':<44}" + "".join(f"{s:>26}" for s in systems)
+        head = (f"{'figure':<56}" + "".join(f"{s:>26}" for s in systems)
                 + f"{'mq/ref':>8}")
         print(head)
         print("-" * len(head))
@@ -324,12 +347,13 @@ class Table:
                 cells.append(f"{_fmt(med) + ' (' + vals + ')':>26}")
             ref = [medians[r] for r in refs if medians.get(r)]
             ratio = f"{medians[systems[0]] / ref[0]:.2f}" if ref and medians.get(systems[0]) else ""
-            print(f"{fig:<44}" + "".join(cells) + f"{ratio:>8}")
+            print(f"{fig:<56}" + "".join(cells) + f"{ratio:>8}")
         print("\nmedian (each run, in order); mq/ref = the first column's median over the"
               " reference server's.\nLoad average (1 min) at the start of each run:")
         seen = set()
         for fig in self.order:
-            base = fig.replace(" server CPU us/msg", "").replace(" msgs/s", "")
+            base = re.sub(r" (msgs/s|server CPU us/msg|client CPU us/msg|server/client CPU|"
+                          r"peak RSS MB)$", "", fig)
             if base in seen:
                 continue
             seen.add(base)
@@ -343,6 +367,8 @@ class Table:
 
 
 def _fmt(v):
+    if v < 10:
+        return f"{v:.2f}"
     if v >= 100:
         return f"{v:,.0f}"
     return f"{v:.1f}"
@@ -354,26 +380,31 @@ def _record(table, sysm, fig, res, ld):
         return
     table.add(f"{fig} msgs/s", sysm.name, res["rate"], ld, res.get("note", ""))
     table.add(f"{fig} server CPU us/msg", sysm.name, res["cpu_us"], ld)
+    if "client_us" in res:
+        table.add(f"{fig} client CPU us/msg", sysm.name, res["client_us"], ld)
+        table.add(f"{fig} server/client CPU", sysm.name, res["broker_client"], ld)
 
 
 def _measure(table, make, fig, fn, rnd, peaks):
-    """Start one system, measure C{fn} on it, stop it, record and print the figures."""
+    """Start one system, measure C{fn} on it, stop it, record and print the figures.
+
+    C{fn} returns one result, or C{{"rows": {figure: result}}} for several figures of one
+    run; the server's peak RSS over the run is one more row."""
     sysm = make().start()
     try:
         ld = load()
         res = fn(sysm)
-        peaks[sysm.name] = max(peaks.get(sysm.name, 0), peak_rss_mb(sysm.pid))
+        peak = peak_rss_mb(sysm.pid)
+        peaks[sysm.name] = max(peaks.get(sysm.name, 0), peak)
     finally:
         sysm.stop()
-    if fig == "nsq bench":
-        _record(table, sysm, "nsq bench_writer MPUB 200", res["writer"], ld)
-        _record(table, sysm, "nsq bench_reader", res["reader"], ld)
-        summary = f"writer {res['writer']['rate']:,.0f} reader {res['reader']['rate']:,.0f}"
-    else:
-        _record(table, sysm, fig, res, ld)
-        summary = ", ".join(f"{k} {v:,.1f}" for k, v in res.items() if not isinstance(v, str))
-    print(f"  round {rnd + 1} {fig:<36} {sysm.name:<12} {summary}  (load {ld:.1f})",
-          flush=True)
+    rows = res["rows"] if "rows" in res else {fig: res}
+    for name, r in rows.items():
+        _record(table, sysm, name, r, ld)
+        summary = ", ".join(f"{k} {v:,.2f}" for k, v in r.items() if not isinstance(v, str))
+        print(f"  round {rnd + 1} {name:<40} {sysm.name:<12} {summary}  (load {ld:.1f})",
+              flush=True)
+    table.add(f"{fig} peak RSS MB", sysm.name, peak, ld)
 
 
 def run(a):
@@ -392,9 +423,10 @@ def run(a):
         skipped.append(("bench_writer / bench_reader rows",
                         "no nsq bench tools (--bench-writer/--bench-reader or "
                         "NSQ_BENCH_WRITER/NSQ_BENCH_READER)"))
-    skipped.append(("RocketMQ steady rows", "no reference RocketMQ broker (the Java broker "
-                    "is not built here); bench/rocketmq_bench.py measures mqserver alone"))
-    mqs = [lambda: Mq("mqserver", tmp)]
+    skipped.append(("RocketMQ reference column", "no reference RocketMQ broker (the Java "
+                    "broker is not built here): its rows compare the broker with the C++ "
+                    "client's CPU and with the issue's figures"))
+    mqs = [lambda **kw: Mq("mqserver", tmp, **kw)]
     names = ["mqserver"]
     for v in a.variant:
         name, _, kv = v.partition(":")
@@ -402,17 +434,19 @@ def run(a):
         for item in kv.split(","):
             k, _, val = item.partition("=")
             over[k] = int(val) if val.lstrip("-").isdigit() else val
-        mqs.append(lambda name=name, over=over: Mq(name, tmp, over))
+        mqs.append(lambda name=name, over=over, **kw: Mq(name, tmp, over, **kw))
         names.append(name)
     for t in a.tree:
         name, _, path = t.partition(":")
-        mqs.append(lambda name=name, path=os.path.abspath(path): Mq(name, tmp, tree=path))
+        mqs.append(lambda name=name, path=os.path.abspath(path), **kw: Mq(name, tmp, tree=path,
+                                                                           **kw))
         names.append(name)
     smss_sys = list(mqs) + ([lambda: Ref("Go smss", "smss", smss_bin, tmp)] if smss_bin else [])
     nsq_sys = list(mqs) + ([lambda: Ref("nsqd 1.3", "nsqd", nsqd_bin, tmp)] if nsqd_bin else [])
+    rmq_sys = [lambda m=m: m(rocket=True) for m in mqs]
 
     plan = []  # (systems, figure, function)
-    only = set(a.only or ["smss", "nsq", "steady", "rss"])
+    only = set(a.only or ONLY)
     if "smss" in only:
         for c in a.conns:
             plan.append((smss_sys, f"smss publish {c} conn", lambda s, c=c: smss_publish(s, a, c)))
@@ -423,11 +457,16 @@ def run(a):
         if a.bench_writer and a.bench_reader:
             plan.append((nsq_sys, "nsq bench", lambda s: nsq_writer_reader(s, a)))
         plan.append((nsq_sys, "nsq 1 msg/round trip 1 conn", lambda s: nsq_round_trip(s, a)))
+    if "rocketmq" in only:
+        plan.append((rmq_sys, "rocketmq C++ client", lambda s: {"rows": crm.client_rows(s, a)}))
     if "steady" in only:
         for proto, systems in (("smss", smss_sys), ("nsq", nsq_sys)):
             for rate in a.rates:
                 plan.append((systems, f"{proto} steady {rate}/s + consumer",
                              lambda s, p=proto, r=rate: steady(s, a, p, r)))
+        for rate in a.rates:
+            plan.append((rmq_sys, f"rocketmq steady {rate}/s + consumer",
+                         lambda s, r=rate: crm.steady(s, a, r, _rmq_paced(a))))
     if "rss" in only:
         plan.append((smss_sys + nsq_sys[len(mqs):],
                      "idle RSS MB", lambda s: idle_rss(s, a)))
@@ -453,6 +492,14 @@ def run(a):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+ONLY = ["smss", "nsq", "rocketmq", "steady", "rss"]
+
+
+def _rmq_paced(a):
+    return lambda port, request, reply_size, rate, seconds: paced(
+        port, request, reply_size, rate, seconds, a.steady_per_write)
+
+
 def _ints(text):
     return [int(x) for x in text.split(",") if x]
 
@@ -469,7 +516,9 @@ def parse_args(argv=None):
     ap.add_argument("--steady-per-write", type=int, default=1,
                     help="messages per write in the steady rows (1: each PUB sent alone)")
     ap.add_argument("--idle-wait", type=float, default=2.0)
-    ap.add_argument("--only", action="append", choices=["smss", "nsq", "steady", "rss"])
+    ap.add_argument("--only", action="append", choices=ONLY)
+    ap.add_argument("--rmq-sends", type=int, default=10_000,
+                    help="sync sends of the RocketMQ C++ producer row (10,000)")
     ap.add_argument("--variant", action="append", default=[],
                     help="another mqserver column: NAME:KEY=VALUE[,KEY=VALUE]")
     ap.add_argument("--tree", action="append", default=[],
@@ -484,6 +533,7 @@ def parse_args(argv=None):
     a = ap.parse_args(argv)
     if a.quick:
         a.rounds, a.seconds, a.backlog, a.steady_seconds, a.idle_wait = 1, 2.0, 20_000, 2.0, 1.0
+        a.rmq_sends = 2000
     return a
 
 
