@@ -39,10 +39,15 @@ from os import sched_yield
 from select import EPOLLIN
 from time import monotonic
 
-from twisted.internet.epollreactor import EPollReactor
-from twisted.internet.main import installReactor
-from twisted.internet import posixbase
-from twisted.python import log
+from mqserver.lazytls import defer_tls_import
+
+# before Twisted's reactor modules are imported, so they leave the TLS stack for later
+defer_tls_import()
+
+from twisted.internet.epollreactor import EPollReactor  # noqa: E402
+from twisted.internet.main import installReactor  # noqa: E402
+from twisted.internet import posixbase  # noqa: E402
+from twisted.python import log  # noqa: E402
 
 __all__ = ["SpinningEPollReactor", "install", "DEFAULT_SPIN"]
 

@@ -7,7 +7,6 @@ import socket
 
 from twisted.application import service
 from twisted.application.internet import TimerService
-from twisted.internet import endpoints
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -15,6 +14,7 @@ from mqserver import speedups
 from mqserver.broker.broker import Broker
 from mqserver.errors import StartupError
 from mqserver.fastpath import service_reactor
+from mqserver.listen import server_endpoint
 from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store.flush import ThreadRunner
 from mqserver.store.store import MessageStore
@@ -293,7 +293,7 @@ class BrokerService(service.MultiService):
         if desc is None:
             return None
         count_connections(factory, name, self.storage.broker.stats)
-        endpoint = endpoints.serverFromString(self._reactor, desc)
+        endpoint = server_endpoint(self._reactor, desc)
         if self.allow is not None:  # security.allow: refused at accept, on every door
             endpoint = AllowListEndpoint(endpoint, self.allow, name)
         svc = ListenerService(name, desc, endpoint, factory)

@@ -1,11 +1,11 @@
 """twistd options and service construction for C{twistd mqserver}."""
 
-from twisted.internet import endpoints
 from twisted.python import usage
 
 from mqserver.config import ConfigError, load_config
 from mqserver.fastpath import service_reactor
 from mqserver.frontdoor import front_doors
+from mqserver.listen import check_description
 from mqserver.service import BrokerService
 
 
@@ -75,7 +75,7 @@ def check_endpoint(door, description):
     one is known before anything starts)."""
     try:
         # Parsing only stores the reactor; none is chosen yet while options are read.
-        endpoints.serverFromString(None, description)
+        check_description(description)
     except Exception as e:  # each endpoint parser raises its own kind of error
         raise usage.UsageError(
             f"front door {door} cannot listen on {description!r}: not a valid endpoint "

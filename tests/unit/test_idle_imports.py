@@ -26,3 +26,66 @@ def test_cramjam_loaded_only_when_a_stream_needs_it():
         "assert SnappyDecompressor().decompress(data) == b'abc' * 100\n"
         "assert 'cramjam' in sys.modules\n"
     )
+
+
+def test_broker_start_leaves_the_tls_stack_unloaded():
+    """Building the broker with plain TCP doors (what twistd mqserver does at start)
+    imports neither pyOpenSSL/cryptography nor twisted.internet.endpoints (which imports
+    them): about 12 MB resident an idle broker without TLS does not use."""
+    _run(
+        "import sys, tempfile\n"
+        "from mqserver import tap\n"
+        "d = tempfile.mkdtemp()\n"
+        "o = tap.Options()\n"
+        "from tests.support.server import _door_names\n"
+        "plain = {'smss': 'tcp:0:interface=127.0.0.1', 'nsqd_tcp': 'tcp:0:interface=127.0.0.1'}\n"
+        "args = ['--data', d]\n"
+        "for name in _door_names():\n"
+        "    args += ['--listen', f'{name}={plain.get(name, \"off\")}']\n"
+        "o.parseOptions(args)\n"
+        "tap.makeService(o)\n"
+        "loaded = [m for m in ('OpenSSL', 'cryptography', 'service_identity',\n"
+        "          'twisted.protocols.tls', 'twisted.internet.ssl',\n"
+        "          'twisted.internet.endpoints') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+
+
+def test_deferred_tls_stack_loads_at_first_start_tls():
+    """After L{mqserver.lazytls.defer_tls_import} the reactor's TCP connections can still
+    start TLS: a server listening with listenSSL and a client doing startTLS on a plain
+    connection complete a TLS exchange over loopback (both go through the stand-ins:
+    C{posixbase.tls} and C{_newtls.TLSMemoryBIOFactory})."""
+    _run(
+        "import sys\n"
+        "from mqserver.lazytls import defer_tls_import\n"
+        "assert defer_tls_import()\n"
+        "assert 'OpenSSL' not in sys.modules\n"
+        "from twisted.internet import reactor, protocol, tcp, interfaces\n"
+        "assert interfaces.ITLSTransport.implementedBy(tcp.Server)\n"
+        "assert 'OpenSSL' not in sys.modules\n"
+        "from twisted.internet import ssl\n"
+        "from tests.support.tls import Certs\n"
+        "import tempfile\n"
+        "certs = Certs(tempfile.mkdtemp())\n"
+        "pem = lambda p: open(p, 'rb').read()\n"
+        "server_options = ssl.PrivateCertificate.loadPEM(pem(certs.cert) + pem(certs.key)).options()\n"
+        "client_options = ssl.optionsForClientTLS('localhost', ssl.Certificate.loadPEM(pem(certs.ca)))\n"
+        "got = []\n"
+        "class Echo(protocol.Protocol):\n"
+        "    def dataReceived(self, data):\n"
+        "        self.transport.write(data.upper())\n"
+        "class Client(protocol.Protocol):\n"
+        "    def connectionMade(self):\n"
+        "        self.transport.startTLS(client_options)\n"
+        "        self.transport.write(b'hello')\n"
+        "    def dataReceived(self, data):\n"
+        "        got.append(data)\n"
+        "        reactor.stop()\n"
+        "port = reactor.listenSSL(0, protocol.Factory.forProtocol(Echo),\n"
+        "                         server_options, interface='127.0.0.1')\n"
+        "protocol.ClientCreator(reactor, Client).connectTCP('127.0.0.1', port.getHost().port)\n"
+        "reactor.callLater(20, reactor.stop)\n"
+        "reactor.run()\n"
+        "assert got == [b'HELLO'], got\n"
+    )
