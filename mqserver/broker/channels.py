@@ -128,6 +128,10 @@ class Channel:
         self.cursor = TopicCursor(self.store, topic, positions)
         self.floor = dict(positions)
         self.done = {q: set(done.get(q, ())) if done else set() for q in positions}
+        # queue id -> the highest offset finished before a restart: only those can lie
+        # ahead of the cursor (what is finished later was read first), so reads are
+        # checked against done only while the cursor has not passed one of them
+        self._done_ahead = {q: max(d) for q, d in self.done.items() if d}
         # A damaged record the cursor passes over is never delivered: it counts as
         # finished, so the floor moves past it.
         self.cursor.on_skip = lambda qid, qoff: _finished(self.floor, self.done, qid, qoff)
@@ -268,10 +272,11 @@ class Channel:
         read_span = self.cursor.read_span
         take_fresh = _take_fresh
         while len(out) < n:
+            check = rate or (self._done_ahead and self._restored_ahead())
             buf, locs = read_span(n - len(out))
             if not locs:
                 break
-            if rate or any(done.values()):
+            if check:
                 # Skip what was finished before a restart; sampling consumes what it
                 # leaves out without delivering it.
                 keep = []
@@ -290,6 +295,14 @@ class Channel:
         if out:
             self.registry.arm(self)
         return out
+
+    def _restored_ahead(self):
+        """True while an offset finished before the restart lies at or past the
+        cursor; forgets the queues whose cursor has passed theirs."""
+        ahead, pos = self._done_ahead, self.cursor.positions
+        for qid in [q for q, top in ahead.items() if pos.get(q, top + 1) > top]:
+            del ahead[qid]
+        return bool(ahead)
 
     # -- FIN / REQ / TOUCH ---------------------------------------------------------------
 
@@ -386,6 +399,7 @@ class Channel:
         self.cursor.positions = dict(ends)
         self.floor = dict(ends)
         self.done = {q: set() for q in ends}
+        self._done_ahead = {}
         self.store.mark_dirty()
 
     def rewind(self, positions):
@@ -404,6 +418,7 @@ class Channel:
         self.cursor.positions = dict(positions)
         self.floor = dict(positions)
         self.done = {q: set() for q in positions}
+        self._done_ahead = {}
         self.store.mark_dirty()
         self.schedule_pump()
 
