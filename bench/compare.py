@@ -404,7 +404,8 @@ def _measure(table, make, fig, fn, rnd, peaks):
         summary = ", ".join(f"{k} {v:,.2f}" for k, v in r.items() if not isinstance(v, str))
         print(f"  round {rnd + 1} {name:<40} {sysm.name:<12} {summary}  (load {ld:.1f})",
               flush=True)
-    table.add(f"{fig} peak RSS MB", sysm.name, peak, ld)
+    if "RSS" not in fig:  # the idle row is a resident size already
+        table.add(f"{fig} peak RSS MB", sysm.name, peak, ld)
 
 
 def run(a):

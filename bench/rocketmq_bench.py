@@ -182,39 +182,42 @@ def fill_backlog(port, topic, count, queues=4, batch=100):
     c.close()
 
 
-def raw_pull_catch_up(port, server_pid, topic, count, queues=4):
-    """Read the backlog with a raw remoting client (pipelined PULL_MESSAGE, 32 messages
-    each, like the C++ push consumer asks): what the broker itself can serve."""
+def raw_pull_catch_up(port, server_pid, topic, count, queues=4, window=8, batch=32):
+    """Read the backlog with a raw remoting client: C{window} PULL_MESSAGE requests of
+    C{batch} messages in flight per queue at consecutive offsets (the C++ push consumer
+    asks for 32 at a time, one request per queue): what the broker itself can serve.
+    A queue is done at its first answer with fewer than C{batch} messages (or none)."""
     from protocols.remoting import codes
     from tests.support.remoting_client import RemotingClient
 
     c = RemotingClient("127.0.0.1", port, timeout=60)
-    offsets = {q: 0 for q in range(queues)}
-    inflight = {}
+    ahead = {q: 0 for q in range(queues)}  # the next offset to ask for
+    open_queues = set(ahead)
+    inflight = {}  # opaque -> (queue, offset asked)
     got = 0
     b0 = cpu_seconds(server_pid)
     t0 = time.monotonic()
 
     def ask(q):
         op = c.send(codes.PULL_MESSAGE, {"consumerGroup": "RawG", "topic": topic, "queueId": q,
-                                         "queueOffset": offsets[q], "maxMsgNums": 32, "sysFlag": 4,
+                                         "queueOffset": ahead[q], "maxMsgNums": batch, "sysFlag": 4,
                                          "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*",
                                          "subVersion": 0})
-        inflight[op] = q
+        inflight[op] = (q, ahead[q])
+        ahead[q] += batch
 
-    done = set()
     for q in range(queues):
-        ask(q)
+        for _ in range(window):
+            ask(q)
     while inflight:
         r = c.recv(None, 60)
-        q = inflight.pop(r.opaque)
-        if r.code == codes.SUCCESS:
-            nxt = int(r.ext_fields["nextBeginOffset"])
-            got += nxt - offsets[q]
-            offsets[q] = nxt
+        q, asked = inflight.pop(r.opaque)
+        n = int(r.ext_fields["nextBeginOffset"]) - asked if r.code == codes.SUCCESS else 0
+        got += max(n, 0)
+        if n < batch:
+            open_queues.discard(q)
+        elif q in open_queues:
             ask(q)
-        else:
-            done.add(q)
     wall = time.monotonic() - t0
     c.close()
     return {"messages": got, "seconds": round(wall, 2), "msgs_per_s": round(got / wall),
