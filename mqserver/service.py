@@ -63,6 +63,19 @@ def _after_first_step(f):
     return call
 
 
+def release_free_heap():
+    """Give the C heap's free pages back to the system (glibc's C{malloc_trim}): start-up
+    (imports, recovery) leaves about 1.5 MB freed but resident. Nothing elsewhere."""
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL(None).malloc_trim
+    except (ImportError, OSError, AttributeError):
+        return False
+    trim(0)
+    return True
+
+
 class HookService(service.Service):
     """A service that calls C{start()} when it starts and C{stop()} when it stops (a
     front door's life cycle as a node of the tree; C{stop} may return a Deferred)."""
@@ -312,6 +325,7 @@ class BrokerService(service.MultiService):
             super().startService()
         except StartupError as e:
             self._refuse(e)
+        self._reactor.callWhenRunning(release_free_heap)
 
     def _refuse(self, error):
         self.log.critical("mqserver cannot start: {why}", why=str(error))

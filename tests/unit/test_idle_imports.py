@@ -89,3 +89,13 @@ def test_deferred_tls_stack_loads_at_first_start_tls():
         "reactor.run()\n"
         "assert got == [b'HELLO'], got\n"
     )
+
+
+def test_free_heap_released_after_start_on_glibc():
+    """The broker returns the heap start-up freed (glibc's malloc_trim, reached through
+    ctypes); elsewhere the call is a no-op that says so."""
+    import platform
+
+    from mqserver.service import release_free_heap
+
+    assert release_free_heap() is (platform.libc_ver()[0] == "glibc")
