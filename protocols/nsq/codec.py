@@ -127,6 +127,11 @@ class CommandDecoder:
         caller may consume simple lines itself before feeding the rest."""
         return self._state == _LINE and not self._buf
 
+    @property
+    def in_line(self) -> bool:
+        """True when part of a command line is buffered: the next C{\\n} fed ends it."""
+        return self._state == _LINE and bool(self._buf)
+
     def feed(self, data: bytes) -> list[Command]:
         """Consume ``data`` and return the commands it completes (possibly none)."""
         if self._state == _DEAD:

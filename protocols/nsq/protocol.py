@@ -151,11 +151,24 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
                 # on a later turn, so what the decoder holds stays within its limits.
                 self.transport.pauseProducing()
                 self._inflate_call = self.reactor.callLater(0, self._inflate_more)
-        if self.channel is not None and data.startswith(b"FIN ") and self.decoder.at_line_start:
-            pos = self._fast_fins(data)
-            if pos == len(data):
-                return
-            data = data[pos:]
+        if self.channel is not None:
+            if self.decoder.in_line:
+                # A read that ended inside a line (a reader's FINs cut anywhere): the
+                # decoder ends that line, so the FINs after it take the fast path too.
+                nl = data.find(b"\n")
+                if nl >= 0 and data.startswith(b"FIN ", nl + 1):
+                    if not self._feed(data[:nl + 1]):
+                        return
+                    data = data[nl + 1:]
+            if data.startswith(b"FIN ") and self.decoder.at_line_start:
+                pos = self._fast_fins(data)
+                if pos == len(data):
+                    return
+                data = data[pos:]
+        self._feed(data)
+
+    def _feed(self, data):
+        """Run the commands C{data} completes; False once input is dead."""
         for cmd in self.decoder.feed(data):
             if type(cmd) is Fin and self.channel is not None:
                 # hot path: a FIN that succeeds needs no state check and no reply
@@ -164,8 +177,9 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
                     self.finish_count += 1
                     continue
             if self._dead_input:
-                return
+                return False
             self._run(cmd)
+        return not (self._dead_input or self._dead)
 
     def _inflating(self):
         """True while input already read still inflates to more commands."""

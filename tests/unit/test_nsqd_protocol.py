@@ -288,3 +288,25 @@ def test_nothing_after_a_fatal_publish_error_in_the_same_read_is_run(tmp_path):
         assert not c.connected
         r = consumer(n)
         assert [m.body for m in messages(r.take())] == [b"1"]
+
+
+def test_fins_cut_mid_line_across_reads_stay_on_the_batched_path(node):
+    """A reader's FINs arrive in reads cut anywhere, often inside a line. The read that
+    ends the cut line has it finished on its own; the FINs after it in that read are
+    finished in one batch, not one decoder command each (the bench_reader profile)."""
+    connect(node).send(b"".join(pub(b"t", b"%d" % i) for i in range(30)))
+    c = consumer(node, rdy=30)
+    ids = [m.msg_id for m in messages(c.take())]
+    assert len(ids) == 30
+    channel = node.broker.channels.get("t", "ch")
+    singles = []
+    finish = channel.finish
+    channel.finish = lambda eid, owner: singles.append(eid) or finish(eid, owner)
+    stream = b"".join(b"FIN " + i + b"\n" for i in ids)
+    cuts = [0, 30, 200, 333, len(stream)]  # inside the 2nd, 10th and 16th lines
+    for a, b in zip(cuts, cuts[1:]):
+        c.send(stream[a:b])
+    node.clock.advance(0)
+    assert c.take() == b""  # no E_FIN_FAILED
+    assert not channel.in_flight
+    assert len(singles) == 3, "only the lines cut between reads go one by one"
