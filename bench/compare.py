@@ -331,23 +331,25 @@ class Table:
 
     def print(self, systems, refs, skipped):
         print()
-        head = (f"{'figure':<56}" + "".join(f"{s:>26}" for s in systems)
-                + f"{'mq/ref':>8}")
-        print(head)
-        print("-" * len(head))
+        lines = []
         for fig in self.order:
             cells, medians = [], {}
             for s in systems:
                 runs = self.rows[fig].get(s)
                 if not runs:
-                    cells.append(f"{'-':>26}")
+                    cells.append("-")
                     continue
                 medians[s] = med = statistics.median(v for v, _ in runs)
-                vals = "/".join(_fmt(v) for v, _ in runs)
-                cells.append(f"{_fmt(med) + ' (' + vals + ')':>26}")
+                cells.append(_fmt(med) + " (" + "/".join(_fmt(v) for v, _ in runs) + ")")
             ref = [medians[r] for r in refs if medians.get(r)]
             ratio = f"{medians[systems[0]] / ref[0]:.2f}" if ref and medians.get(systems[0]) else ""
-            print(f"{fig:<56}" + "".join(cells) + f"{ratio:>8}")
+            lines.append((fig, cells, ratio))
+        w = max([26] + [len(c) + 2 for _, cells, _ in lines for c in cells])
+        head = f"{'figure':<56}" + "".join(f"{s:>{w}}" for s in systems) + f"{'mq/ref':>8}"
+        print(head)
+        print("-" * len(head))
+        for fig, cells, ratio in lines:
+            print(f"{fig:<56}" + "".join(f"{c:>{w}}" for c in cells) + f"{ratio:>8}")
         print("\nmedian (each run, in order); mq/ref = the first column's median over the"
               " reference server's.\nLoad average (1 min) at the start of each run:")
         seen = set()
