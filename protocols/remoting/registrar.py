@@ -8,7 +8,6 @@ each listed nameserver (``host:port;host:port``) over TCP.
 
 import json
 
-from twisted.internet import endpoints
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
@@ -91,6 +90,10 @@ class Registrar:
         dd.addCallbacks(done, failed)
 
     def _connect(self, addr, ext, body):
+        # imported here: twisted.internet.endpoints loads the TLS stack (about 12 MB),
+        # which a broker whose nameserver runs in its own process never needs
+        from twisted.internet import endpoints
+
         self._connecting.add(addr)
         ep = endpoints.TCP4ClientEndpoint(self.reactor, addr[0], addr[1], timeout=5)
         d = ep.connect(Factory.forProtocol(_Client))

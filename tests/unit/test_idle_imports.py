@@ -29,8 +29,9 @@ def test_cramjam_loaded_only_when_a_stream_needs_it():
 
 
 def test_broker_start_leaves_the_tls_stack_unloaded():
-    """Building the broker with plain TCP doors (what twistd mqserver does at start)
-    imports neither pyOpenSSL/cryptography nor twisted.internet.endpoints (which imports
+    """Building the broker with plain TCP doors (smss, nsqd, and the RocketMQ broker
+    with its nameserver in the same process: what twistd mqserver does at start) imports
+    neither pyOpenSSL/cryptography nor twisted.internet.endpoints (which imports
     them): about 12 MB resident an idle broker without TLS does not use."""
     _run(
         "import sys, tempfile\n"
@@ -38,7 +39,7 @@ def test_broker_start_leaves_the_tls_stack_unloaded():
         "d = tempfile.mkdtemp()\n"
         "o = tap.Options()\n"
         "from tests.support.server import _door_names\n"
-        "plain = {'smss': 'tcp:0:interface=127.0.0.1', 'nsqd_tcp': 'tcp:0:interface=127.0.0.1'}\n"
+        "plain = dict.fromkeys(('smss', 'nsqd_tcp', 'namesrv', 'broker'), 'tcp:0:interface=127.0.0.1')\n"
         "args = ['--data', d]\n"
         "for name in _door_names():\n"
         "    args += ['--listen', f'{name}={plain.get(name, \"off\")}']\n"
