@@ -100,3 +100,20 @@ def test_free_heap_released_after_start_on_glibc():
     from mqserver.service import release_free_heap
 
     assert release_free_heap() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_deferred_tls_fallback_puts_the_real_modules_back():
+    """When the stand-ins are not where L{defer_tls_import} expects them (a Twisted
+    release that imports TLS differently), its fallback binds the real modules where
+    Twisted's own import would have."""
+    _run(
+        "import sys\n"
+        "from mqserver import lazytls\n"
+        "assert lazytls.defer_tls_import()\n"
+        "from twisted.internet import _newtls, posixbase\n"
+        "lazytls._restore(posixbase, _newtls)\n"
+        "import twisted.protocols.tls as tls, twisted.internet.ssl as ssl\n"
+        "assert posixbase.tls is tls and posixbase.ssl is ssl\n"
+        "assert _newtls.TLSMemoryBIOFactory is tls.TLSMemoryBIOFactory\n"
+        "assert not isinstance(sys.modules['twisted.protocols.tls'], lazytls._StandIn)\n"
+    )
