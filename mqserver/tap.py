@@ -1,12 +1,18 @@
 """twistd options and service construction for C{twistd mqserver}."""
 
-from twisted.python import usage
+from mqserver.lazytls import defer_tls_import
 
-from mqserver.config import ConfigError, load_config
-from mqserver.fastpath import service_reactor
-from mqserver.frontdoor import front_doors
-from mqserver.listen import check_description
-from mqserver.service import BrokerService
+# first: whichever of the imports below brings in Twisted's reactor modules, they come
+# without the TLS stack (mqserver/lazytls.py)
+defer_tls_import()
+
+from twisted.python import usage  # noqa: E402
+
+from mqserver.config import ConfigError, load_config  # noqa: E402
+from mqserver.fastpath import service_reactor  # noqa: E402
+from mqserver.frontdoor import front_doors  # noqa: E402
+from mqserver.listen import check_description  # noqa: E402
+from mqserver.service import BrokerService  # noqa: E402
 
 
 class Options(usage.Options):
