@@ -13,6 +13,7 @@ from protocols.smss.client import SmssClient
 from tests.support.msgout import LOOPBACK, Api, Console, Receiver
 from tests.support.nsq import NSQ_DOORS, V2, http
 from tests.support.server import ServerProcess
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,7 +113,9 @@ def test_long_poll_wakes_on_publish(srv, api):
     body = json.dumps({"max": 5, "wait_ms": 15000}).encode()
     s.sendall(b"POST /v1/queues/mq_wait/fetch HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
               % len(body) + body)
-    time.sleep(0.2)  # let the fetch start waiting (the test passes either way)
+    # the waiting fetch is the queue's one consumer: publish only once it waits, or the
+    # fetch would find the message at once and the wake-up would go untested
+    wait_until(lambda: api.ok("GET", "/v1/queues/mq_wait")["consumers"] == 1, 10, "the fetch waiting")
     api.publish("mq_wait", "woke")
     data = b""
     while b"woke" not in data:

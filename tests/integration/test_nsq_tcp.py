@@ -2,6 +2,7 @@
 header, RDY/FIN/REQ/TOUCH semantics, and error frames / close behaviour (spec §4)."""
 
 import json
+import socket
 import time
 
 import pytest
@@ -156,9 +157,18 @@ def test_timeout_redelivery_and_touch(conns):
     assert c.frame() == (0, b"OK")
     slow, touched = c.messages(2)
     start = time.monotonic()
-    time.sleep(0.6)
-    c.send(b"TOUCH " + touched.msg_id + b"\n")  # keeps this one; the other times out
-    (again,) = c.messages(1)
+    # TOUCH one of them until the other comes back: each TOUCH restarts its 1 s timeout,
+    # so it outlives the timeout both started with (a failed TOUCH would be an error frame)
+    c.sock.settimeout(0.2)
+    again = None
+    while again is None:
+        assert time.monotonic() - start < 10, "the untouched message never came back"
+        c.send(b"TOUCH " + touched.msg_id + b"\n")
+        try:
+            (again,) = c.messages(1)
+        except socket.timeout:
+            pass
+    c.sock.settimeout(10)
     assert again.msg_id == slow.msg_id and again.attempts == 2
     assert time.monotonic() - start >= 0.9
     c.send(b"FIN " + touched.msg_id + b"\nFIN " + again.msg_id + b"\n")

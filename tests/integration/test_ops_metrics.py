@@ -2,7 +2,6 @@
 real broker: topic and queue counters, consumers, connections per door, store histograms
 and sizes, replication."""
 
-import time
 import urllib.request
 
 import pytest
@@ -11,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from protocols.smss.client import SmssClient
 from tests.support.nsq import V2, nsq_listen
 from tests.support.server import ServerProcess
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 LOOP = "tcp:0:interface=127.0.0.1"
@@ -93,16 +93,15 @@ def test_replication_lag_on_master_and_slave(server_factory):
         c.create("rep")
         c.publish("rep", [b"a", b"b", b"c"])
         head = c.topic_info("$replication")["appliedEventId"]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        s = scrape(slave)
-        m = scrape(master)
+    seen = {}
+
+    def caught_up():
+        seen["s"], seen["m"] = s, m = scrape(slave), scrape(master)
         lag = [v for (name, _), v in m.items() if name == "mqserver_replication_slave_lag_events"]
-        if s[("mqserver_replication_applied_event_id", ())] == head and lag == [0]:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError(f"slave not caught up: {s}, {m}")
+        return s[("mqserver_replication_applied_event_id", ())] == head and lag == [0]
+
+    wait_until(caught_up, 30, "the slave caught up, as both brokers' metrics show", interval=0.1)
+    s, m = seen["s"], seen["m"]
     assert s[("mqserver_replication_is_slave", ())] == 1
     assert ("mqserver_replication_lag_ms", ()) in s
     assert m[("mqserver_replication_is_slave", ())] == 0

@@ -7,6 +7,7 @@ import pytest
 
 from mqserver.store import format as fmt
 from protocols.smss.client import SmssClient, SmssError
+from tests.support.wait import wait_until
 
 SMALL = {"store": {"maxLogSize": 1 << 20}, "timeout": {"server": {"alive": 500}}}
 
@@ -30,14 +31,16 @@ def status(port):
 
 
 def wait_caught_up(master_port, slave_port, timeout=60.0):
-    """Wait until the slave holds every eventId the master has."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        head = status(master_port)["appliedEventId"]
-        if status(slave_port)["appliedEventId"] == head:
-            return head
-        time.sleep(0.1)
-    raise AssertionError(f"slave behind: {status(slave_port)} vs master {status(master_port)}")
+    """Wait until the slave holds every eventId the master has; return the master's last."""
+    seen = {}
+
+    def caught_up():
+        seen["master"] = status(master_port)["appliedEventId"]
+        seen["slave"] = status(slave_port)["appliedEventId"]
+        return seen["slave"] == seen["master"]
+
+    wait_until(caught_up, timeout, "the slave to apply every eventId of the master", interval=0.1)
+    return seen["master"]
 
 
 def start_slave(server_factory, master, name="slave", event=None):
@@ -77,9 +80,8 @@ def test_slave_ends_identical_after_mixed_workload(server_factory):
         c.create("b")
         publish_many(master.smss_port, "b", 30_000)
         publish_many(master.smss_port, "a", 30_000, start=40_000)
-        deadline = time.monotonic() + 20
-        while any(t["name"] == "short" for t in c.list()) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: all(t["name"] != "short" for t in c.list()), 20, "topic short to expire",
+                   interval=0.2)
         master_topics = c.list()
     assert {t["name"] for t in master_topics} == {"a", "b"}
     wait_caught_up(master.smss_port, slave.smss_port)
@@ -118,9 +120,8 @@ def test_slave_killed_mid_stream_resumes_without_gaps(server_factory):
         c.create("t")
     publish_many(master.smss_port, "t", 60_000, batch=200)
     slave = start_slave(server_factory, master)
-    deadline = time.monotonic() + 30
-    while status(slave.smss_port)["appliedEventId"] < 5_000 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: status(slave.smss_port)["appliedEventId"] >= 5_000, 30,
+               "the slave to apply 5000 eventIds")
     slave.kill()
     publish_many(master.smss_port, "t", 5_000, batch=100, start=60_000)
     slave.start()

@@ -11,6 +11,7 @@ from protocols.smss import client_codec as cc
 from protocols.smss.client import SmssClient
 from protocols.smss.messages import AliveResponse, ReplicaBlock
 from tests.integration.test_replication import SMALL, log_records, start_slave, status, wait_caught_up
+from tests.support.wait import wait_until
 
 
 def smss_records(messages):
@@ -74,10 +75,9 @@ def test_slave_applies_batched_records_as_the_master_holds_them(server_factory):
         for i in range(20):
             c.publish("s", [([(b"i", b"%d" % i)], b"m%d-%d" % (i, j)) for j in range(i % 4 + 1)])
         c.delay("s", 1000, [b"later-1", b"later-2", b"later-3"])
-    deadline = time.monotonic() + 20
-    while status(master.smss_port)["appliedEventId"] < 1 + 50 + 1 + 3:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    # the delayed three are written when their second is up
+    wait_until(lambda: status(master.smss_port)["appliedEventId"] >= 1 + 50 + 1 + 3, 20,
+               "the master to write the delayed messages", interval=0.1)
     wait_caught_up(master.smss_port, slave.smss_port)
     slave.stop()
     master.stop()

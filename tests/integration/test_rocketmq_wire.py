@@ -17,7 +17,7 @@ from protocols.remoting.codec import decode_frame, encode
 from protocols.smss.client import SmssClient
 from tests.support.remoting_client import RemotingClient, heartbeat_body, records
 from tests.support.rmq import broker_port, rocket_server
-from tests.support.smss import wait_until
+from tests.support.wait import wait_until
 
 VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "vectors" / "rocketmq"
 pytestmark = pytest.mark.timeout(120)
@@ -213,7 +213,11 @@ def test_long_poll_wakes_up_within_50ms(br, srv):
                                              "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 6,
                                              "commitOffset": -1, "suspendTimeoutMillis": 15000,
                                              "subscription": "*", "subVersion": 0})
-            time.sleep(0.1)  # the pull is parked
+            # The broker answers a connection's requests in order: once a later request
+            # on it is answered, the pull was handled, and with no answer it is parked.
+            later = br.call(codes.GET_MAX_OFFSET, {"topic": "PollT", "queueId": 0})
+            assert later.ext_fields["offset"] == str(offset)
+            assert not [c for c in br.inbox if c.opaque == op], "the pull was answered at once"
             t0 = time.monotonic()
             assert send10(sender, "PollT").code == codes.SUCCESS
             r = br.recv(op, timeout=10)
@@ -355,18 +359,17 @@ def test_topic_admin_and_json_views(br, srv):
     assert stats["statsMinute"]["sum"] == 1
     assert br.call(codes.DELETE_TOPIC_IN_BROKER, {"topic": "AdmT"}).code == codes.SUCCESS
     assert "AdmT" not in json.loads(br.call(codes.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+    def saved():
         try:
             topics = json.load(open(os.path.join(srv.data, "topic.json")))
             groups = json.load(open(os.path.join(srv.data, "subscriptionGroup.json")))
-            if "AdmT" not in topics["topicConfigTable"] and "AdmG" in groups["subscriptionGroupTable"]:
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.2)
-    else:
-        raise AssertionError("topic.json / subscriptionGroup.json not rewritten")
+        except (OSError, ValueError):  # being rewritten
+            return None
+        if "AdmT" not in topics["topicConfigTable"] and "AdmG" in groups["subscriptionGroupTable"]:
+            return topics
+        return None
+
+    topics = wait_until(saved, 15, "topic.json and subscriptionGroup.json rewritten", interval=0.2)
     assert "TBW102" in topics["topicConfigTable"] and "dataVersion" in topics
 
 

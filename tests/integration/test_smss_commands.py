@@ -553,7 +553,7 @@ def test_sub_ack_timeout_counts_from_each_batch(client, shared):
         for _ in range(4):  # 4 x 0.3 s: twice the timeout in all, each ack inside it
             ev = next_data(sub, 5.0)
             bodies += [m.body for m in ev.messages]
-            time.sleep(0.3)
+            time.sleep(0.3)  # a slow consumer: the duration under test, not an ordering
             sub.ack()
         assert bodies == [b"m0", b"m1", b"m2", b"m3"]
         ev = next_data(sub, 5.0)

@@ -8,6 +8,7 @@ import time
 
 from protocols.smss.client import SmssClient
 from protocols.smss.messages import AliveResponse, Batch, SubEnd
+from tests.support.wait import wait_until  # noqa: F401 (re-exported: tests import it from here)
 
 HOST = "127.0.0.1"
 
@@ -30,18 +31,6 @@ def unique_who(prefix="reader"):
 def now_ms():
     """Return the wall clock in ms (the server uses the same clock)."""
     return int(time.time() * 1000)
-
-
-def wait_until(predicate, timeout, what="condition", interval=0.02):
-    """Poll C{predicate} until it returns something true; fail after C{timeout} s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"gave up after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def next_data(sub, timeout):
