@@ -105,11 +105,15 @@ class BrokerDoor(Factory):
         loops = [timer(interval, f, self.reactor, f"rocketmq-{name}", now=False)
                  for name, interval, f in (
                      ("tick", TICK_S, self._tick),
-                     ("register", self.register_interval, self.registrar.register),
+                     ("register", self.register_interval, self._reregister),
                      ("expire-clients", 30.0, self.groups.expire_clients),
                      ("check-transactions", self.transactions.check_interval,
                       self.transactions.check))]
         return [HookService(self.start, self.stop, "rocketmq-broker"), *loops]
+
+    def _reregister(self):
+        # not waited for: a slow nameserver must hold neither the loop nor the stop
+        self.registrar.register()
 
     def start(self):
         """Load the group configs and the topics (the store is open)."""
@@ -172,8 +176,9 @@ class BrokerDoor(Factory):
         return self.topic_table.data_version
 
     def topics_changed(self):
-        """A topic was created, changed or deleted through this door."""
-        self.topic_table.check()
+        """A topic was created, changed or deleted through this door; return a Deferred
+        firing once the nameservers know (L{TopicTable.check})."""
+        return self.topic_table.check()
 
     def topic_config_wrapper(self):
         return self.topic_table.wrapper()

@@ -8,6 +8,7 @@ each listed nameserver (``host:port;host:port``) over TCP.
 
 import json
 
+from twisted.internet import defer
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
@@ -41,8 +42,9 @@ class Registrar:
         self.addrs = addrs
         self.embedded = embedded_table if not addrs else None
         self.clients = {}  # (host, port) -> _Client
-        self._connecting = set()
+        self._connecting = {}  # (host, port) -> Deferreds waiting for its first registration
         self._kick_call = None
+        self._kicked = []  # Deferreds waiting for the kicked registration
 
     def register_body(self):
         wrapper = self.door.topic_config_wrapper()
@@ -51,33 +53,65 @@ class Registrar:
         ).encode()
 
     def kick(self):
-        """Register soon (topics changed); several kicks in one turn make one registration."""
+        """Register soon (topics changed); several kicks in one turn make one registration.
+
+        @return: a Deferred firing (with None, never failing) once every nameserver
+            answered that registration or failed to: a topic created through the admin
+            is answered after the nameservers know it, as 4.9's broker does
+            (C{registerIncrementBrokerData} waits for them), so a client that looks its
+            route up next finds it.
+        """
+        d = defer.Deferred()
+        self._kicked.append(d)
         if self._kick_call is None or not self._kick_call.active():
-            self._kick_call = self.reactor.callLater(0, self.register)
+            self._kick_call = self.reactor.callLater(0, self._register_kicked)
+        return d
+
+    def _register_kicked(self):
+        waiting, self._kicked = self._kicked, []
+        self.register().addCallback(lambda _: _fire(waiting))
 
     def register(self):
-        """Register with every nameserver now."""
+        """Register with every nameserver now.
+
+        @return: a Deferred firing (with None, never failing) once every nameserver
+            answered or failed to (each failure is logged).
+        """
         d = self.door
         if d.broker_addr is None:
-            return
-        wrapper, body = self.register_body()
+            return defer.succeed(None)
         if self.embedded is not None:
+            wrapper, _ = self.register_body()
             self.embedded.register_broker(
                 d.cluster_name, d.broker_name, d.broker_addr, d.broker_id,
                 wrapper["topicConfigTable"], wrapper["dataVersion"], d.broker_addr,
             )
-            return
-        ext = {"brokerName": d.broker_name, "brokerAddr": d.broker_addr, "clusterName": d.cluster_name,
-               "haServerAddr": d.broker_addr, "brokerId": d.broker_id, "compressed": "false", "bodyCrc32": 0}
+            return defer.succeed(None)
+        done = []
         for addr in self.addrs:
             client = self.clients.get(addr)
             if client is not None and not client.closed:
-                self._send(client, addr, ext, body)
-            elif addr not in self._connecting:
-                self._connect(addr, ext, body)
+                done.append(self._send(client, addr))
+            else:
+                # a connection under way registers when it is up, with the table as
+                # it is then (so including what changed meanwhile)
+                waiter = defer.Deferred()
+                if addr not in self._connecting:
+                    self._connect(addr)
+                self._connecting[addr].append(waiter)
+                done.append(waiter)
+        return defer.gatherResults(done).addCallback(lambda _: None)
 
-    def _send(self, client, addr, ext, body):
-        dd = client.request(codes.REGISTER_BROKER, ext, body, timeout=10, reactor=self.reactor)
+    def _ext(self):
+        d = self.door
+        return {"brokerName": d.broker_name, "brokerAddr": d.broker_addr, "clusterName": d.cluster_name,
+                "haServerAddr": d.broker_addr, "brokerId": d.broker_id, "compressed": "false", "bodyCrc32": 0}
+
+    def _send(self, client, addr):
+        """Send REGISTER_BROKER to C{client}; return a Deferred firing with None once it
+        is answered or failed."""
+        _, body = self.register_body()
+        dd = client.request(codes.REGISTER_BROKER, self._ext(), body, timeout=10, reactor=self.reactor)
 
         def done(resp):
             if resp.code != codes.SUCCESS:
@@ -87,33 +121,34 @@ class Registrar:
             self.log.warn("registering with nameserver {addr} failed: {e}", addr=addr, e=f.getErrorMessage())
             client.transport.loseConnection()
 
-        dd.addCallbacks(done, failed)
+        return dd.addCallbacks(done, failed)
 
-    def _connect(self, addr, ext, body):
+    def _connect(self, addr):
         # imported here: twisted.internet.endpoints loads the TLS stack (about 12 MB),
         # which a broker whose nameserver runs in its own process never needs
         from twisted.internet import endpoints
 
-        self._connecting.add(addr)
+        self._connecting[addr] = []
         ep = endpoints.TCP4ClientEndpoint(self.reactor, addr[0], addr[1], timeout=5)
         d = ep.connect(Factory.forProtocol(_Client))
 
         def connected(client):
-            self._connecting.discard(addr)
             self.clients[addr] = client
-            self._send(client, addr, ext, body)
+            return self._send(client, addr)
 
         def failed(f):
-            self._connecting.discard(addr)
             self.log.warn("cannot reach nameserver {addr}: {e}", addr=addr, e=f.getErrorMessage())
 
         d.addCallbacks(connected, failed)
+        d.addCallback(lambda _: _fire(self._connecting.pop(addr, [])))
 
     def unregister(self):
         """Tell the nameservers this broker is going (best effort)."""
         d = self.door
         if self._kick_call is not None and self._kick_call.active():
             self._kick_call.cancel()
+            _fire(self._kicked)  # no registration comes now: answer who waited for one
+            self._kicked = []
         if d.broker_addr is None:
             return
         if self.embedded is not None:
@@ -126,3 +161,8 @@ class Registrar:
                 client.send_oneway(codes.UNREGISTER_BROKER, ext)
                 client.transport.loseConnection()
         self.clients = {}
+
+
+def _fire(waiting):
+    for w in waiting:
+        w.callback(None)

@@ -69,17 +69,22 @@ class TopicTable:
         self.check()
 
     def check(self, sync=False):
-        """Bump the data version, rewrite topic.json and re-register when topics changed."""
+        """Bump the data version, rewrite topic.json and re-register when topics changed.
+
+        @return: a Deferred firing (never failing) once the nameservers answered the
+            re-registration, or at once when there was none to make.
+        """
         table = {t.name: topic_config(t) for t in self.broker.topics() if t.valid(self.broker.now_ms())}
         fp = sorted((n, tuple(sorted(c.items()))) for n, c in table.items())
         if fp == self._topic_fingerprint:
-            return
+            return defer.succeed(None)
         first = self._topic_fingerprint is None
         self._topic_fingerprint = fp
         self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": self.broker.now_ms()}
         self._files.write(TOPIC_FILE, {"topicConfigTable": table, "dataVersion": self.data_version}, sync)
-        if not first:
-            self._registrar.kick()
+        if first:
+            return defer.succeed(None)
+        return self._registrar.kick()
 
     def wrapper(self):
         """The TopicConfigSerializeWrapper: every valid topic's config and the data version."""

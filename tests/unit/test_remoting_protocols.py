@@ -7,13 +7,14 @@ import json
 import struct
 
 import pytest
+from twisted.internet.address import IPv4Address
 
 from protocols.remoting import codes
 from protocols.remoting.broker_door import make_factory as broker_factory
 from protocols.remoting.codec import FrameDecoder, encode
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.namesrv import NamesrvFactory, make_table
-from tests.support.inprocess import door_fixtures, running
+from tests.support.inprocess import Connection, door_fixtures, running
 
 # rocketmq-remoting.md §1.3: a C++ client's GET_ROUTEINFO_BY_TOPIC header, newline included
 CPP_ROUTE_HEADER = (b'{"code":105,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":'
@@ -239,3 +240,41 @@ def test_namesrv_broker_expires_without_heartbeat_and_goes_with_its_connection(n
     assert route_code() == codes.SUCCESS
     b.lose()
     assert route_code() == codes.TOPIC_NOT_EXIST
+
+
+class _Bound:
+    """The listening port a broker door is told about (L{BrokerDoor.listening})."""
+
+    def getHost(self):
+        return IPv4Address("TCP", "127.0.0.1", 10911)
+
+
+def test_created_topic_answered_once_the_nameserver_acknowledged_it(tmp_path):
+    """UPDATE_AND_CREATE_TOPIC is answered only after the nameserver answered the
+    registration carrying the new topic (4.9's registerIncrementBrokerData waits for the
+    nameservers): a client that asks the nameserver next finds the route."""
+    with running(tmp_path / "data", broker_factory, config={"rocketmq": {"namesrvAddr": "127.0.0.1:9876"}}) as node:
+        node.factory.listening(_Bound())
+        host, port, factory = node.clock.tcpClients[-1][:3]
+        assert (host, port) == ("127.0.0.1", 9876)
+        ns = Connection(factory.buildProtocol(IPv4Address("TCP", host, port)))
+
+        def registrations():
+            return [c for c in commands(ns.take()) if c.code == codes.REGISTER_BROKER]
+
+        def answer(reg):
+            ns.send(encode(RemotingCommand(code=codes.SUCCESS, opaque=reg.opaque, flag=codes.FLAG_RESPONSE)))
+
+        (first,) = registrations()
+        answer(first)
+        admin = node.connect(node.factory)
+        admin.send(request(codes.UPDATE_AND_CREATE_TOPIC, 5, {
+            "topic": "NewT", "defaultTopic": "TBW102", "readQueueNums": 2, "writeQueueNums": 2,
+            "perm": 6, "topicFilterType": "SINGLE_TAG", "order": "false"}))
+        node.clock.advance(0)
+        (reg,) = registrations()
+        assert "NewT" in json.loads(reg.body)["topicConfigSerializeWrapper"]["topicConfigTable"]
+        assert admin.take() == b"", "answered before the nameserver has the topic"
+        answer(reg)
+        (r,) = commands(admin.take())
+        assert (r.opaque, r.code) == (5, codes.SUCCESS)
