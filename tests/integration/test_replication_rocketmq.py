@@ -2,13 +2,13 @@
 brokerId 1, so consumers can read from it when the master is down."""
 
 import json
-import time
 
 from protocols.remoting import codes
 from protocols.smss.client import SmssClient
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import NamesrvProcess, broker_port
 from tests.support.server import ServerProcess
+from tests.support.wait import wait_until
 
 
 def route(ns_port, topic):
@@ -21,13 +21,7 @@ def route(ns_port, topic):
 
 
 def wait_for(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_until(predicate, timeout, what, interval=0.2)
 
 
 def test_slave_registers_as_broker_id_1_and_serves_pulls_when_master_is_down(tmp_path):

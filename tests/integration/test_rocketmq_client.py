@@ -11,9 +11,13 @@ from protocols.remoting import codes
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import (
     FAST_DELAYS, ClientProc, messages, namesrv_addr, broker_port, rocket_server, run_client, sends,
+    wait_held_by_each, wait_split,
 )
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(180)
+#: The queues of a topic auto-created on the broker (named broker-a by default).
+QUEUES_A = {("broker-a", q) for q in range(4)}
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +37,9 @@ def rmq(tmp_path_factory):
 def produce(rmq, topic, *args, timeout=60):
     lines = run_client(rmq.home, "produce", rmq.ns, topic, *args, timeout=timeout)
     assert lines[-1] == {"done": True}
+    # a failed send (e.g. the C++ client's "No route info", which it also reports after
+    # every retry of a send failed) fails here, with the client's words
+    assert not [x for x in lines if "error" in x], lines
     return sends(lines)
 
 
@@ -93,31 +100,27 @@ def test_tag_filtering(rmq):
 
 def wait_members(rmq, group, n, timeout=30.0):
     """Wait until C{group} has C{n} consumers registered (bounded)."""
-    import time
-
     c = RemotingClient("127.0.0.1", broker_port(rmq))
+
+    def members():
+        r = c.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        return r.code == codes.SUCCESS and len(json.loads(r.body)["consumerIdList"]) >= n
+
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            r = c.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
-            if r.code == codes.SUCCESS and len(json.loads(r.body)["consumerIdList"]) >= n:
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"group {group} never had {n} members")
+        wait_until(members, timeout, f"group {group} to have {n} members", interval=0.2)
     finally:
         c.close()
 
 
 def test_clustering_two_consumers_share_the_topic(rmq):
     """Two consumers of one group split a 4-queue topic; each message is consumed once."""
-    import time
-
     produce(rmq, "RTShare", "--count", 1, "--group", "P7", "--body", "warm")
     c1 = consume(rmq, "RTShare", "--group", "CShare", "--instance", "i1", "--expect", 1000, "--timeout", 25)
     c2 = consume(rmq, "RTShare", "--group", "CShare", "--instance", "i2", "--expect", 1000, "--timeout", 25)
     try:
         wait_members(rmq, "CShare", 2)
-        time.sleep(3)  # NOTIFY_CONSUMER_IDS_CHANGED made both rebalance
+        # NOTIFY_CONSUMER_IDS_CHANGED makes both rebalance: send once they split the queues
+        wait_split([c1, c2], "RTShare", QUEUES_A)
         produce(rmq, "RTShare", "--count", 40, "--group", "P7")
         got1 = messages(c1.result())
         got2 = messages(c2.result())
@@ -133,16 +136,13 @@ def test_clustering_two_consumers_share_the_topic(rmq):
 
 def test_broadcasting(rmq):
     """Two broadcasting consumers of one group each get every message."""
-    import time
-
     # Broadcasting consumers start at the end of the queues: create the topic first and
-    # let them settle before sending.
+    # send once each knows where it starts in every queue.
     produce(rmq, "RTBcast", "--count", 1, "--group", "P8", "--body", "warm")
     c1 = consume(rmq, "RTBcast", "--group", "CBcast", "--instance", "b1", "--broadcast", "--expect", 10)
     c2 = consume(rmq, "RTBcast", "--group", "CBcast", "--instance", "b2", "--broadcast", "--expect", 10)
     try:
-        wait_members(rmq, "CBcast", 2)
-        time.sleep(3)
+        wait_held_by_each([c1, c2], "RTBcast", QUEUES_A)
         produce(rmq, "RTBcast", "--count", 10, "--group", "P8")
         got1, got2 = messages(c1.result()), messages(c2.result())
     finally:

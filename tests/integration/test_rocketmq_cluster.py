@@ -3,7 +3,6 @@ restart; two brokers registered in one standalone nameserver serve one topic."""
 
 import collections
 import json
-import time
 
 import pytest
 
@@ -11,7 +10,9 @@ from protocols.remoting import codes
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import (
     ClientProc, NamesrvProcess, broker_port, messages, namesrv_addr, rocket_server, run_client, sends,
+    wait_split,
 )
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -65,14 +66,8 @@ def test_pending_delay_fires_after_restart(tmp_path):
         s.start()
         br = RemotingClient("127.0.0.1", broker_port(s))
         try:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                r = br.call(codes.GET_MAX_OFFSET, {"topic": "DlT", "queueId": 0})
-                if r.ext_fields.get("offset") == "1":
-                    break
-                time.sleep(0.2)
-            else:
-                raise AssertionError("the delayed message never arrived")
+            wait_until(lambda: br.call(codes.GET_MAX_OFFSET, {"topic": "DlT", "queueId": 0})
+                       .ext_fields.get("offset") == "1", 20, "the delayed message", interval=0.2)
         finally:
             br.close()
     finally:
@@ -82,14 +77,13 @@ def test_pending_delay_fires_after_restart(tmp_path):
 
 def wait_members(server, group, n, timeout=30.0):
     c = RemotingClient("127.0.0.1", broker_port(server))
+
+    def members():
+        r = c.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        return r.code == codes.SUCCESS and len(json.loads(r.body)["consumerIdList"]) >= n
+
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            r = c.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
-            if r.code == codes.SUCCESS and len(json.loads(r.body)["consumerIdList"]) >= n:
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"group {group} never had {n} members")
+        wait_until(members, timeout, f"group {group} to have {n} members", interval=0.2)
     finally:
         c.close()
 
@@ -108,12 +102,11 @@ def test_two_brokers_one_nameserver(tmp_path):
             brokers.append(s)
         nc = RemotingClient("127.0.0.1", ns.port)
         try:
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:
+            def both():
                 info = json.loads(nc.call(codes.GET_BROKER_CLUSTER_INFO).body)
-                if len(info["brokerAddrTable"]) == 2:
-                    break
-                time.sleep(0.2)
+                return info if len(info["brokerAddrTable"]) == 2 else None
+
+            info = wait_until(both, 15, "both brokers registered", interval=0.2)
             assert sorted(info["clusterAddrTable"]["DefaultCluster"]) == ["broker-a", "broker-b"]
         finally:
             nc.close()
@@ -124,6 +117,15 @@ def test_two_brokers_one_nameserver(tmp_path):
                                                           "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
                                                           "topicFilterType": "SINGLE_TAG", "order": "false"}).code == 0
             c.close()
+        # ... and the nameserver knows it on both once they answered (as 4.9's brokers
+        # answer after registering): clients looking it up now see all 8 queues
+        nc = RemotingClient("127.0.0.1", ns.port)
+        try:
+            route = nc.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "ClT"})
+            assert route.code == codes.SUCCESS, route.remark
+            assert sorted(q["brokerName"] for q in json.loads(route.body)["queueDatas"]) == ["broker-a", "broker-b"]
+        finally:
+            nc.close()
         # Consumers join first: with a backlog, a consumer that starts alone would take
         # every queue before the other joins (RocketMQ rebalancing is at-least-once).
         c1 = ClientProc(home, "consume", ns.addr, "ClT", "--group", "ClG", "--instance", "c1", "--expect", 1000,
@@ -133,7 +135,8 @@ def test_two_brokers_one_nameserver(tmp_path):
         try:
             for s in brokers:
                 wait_members(s, "ClG", 2)
-            time.sleep(3)  # NOTIFY_CONSUMER_IDS_CHANGED made both rebalance
+            # NOTIFY_CONSUMER_IDS_CHANGED makes both rebalance: send once they split the queues
+            wait_split([c1, c2], "ClT", {(b, q) for b in ("broker-a", "broker-b") for q in range(4)})
             r = produce(home, ns.addr, "ClT", "--count", 40, "--group", "ClP")
             assert all(x["status"] == 0 for x in r)
             per_broker = []
@@ -178,7 +181,7 @@ def test_auto_create_disabled(tmp_path):
             assert br.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": "NoAuto", "readQueueNums": 2, "writeQueueNums": 2,
                                                            "perm": 6, "order": "false"}).code == codes.SUCCESS
             assert br.call(codes.SEND_MESSAGE, ext, b"x").code == codes.SUCCESS
-            time.sleep(0.3)
+            # UPDATE_AND_CREATE_TOPIC was answered once the nameserver had the topic
             route = json.loads(ns.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoAuto"}).body)
             assert route["queueDatas"][0]["writeQueueNums"] == 2
         finally:
@@ -209,12 +212,11 @@ def test_standalone_nameserver_logs_brokers_coming_and_going(tmp_path):
                 "broker bx (127.0.0.1:10999, id 0) of cluster CX unregistered",
                 "broker by (127.0.0.1:10998, id 0) registered in cluster CX",
                 "broker by (127.0.0.1:10998, id 0) of cluster CX dropped: its connection closed"]
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        def logged():
             text = open(tmp_path / "ns.log", encoding="utf-8", errors="replace").read()
-            if want[-1] in text:
-                break
-            time.sleep(0.05)
+            return text if want[-1] in text else None
+
+        text = wait_until(logged, 10, "the nameserver's log of the dropped broker", interval=0.05)
         got = [line.split("] ", 1)[1] for line in text.splitlines() if "RouteTable" in line]
         assert got == want
     finally:

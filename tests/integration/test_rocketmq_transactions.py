@@ -13,6 +13,7 @@ from mqserver.store.format import RecordView, decode_properties
 from protocols.remoting import codes
 from tests.support.remoting_client import RemotingClient, records
 from tests.support.rmq import broker_port, rocket_server
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -259,9 +260,8 @@ def test_halves_and_decisions_replicate_to_a_slave(tmp_path):
         with SmssClient("127.0.0.1", master.smss_port) as m:
             head = m.topic_info("$replication")["appliedEventId"]
         with SmssClient("127.0.0.1", slave.smss_port) as s:
-            deadline = time.monotonic() + 20
-            while s.topic_info("$replication")["appliedEventId"] != head and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_until(lambda: s.topic_info("$replication")["appliedEventId"] == head, 20,
+                       "the slave to apply the master's eventIds", interval=0.1)
         sc = RemotingClient("127.0.0.1", broker_port(slave), language="JAVA", version=codes.VERSION_V4_9_4)
         try:
             assert [bytes(v.body) for v in pull(sc, "TxRepl")[1]] == [b"yes"]

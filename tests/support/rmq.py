@@ -3,11 +3,13 @@ broker doors on ephemeral ports, and the real C++ client run in subprocesses."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 
 from tests.support.server import ROOT, ServerProcess
+from tests.support.wait import wait_until
 
 CLIENT = os.path.join(ROOT, "tests", "support", "rmq_client.py")
 #: Every delay level is 1 s, so retries (level 3 + reconsumeTimes) come back quickly.
@@ -39,6 +41,7 @@ class ClientProc:
 
     def __init__(self, home, command, namesrv, topic, *args, timeout=60.0):
         self.timeout = timeout
+        self.home = str(home)
         self.cmdline = [sys.executable, CLIENT, command, "--namesrv", namesrv, "--topic", topic, *map(str, args)]
         env = dict(os.environ, HOME=str(home), PYTHONPATH=ROOT)
         os.makedirs(str(home), exist_ok=True)
@@ -65,6 +68,49 @@ class ClientProc:
             self.proc.communicate(timeout=10)
 
 
+#: What the C++ push consumer logs as it takes a queue (with the offset it starts at),
+#: takes a dropped one back, or drops one (RebalancePush::updateRequestTableInRebalance).
+_QUEUE_LOG = re.compile(
+    r"\((?:info)\):(add mq|after resume the pull handle of this pullRequest, its mq is|drop mq):"
+    r"MessageQueue \[topic=([^,]*), brokerName=([^,]*), queueId=(\d+)\]")
+
+
+def held_queues(client, topic):
+    """Return the queues of C{topic} the push consumer C{client} (a L{ClientProc} of
+    ``consume``) pulls from now, as {(broker name, queue id)}: read from the C++ client's
+    own log, where it records each queue it takes (after its start offset is known) or
+    drops at a rebalance. Empty before its first rebalance."""
+    path = os.path.join(client.home, "logs", "rocketmq-cpp", f"{client.proc.pid}_rocketmq-cpp.log.0")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return set()
+    held = set()
+    for what, t, broker, qid in _QUEUE_LOG.findall(text):
+        if t == topic:
+            (held.discard if what == "drop mq" else held.add)((broker, int(qid)))
+    return held
+
+
+def wait_split(clients, topic, queues, timeout=30.0):
+    """Wait until the push consumers C{clients} of one group hold disjoint shares of
+    C{topic}'s C{queues} (a set of (broker name, queue id)) that together cover them all,
+    with their start offsets known: from then on every message sent is consumed once."""
+    def split():
+        held = [held_queues(c, topic) for c in clients]
+        return all(held) and sum(map(len, held)) == len(queues) and set().union(*held) == queues
+
+    wait_until(split, timeout, f"consumers to share the queues of {topic}", interval=0.1)
+
+
+def wait_held_by_each(clients, topic, queues, timeout=30.0):
+    """Wait until every push consumer of C{clients} (broadcasting) holds all C{queues}
+    of C{topic} with its start offsets known."""
+    wait_until(lambda: all(held_queues(c, topic) == queues for c in clients), timeout,
+               f"each consumer to hold every queue of {topic}", interval=0.1)
+
+
 def run_client(home, command, namesrv, topic, *args, timeout=60.0):
     return ClientProc(home, command, namesrv, topic, *args, timeout=timeout).result()
 
@@ -86,8 +132,6 @@ class NamesrvProcess:
         self.port = None
 
     def start(self, timeout=20.0):
-        import re
-
         self._log = open(self.log_path, "ab")
         env = dict(os.environ, PYTHONPATH=ROOT)
         self.proc = subprocess.Popen(

@@ -54,7 +54,7 @@ def make_message(a, i):
 
 
 def produce(a):
-    from rocketmq.client import Producer
+    from rocketmq.client import Message, Producer
 
     p = Producer(a.group, timeout=a.send_timeout)
     p.set_namesrv_addr(a.namesrv)
@@ -96,7 +96,12 @@ def produce(a):
         for _ in range(a.count):
             done.acquire(timeout=30)
     if a.mode == "oneway":
-        time.sleep(1.0)  # one-way sends leave from a client thread
+        # One-way sends are written to the broker connection by the client's event thread,
+        # after send_oneway returned: a sync send behind them on that connection (another
+        # topic, so the test's own is untouched) is answered only after they arrived.
+        probe = Message(a.topic + "_flushed")
+        probe.set_body(b"after the one-way sends")
+        p.send_sync(probe)
     emit({"done": True})
     hard_exit(0)
 
