@@ -1,6 +1,7 @@
 /* Helpers shared by the C speedups (mqserver/speedups.py): read a big-endian field, or
  * write one (big- or little-endian) and return the position after it; read a record's
- * position from a list of (pos, size) locations. Include after <Python.h>. */
+ * position from a list of (pos, size) locations; read the field spans configure() is
+ * handed. Include after <Python.h>. */
 
 #ifndef MQSERVER_BYTES_H
 #define MQSERVER_BYTES_H
@@ -51,6 +52,48 @@ static inline Py_ssize_t loc_pos(PyObject *locs, Py_ssize_t i) {
         return -1;
     }
     return PyLong_AsSsize_t(PyTuple_GET_ITEM(loc, 0));
+}
+
+/* A layout handed to a speedup's configure(): read n (offset, size) pairs from the tuple
+ * spans into out, checking each size against width[] and that each lies within
+ * [0, total); with cover, also that together they cover [0, total) exactly once (a
+ * layout the speedup writes whole). -1 with an exception set when they do not. */
+#define MAX_LAYOUT 1024
+static inline int read_spans(PyObject *spans, Py_ssize_t n, const Py_ssize_t *width,
+                             Py_ssize_t total, int cover, Py_ssize_t *out, const char *what) {
+    char covered[MAX_LAYOUT] = {0};
+    Py_ssize_t sum = 0;
+    if (total <= 0 || total > MAX_LAYOUT) {
+        PyErr_Format(PyExc_ValueError, "%s: size %zd out of range", what, total);
+        return -1;
+    }
+    if (!PyTuple_Check(spans) || PyTuple_GET_SIZE(spans) != n) {
+        PyErr_Format(PyExc_TypeError, "%s: a tuple of %zd (offset, size) pairs", what, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t o, size;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(spans, i), "nn", &o, &size))
+            return -1;
+        if (size != width[i] || o < 0 || o > total - size) {
+            PyErr_Format(PyExc_ValueError, "%s: field %zd at %zd of %zd bytes, expected %zd bytes "
+                         "within %zd", what, i, o, size, width[i], total);
+            return -1;
+        }
+        for (Py_ssize_t b = o; cover && b < o + size; b++) {
+            if (covered[b]++) {
+                PyErr_Format(PyExc_ValueError, "%s: fields overlap at byte %zd", what, b);
+                return -1;
+            }
+        }
+        sum += size;
+        out[i] = o;
+    }
+    if (cover && sum != total) {
+        PyErr_Format(PyExc_ValueError, "%s: fields cover %zd of %zd bytes", what, sum, total);
+        return -1;
+    }
+    return 0;
 }
 
 #endif

@@ -16,6 +16,7 @@ from mqserver.errors import StartupError
 from mqserver.fastpath import service_reactor
 from mqserver.listen import server_endpoint
 from mqserver.security import AllowList, AllowListEndpoint
+from mqserver.store import format as fmt
 from mqserver.store.flush import ThreadRunner
 from mqserver.store.store import MessageStore
 
@@ -114,7 +115,7 @@ class StorageService(service.MultiService):
         super().__init__()
         self.config = config
         self._reactor = reactor
-        host = socket.inet_aton(local_ipv4()) + store_port.to_bytes(4, "big")
+        host = fmt.HOST.pack(socket.inet_aton(local_ipv4()), store_port)
         self.store = MessageStore(
             os.path.abspath(config["store.path"]),
             reactor,

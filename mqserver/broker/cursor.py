@@ -82,11 +82,12 @@ class TopicCursor:
         log_min = store.commitlog.min_offset
         skipped = 0
         # Entries whose records retention removed are skipped, not delivered.
-        while skipped * 20 < len(entries) and fmt.CQ_ENTRY.unpack_from(entries, skipped * 20)[0] < log_min:
+        step = fmt.CQ_ENTRY_SIZE
+        while skipped * step < len(entries) and fmt.CQ_ENTRY.unpack_from(entries, skipped * step)[0] < log_min:
             skipped += 1
         if skipped:
             self.positions[qid] += skipped
-            entries = entries[skipped * 20 :]
+            entries = entries[skipped * step :]
             if not entries:
                 return None, [], 0
         buf, locs = store.read_records(entries)

@@ -34,7 +34,7 @@ WINDOWS = (10, 60, 600)
 def record_overhead(topic):
     """Return the bytes every stored message record of C{topic} has besides its body and
     properties."""
-    return fmt.HEADER_SIZE + 3 + len(topic.encode("utf-8"))
+    return fmt.MIN_RECORD_SIZE + len(topic.encode("utf-8"))
 
 
 def payload_bytes(topic, msgs, record_bytes):

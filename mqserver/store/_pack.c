@@ -1,10 +1,12 @@
 /* The publish hot path in C: messages -> commit-log records and consume-queue entries.
  *
- * A speedup of the record-packing loop of MessageStore._append (store.py), byte for
+ * A speedup of the record-packing loop of Writer._append (writer.py), byte for
  * byte; the Python loop stays the reference and the fallback, and tests compare the two.
- * The record layout is format.py's HEADER (">iIIiiqqiq8sq8siqi", big-endian) followed by
- * the body, the topic tail (length byte + topic) and the u16-prefixed properties; a
- * consume-queue entry is CQ_ENTRY (">qiq": offset, size, tag hash). The caller passes
+ * No layout is written here: mqserver/store/native.py hands configure() the offset and
+ * size of every record header field and consume-queue entry field, derived from the
+ * construct schemas of format.py, and configure() checks each size against the width
+ * this code writes. A record is its header, the body, the topic tail (built by the
+ * caller: length + topic) and the length-prefixed properties. The caller passes
  * zlib.crc32 and format.tag_hash_of, so the CRC and the Java tag hash are computed by
  * the same code as everywhere else.
  */
@@ -16,10 +18,22 @@
 #include "_bytes.h"
 #include <string.h>
 
-#define HEADER_SIZE 88
-#define ENTRY_SIZE 20
+/* The record header fields, in the order configure() takes their (offset, size). */
+enum { F_TOTAL, F_MAGIC, F_CRC, F_QUEUE_ID, F_FLAG, F_QUEUE_OFFSET, F_PHYSICAL, F_SYS_FLAG,
+       F_BORN_TS, F_BORN_HOST, F_STORE_TS, F_STORE_HOST, F_RECONSUME, F_EVENT_ID, F_BODY_LEN,
+       N_FIELDS };
+/* The width each of them is written with: what configure() checks the sizes against. */
+static const Py_ssize_t field_width[N_FIELDS] = {4, 4, 4, 4, 4, 8, 8, 4, 8, 8, 8, 8, 4, 8, 4};
+/* The consume-queue entry fields: commit-log offset, record size, tag hash. */
+enum { E_OFFSET, E_SIZE, E_TAG_HASH, N_ENTRY_FIELDS };
+static const Py_ssize_t entry_width[N_ENTRY_FIELDS] = {8, 4, 8};
+/* The properties length field is written as a big-endian u16. */
+#define PROPS_LEN_WIDTH 2
+
+static Py_ssize_t off[N_FIELDS], header_size, eoff[N_ENTRY_FIELDS], entry_size;
 /* format.SYSFLAG_BATCH_MORE: another message record of the same write follows. */
-#define BATCH_MORE 0x20000
+static uint32_t batch_more;
+static int configured;
 
 static PyObject *s_body, *s_properties, *s_flag, *s_sys_flag, *s_reconsume_times,
     *s_born_ts, *s_born_host;
@@ -64,6 +78,31 @@ static int arg_n(PyObject *obj, Py_ssize_t *out) {
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* configure(header_size, header_spans, entry_size, entry_spans, props_len_size, batch_more)
+ * The layout, checked whole before any of it is used (a failed call changes nothing). */
+static PyObject *pack_configure(PyObject *self, PyObject *args) {
+    Py_ssize_t hsize, esize, plen_size, new_off[N_FIELDS], new_eoff[N_ENTRY_FIELDS];
+    PyObject *hspans, *espans;
+    unsigned long bm;
+    if (!PyArg_ParseTuple(args, "nOnOnk", &hsize, &hspans, &esize, &espans, &plen_size, &bm))
+        return NULL;
+    if (read_spans(hspans, N_FIELDS, field_width, hsize, 1, new_off, "record header") < 0 ||
+        read_spans(espans, N_ENTRY_FIELDS, entry_width, esize, 1, new_eoff, "consume-queue entry") < 0)
+        return NULL;
+    if (plen_size != PROPS_LEN_WIDTH) {
+        PyErr_Format(PyExc_ValueError, "properties length of %zd bytes, expected %d", plen_size,
+                     PROPS_LEN_WIDTH);
+        return NULL;
+    }
+    memcpy(off, new_off, sizeof off);
+    memcpy(eoff, new_eoff, sizeof eoff);
+    header_size = hsize;
+    entry_size = esize;
+    batch_more = (uint32_t)bm;
+    configured = 1;
+    Py_RETURN_NONE;
+}
+
 /* pack(messages, start, magic, queue_id, op, is_msg, qoff, pos, seg_left, blank_size,
  *      now, host, event_id, tail, max_size, crc32, tag_hash)
  *   -> (data, entries, offsets, queue_offsets, sizes, stop)
@@ -77,6 +116,10 @@ static int arg_n(PyObject *obj, Py_ssize_t *out) {
 static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t start, seg_left, blank_size, max_size;
     long long magic_ll, queue_id_ll, op_ll, qoff, pos, now, event_id;
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
     if (nargs != 17) {
         PyErr_SetString(PyExc_TypeError, "pack() takes 17 arguments");
         return NULL;
@@ -99,7 +142,7 @@ static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     uint32_t magic = (uint32_t)magic_ll;
     int queue_id = (int)queue_id_ll, op = (int)op_ll;
-    if (PyBytes_GET_SIZE(host) != 8) {
+    if (PyBytes_GET_SIZE(host) != field_width[F_STORE_HOST]) {
         PyErr_SetString(PyExc_ValueError, "host must be 8 bytes");
         return NULL;
     }
@@ -131,7 +174,7 @@ static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nar
             break;
         }
         if (plain) {
-            m->size = HEADER_SIZE + m->bv.len + tail_len + 2;
+            m->size = header_size + m->bv.len + tail_len + PROPS_LEN_WIDTH;
             if (m->size + blank_size > seg_left) {
                 stop = 1;
                 break;
@@ -149,7 +192,7 @@ static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nar
             PyErr_SetString(PyExc_ValueError, "properties over 65535 bytes");
             goto fail;
         }
-        m->size = HEADER_SIZE + m->bv.len + tail_len + 2 + m->pv.len;
+        m->size = header_size + m->bv.len + tail_len + PROPS_LEN_WIDTH + m->pv.len;
         if (m->size + blank_size > seg_left) {
             stop = 1;
             break;
@@ -168,7 +211,7 @@ static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyObject *bh = PyObject_GetAttr(msg, s_born_host);
         if (bh == NULL)
             goto fail;
-        if (!PyBytes_Check(bh) || PyBytes_GET_SIZE(bh) != 8) {
+        if (!PyBytes_Check(bh) || PyBytes_GET_SIZE(bh) != field_width[F_BORN_HOST]) {
             Py_DECREF(bh);
             PyErr_SetString(PyExc_ValueError, "born_host must be 8 bytes");
             goto fail;
@@ -195,7 +238,7 @@ static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     /* Second pass: write records and entries. */
     data = PyBytes_FromStringAndSize(NULL, data_len);
-    entries = PyBytes_FromStringAndSize(NULL, is_msg ? k * ENTRY_SIZE : 0);
+    entries = PyBytes_FromStringAndSize(NULL, is_msg ? k * entry_size : 0);
     offsets = PyList_New(k);
     qoffsets = PyList_New(k);
     sizes = PyList_New(k);
@@ -216,26 +259,25 @@ static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyList_SET_ITEM(offsets, i, off_obj);
         PyList_SET_ITEM(qoffsets, i, qoff_obj);
         PyList_SET_ITEM(sizes, i, size_obj);
-        o = put_be32(o, (uint32_t)m->size);
-        o = put_be32(o, magic);
-        o = put_be32(o, m->crc);
-        o = put_be32(o, (uint32_t)queue_id);
-        o = put_be32(o, (uint32_t)m->flag);
-        o = put_be64(o, (uint64_t)qoff);
-        o = put_be64(o, (uint64_t)pos);
-        long long sys_flag = m->sys_flag & ~(long long)BATCH_MORE;
+        put_be32(o + off[F_TOTAL], (uint32_t)m->size);
+        put_be32(o + off[F_MAGIC], magic);
+        put_be32(o + off[F_CRC], m->crc);
+        put_be32(o + off[F_QUEUE_ID], (uint32_t)queue_id);
+        put_be32(o + off[F_FLAG], (uint32_t)m->flag);
+        put_be64(o + off[F_QUEUE_OFFSET], (uint64_t)qoff);
+        put_be64(o + off[F_PHYSICAL], (uint64_t)pos);
+        uint32_t sys_flag = (uint32_t)m->sys_flag & ~batch_more;
         if (is_msg && start + i < total_n - 1)
-            sys_flag |= BATCH_MORE;
-        o = put_be32(o, (uint32_t)sys_flag);
-        o = put_be64(o, (uint64_t)(m->born_ts ? m->born_ts : now));
-        memcpy(o, m->born_host, 8);
-        o += 8;
-        o = put_be64(o, (uint64_t)now);
-        memcpy(o, PyBytes_AS_STRING(host), 8);
-        o += 8;
-        o = put_be32(o, (uint32_t)m->reconsume);
-        o = put_be64(o, (uint64_t)event_id);
-        o = put_be32(o, (uint32_t)m->bv.len);
+            sys_flag |= batch_more;
+        put_be32(o + off[F_SYS_FLAG], sys_flag);
+        put_be64(o + off[F_BORN_TS], (uint64_t)(m->born_ts ? m->born_ts : now));
+        memcpy(o + off[F_BORN_HOST], m->born_host, 8);
+        put_be64(o + off[F_STORE_TS], (uint64_t)now);
+        memcpy(o + off[F_STORE_HOST], PyBytes_AS_STRING(host), 8);
+        put_be32(o + off[F_RECONSUME], (uint32_t)m->reconsume);
+        put_be64(o + off[F_EVENT_ID], (uint64_t)event_id);
+        put_be32(o + off[F_BODY_LEN], (uint32_t)m->bv.len);
+        o += header_size;
         memcpy(o, m->bv.buf, m->bv.len);
         o += m->bv.len;
         memcpy(o, PyBytes_AS_STRING(tail), tail_len);
@@ -247,9 +289,10 @@ static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nar
             o += m->pv.len;
         }
         if (is_msg) {
-            e = put_be64(e, (uint64_t)pos);
-            e = put_be32(e, (uint32_t)m->size);
-            e = put_be64(e, (uint64_t)m->tag_hash);
+            put_be64(e + eoff[E_OFFSET], (uint64_t)pos);
+            put_be32(e + eoff[E_SIZE], (uint32_t)m->size);
+            put_be64(e + eoff[E_TAG_HASH], (uint64_t)m->tag_hash);
+            e += entry_size;
             qoff++;
         }
         pos += m->size;
@@ -270,6 +313,9 @@ fail:
 }
 
 static PyMethodDef pack_methods[] = {
+    {"configure", pack_configure, METH_VARARGS,
+     "configure(header_size, header_spans, entry_size, entry_spans, props_len_size, "
+     "batch_more): the layout, from format.py (see native.py)."},
     {"pack", (PyCFunction)(void (*)(void))pack_pack, METH_FASTCALL,
      "pack(messages, start, magic, queue_id, op, is_msg, qoff, pos, seg_left, blank_size, "
      "now, host, event_id, tail, max_size, crc32, tag_hash) -> (data, entries, offsets, "
@@ -279,7 +325,7 @@ static PyMethodDef pack_methods[] = {
 
 static struct PyModuleDef pack_module = {
     PyModuleDef_HEAD_INIT, "mqserver.store._pack",
-    "Commit-log record packing in C (see store.py).", -1, pack_methods,
+    "Commit-log record packing in C (see writer.py).", -1, pack_methods,
 };
 
 PyMODINIT_FUNC PyInit__pack(void) {

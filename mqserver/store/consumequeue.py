@@ -1,8 +1,9 @@
-"""Consume queues: 20-byte entries (commit-log offset, size, tag hash) per (topic, queue).
+"""Consume queues: entries of C{CQ_ENTRY_SIZE} bytes (commit-log offset, size, tag hash;
+C{format.CQ_ENTRY_SCHEMA}) per (topic, queue).
 
 They are derived data: the commit log is the truth, and every message record carries its
 own QueueOffset, so writing an entry is idempotent (entry ``q`` always lives at byte
-``q * 20``). Recovery replays records into them, and a queue whose files are missing is
+``q * CQ_ENTRY_SIZE``). Recovery replays records into them, and a queue whose files are missing is
 rebuilt from the log. Files live in ``consumequeue/<topic>/<queueId>/`` and are named by
 the 20-digit byte offset of their first entry, as in RocketMQ.
 """
@@ -109,7 +110,7 @@ class ConsumeQueue:
         return p
 
     def write(self, qoffset, entries):
-        """Write packed C{entries} (a multiple of 20 bytes) starting at entry C{qoffset}.
+        """Write packed C{entries} (a multiple of C{CQ_ENTRY_SIZE} bytes) starting at entry C{qoffset}.
 
         Entries that extend the queue are buffered (see L{TAIL_LIMIT}); others, and the
         buffer when it is full, go to the files."""

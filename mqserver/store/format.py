@@ -1,37 +1,19 @@
-"""The on-disk formats of the store: commit-log records, consume-queue entries, and the
-encoding of message lists inside admin records.
+"""The on-disk formats of the store: commit-log records, consume-queue entries, index
+files, and the encoding of message lists inside admin records.
 
-This module is the single written definition of those formats. It imports only the
-standard library and construct, so the Spark audit job can ship it to executors without
-Twisted. ``RECORD`` (construct) documents and parses a record on cold paths;
-``HEADER`` (``struct``) packs and unpacks the fixed part on hot paths, and
-``tests/unit/test_store_format.py`` checks that both agree byte for byte.
+This module is the single written definition of those formats: the construct schemas
+below (``RECORD``, ``BLANK_SCHEMA``, ``CQ_ENTRY_SCHEMA``, ``DELAYED_MESSAGE``,
+``INDEX_HEADER_SCHEMA``, ``INDEX_ENTRY_SCHEMA``). Everything else is derived from them
+once, at import, by L{mqserver.store.layout.Layout}: the ``struct`` objects the hot paths
+run (``HEADER``, ``CQ_ENTRY``, ``DELIVERY_FIELDS``, ...), the field offsets and sizes
+(``OFF_*``, also handed to the C speedups' ``configure()``), and the layout tables of
+``docs/storage-format.md`` (``python -m mqserver.store.formatdoc``). The schemas also
+parse and build records on cold paths and in tests.
 
-Record layout (big-endian, the SmartGo/RocketMQ 4.x CommitLog layout of seed 000 §1.3)::
-
-     0 TotalSize        i32   whole record, these 4 bytes included
-     4 MagicCode        u32   MESSAGE_MAGIC, ADMIN_MAGIC, or BLANK_MAGIC (end of segment)
-     8 BodyCRC          u32   crc32(body) & 0x7fffffff, as RocketMQ's UtilAll.crc32
-    12 QueueId          i32   -1 on admin records
-    16 Flag             i32   message flag; the admin operation on admin records
-    20 QueueOffset      i64   index of the message in its consume queue; -1 on admin
-    28 PhysicalOffset   i64   commit-log offset of this record
-    36 SysFlag          i32   RocketMQ MessageSysFlag bits
-    40 BornTimestamp    i64   ms
-    48 BornHost         8     IPv4 (4) + port (i32)
-    56 StoreTimestamp   i64   ms
-    64 StoreHost        8     IPv4 (4) + port (i32)
-    72 ReconsumeTimes   i32
-    76 EventId          i64   RocketMQ's PreparedTransactionOffset slot: the global eventId
-    84 BodyLength       i32
-    88 Body             BodyLength bytes
-       TopicLength      u8
-       Topic            TopicLength bytes (UTF-8)
-       PropertiesLength u16
-       Properties       RocketMQ properties string: key 0x01 value 0x02 ...
-
-A BLANK record is only its first 8 bytes: TotalSize is the space left in the segment and
-the reader moves on to the next segment.
+It imports only the standard library and construct, so the Spark audit job can ship it
+to executors without Twisted. A BLANK record (end of segment) is only the first 8 bytes
+of a record: TotalSize is the space left in the segment and the reader moves on to the
+next segment.
 """
 
 import operator
@@ -41,6 +23,7 @@ import zlib
 from construct import (
     Bytes,
     Const,
+    GreedyBytes,
     Int8ub,
     Int16ub,
     Int32sb,
@@ -48,10 +31,13 @@ from construct import (
     Int64sb,
     PascalString,
     Prefixed,
+    Rebuild,
     Struct,
-    GreedyBytes,
-
+    len_,
+    this,
 )
+
+from mqserver.store.layout import Layout, length_prefix
 
 MESSAGE_MAGIC = 0xDAA320A7
 BLANK_MAGIC = 0xCBD43194
@@ -76,77 +62,162 @@ SYSFLAG_SMSS_FRAMED = 0x10000
 #: smss writes it; the writer sets it, and clears it on what it is given.
 SYSFLAG_BATCH_MORE = 0x20000
 
-HEADER = struct.Struct(">iIIiiqqiq8sq8siqi")
-HEADER_SIZE = HEADER.size  # 88
-BLANK = struct.Struct(">iI")
-BLANK_SIZE = BLANK.size
+#: The body CRC is CRC32 masked to 31 bits, as RocketMQ's UtilAll.crc32.
+CRC_MASK = 0x7FFFFFFF
+
+# -- the schemas: the one definition ---------------------------------------------------
+
+HOST_SCHEMA = Struct(
+    "ipv4" / Bytes(4) * "the address",
+    "port" / Int32sb * "the port",
+)
+"""A host in a record (BornHost, StoreHost), as RocketMQ stores an IPv4 socket address."""
+
+RECORD = Struct(
+    "total_size" / Int32sb * "`TotalSize`: the whole record, these 4 bytes included",
+    "magic" / Int32ub * (
+        f"`MagicCode`: `0x{MESSAGE_MAGIC:08X}` message, `0x{ADMIN_MAGIC:08X}` admin (ours), "
+        f"`0x{BLANK_MAGIC:08X}` blank"),
+    "body_crc" / Int32ub * f"`BodyCRC`: `crc32(body) & {CRC_MASK:#x}`, as RocketMQ's `UtilAll.crc32`",
+    "queue_id" / Int32sb * "`QueueId`: -1 on admin records",
+    "flag" / Int32sb * (
+        f"`Flag`: the message flag; on admin records the operation ({OP_CREATE} create, "
+        f"{OP_DELETE} delete, {OP_DELAY} delay, {OP_UPDATE} update)"),
+    "queue_offset" / Int64sb * "`QueueOffset`: the entry index in the consume queue; -1 on admin records",
+    "physical_offset" / Int64sb * "`PhysicalOffset`: the record's own commit-log offset",
+    "sys_flag" / Int32sb * (
+        f"`SysFlag`: RocketMQ bits; `{SYSFLAG_SMSS_FRAMED:#x}` (ours) = body is a whole smss "
+        f"message record; `{SYSFLAG_BATCH_MORE:#x}` (ours) = another message record of the "
+        "same write follows"),
+    "born_timestamp" / Int64sb * "`BornTimestamp`: ms",
+    "born_host" / Bytes(HOST_SCHEMA.sizeof()) * "`BornHost`: `HOST_SCHEMA`",
+    "store_timestamp" / Int64sb * "`StoreTimestamp`: ms",
+    "store_host" / Bytes(HOST_SCHEMA.sizeof()) * "`StoreHost`: the broker's, `HOST_SCHEMA`",
+    "reconsume_times" / Int32sb * "`ReconsumeTimes`",
+    "event_id" / Int64sb * "**EventId**: in RocketMQ's `PreparedTransactionOffset` slot",
+    "body_length" / Rebuild(Int32sb, len_(this.body)) * "`BodyLength`",
+    "body" / Bytes(this.body_length) * "`Body`",
+    "topic" / PascalString(Int8ub, "utf8") * "`Topic`: UTF-8",
+    "properties" / Prefixed(Int16ub, GreedyBytes) * "`Properties`: `key 0x01 value 0x02 ...`",
+)
+"""A whole record, message or admin (big-endian, the SmartGo/RocketMQ 4.x CommitLog
+layout of seed 000 §1.3)."""
+
+BLANK_SCHEMA = Struct(
+    "total_size" / Int32sb * "`TotalSize`: the space left in the segment",
+    "magic" / Const(BLANK_MAGIC, Int32ub) * f"`MagicCode`: `0x{BLANK_MAGIC:08X}`",
+)
+"""The end-of-segment marker: the first two fields of a record."""
+
+CQ_ENTRY_SCHEMA = Struct(
+    "offset" / Int64sb * "commit-log offset of the record",
+    "size" / Int32sb * "record size; 0 for a record whose body failed its CRC at recovery",
+    "tag_hash" / Int64sb * "Java `String.hashCode` of the `TAGS` property, 0 when there is none",
+)
+"""One consume-queue entry."""
+
+DELAYED_MESSAGE = Struct(
+    "flag" / Int32sb * "the message flag",
+    "sys_flag" / Int32sb * "RocketMQ `SysFlag` bits",
+    "reconsume_times" / Int32sb * "`ReconsumeTimes`",
+    "body_length" / Rebuild(Int32sb, len_(this.body)),
+    "body" / Bytes(this.body_length),
+    "properties" / Prefixed(Int16ub, GreedyBytes) * "as in a record",
+)
+"""One message of the list in the body of a DELAY admin record."""
+
+DELAY_BODY = Struct(
+    "trigger_ms" / Int64sb * "when the messages are published, ms",
+    "count" / Rebuild(Int32sb, len_(this.messages)) * "how many messages follow",
+    "messages" / DELAYED_MESSAGE[this.count] * "the messages, in the order they are published",
+)
+"""The body of a DELAY admin record."""
+
+INDEX_HEADER_SCHEMA = Struct(
+    "begin_timestamp" / Int64sb * "`BeginTimestamp`: store time of the first entry, ms",
+    "end_timestamp" / Int64sb * "`EndTimestamp`: store time of the newest entry, ms",
+    "begin_phy_offset" / Int64sb * "`BeginPhyOffset`: commit-log offset of the first entry",
+    "end_phy_offset" / Int64sb * "`EndPhyOffset`: commit-log offset of the newest entry",
+    "hash_slot_count" / Int32sb * "`HashSlotCount`",
+    "index_count" / Int32sb * "`IndexCount`: entries written",
+)
+"""The header of an index file (seed 000 §1.5: RocketMQ's IndexFile)."""
+
+INDEX_SLOT_SCHEMA = Struct(
+    "newest" / Int32sb * "number of the newest entry whose key hashes to this slot, 0 = empty",
+)
+"""One hash slot of an index file; the slot table follows the header."""
+
+INDEX_ENTRY_SCHEMA = Struct(
+    "key_hash" / Int32sb * "`KeyHash`: abs(Java `String.hashCode` of `topic#key`), 0 for `Integer.MIN_VALUE`",
+    "phy_offset" / Int64sb * "`PhyOffset`: commit-log offset of the record",
+    "time_diff" / Int32sb * "`TimeDiff`: seconds since `BeginTimestamp`",
+    "next_index_offset" / Int32sb * "`NextIndexOffset`: the previous entry of the same slot, 0 = end",
+)
+"""One index-file entry; entry numbers start at 1, after the slot table."""
+
+# -- derived once, at import: what the hot paths run -----------------------------------
+
+#: The fixed part of a record (every field up to BodyLength).
+HEADER_LAYOUT = Layout(RECORD, prefix=True)
+HEADER = HEADER_LAYOUT.struct
+HEADER_SIZE = HEADER_LAYOUT.size
+BLANK_LAYOUT = Layout(BLANK_SCHEMA)
+BLANK = BLANK_LAYOUT.struct
+BLANK_SIZE = BLANK_LAYOUT.size
 #: Offsets of single fields, for reading one without unpacking the whole header.
-OFF_TOTAL_SIZE = 0
-OFF_QUEUE_ID = 12
-OFF_QUEUE_OFFSET = 20
-OFF_PHYSICAL_OFFSET = 28
-OFF_SYS_FLAG = 36
-OFF_STORE_TS = 56
-OFF_EVENT_ID = 76
-OFF_BODY_LEN = 84
+OFF_TOTAL_SIZE = HEADER_LAYOUT.offsets["total_size"]
+OFF_MAGIC = HEADER_LAYOUT.offsets["magic"]
+OFF_BODY_CRC = HEADER_LAYOUT.offsets["body_crc"]
+OFF_QUEUE_ID = HEADER_LAYOUT.offsets["queue_id"]
+OFF_QUEUE_OFFSET = HEADER_LAYOUT.offsets["queue_offset"]
+OFF_PHYSICAL_OFFSET = HEADER_LAYOUT.offsets["physical_offset"]
+OFF_SYS_FLAG = HEADER_LAYOUT.offsets["sys_flag"]
+OFF_STORE_TS = HEADER_LAYOUT.offsets["store_timestamp"]
+OFF_STORE_HOST = HEADER_LAYOUT.offsets["store_host"]
+OFF_EVENT_ID = HEADER_LAYOUT.offsets["event_id"]
+OFF_BODY_LEN = HEADER_LAYOUT.offsets["body_length"]
+#: Generic big-endian integers, for one field read at its OFF_* (the widths of the
+#: fields read this way; tests check them against the schema).
 I64 = struct.Struct(">q")
 I32 = struct.Struct(">i")
-EVENT_AND_BODYLEN = struct.Struct(">qi")  # at OFF_EVENT_ID
+#: The length fields in front of the topic and the properties, after the body.
+TOPIC_LEN = length_prefix(RECORD.subcons[-2])
+PROPS_LEN = length_prefix(RECORD.subcons[-1])
+#: The smallest record: empty body, topic and properties.
+MIN_RECORD_SIZE = HEADER_SIZE + TOPIC_LEN.size + PROPS_LEN.size
 
 #: Only what a delivery needs: QueueId, QueueOffset, SysFlag, StoreTimestamp, EventId,
 #: BodyLength (the other header fields are skipped with pad bytes).
-DELIVERY_FIELDS = struct.Struct(">12xi4xq8xi16xq12xqi")
+DELIVERY_FIELDS = HEADER_LAYOUT.fields(
+    "queue_id", "queue_offset", "sys_flag", "store_timestamp", "event_id", "body_length")
 #: What a channel delivery needs: TotalSize, QueueId, QueueOffset, PhysicalOffset,
 #: StoreTimestamp, EventId, BodyLength (other header fields skipped with pad bytes).
-CHANNEL_FIELDS = struct.Struct(">i8xi4xqq4x8x8xq8x4xqi")
-CQ_ENTRY = struct.Struct(">qiq")  # commit-log offset, size, tag hash
-CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
+CHANNEL_FIELDS = HEADER_LAYOUT.fields(
+    "total_size", "queue_id", "queue_offset", "physical_offset", "store_timestamp",
+    "event_id", "body_length")
+_SIZE_MAGIC_CRC = HEADER_LAYOUT.fields("total_size", "magic", "body_crc")
 
-NO_HOST = b"\x00" * 8
+CQ_LAYOUT = Layout(CQ_ENTRY_SCHEMA)
+CQ_ENTRY = CQ_LAYOUT.struct  # commit-log offset, size, tag hash
+CQ_ENTRY_SIZE = CQ_LAYOUT.size
 
-RECORD = Struct(
-    "total_size" / Int32sb,
-    "magic" / Int32ub,
-    "body_crc" / Int32ub,
-    "queue_id" / Int32sb,
-    "flag" / Int32sb,
-    "queue_offset" / Int64sb,
-    "physical_offset" / Int64sb,
-    "sys_flag" / Int32sb,
-    "born_timestamp" / Int64sb,
-    "born_host" / Bytes(8),
-    "store_timestamp" / Int64sb,
-    "store_host" / Bytes(8),
-    "reconsume_times" / Int32sb,
-    "event_id" / Int64sb,
-    "body" / Prefixed(Int32sb, GreedyBytes),
-    "topic" / PascalString(Int8ub, "utf8"),
-    "properties" / Prefixed(Int16ub, GreedyBytes),
-)
-"""The whole record (message or admin); see the module docstring."""
+#: A host field: C{HOST.pack(socket.inet_aton(ip), port)}.
+HOST = Layout(HOST_SCHEMA).struct
+NO_HOST = b"\x00" * HOST.size
 
-CQ_ENTRY_SCHEMA = Struct(
-    "offset" / Int64sb,
-    "size" / Int32sb,
-    "tag_hash" / Int64sb,
-)
-"""One 20-byte consume-queue entry."""
-
-BLANK_SCHEMA = Struct("total_size" / Int32sb, "magic" / Const(BLANK_MAGIC, Int32ub))
-"""The end-of-segment marker."""
-
-MAX_TOPIC_BYTES = 255
-MAX_PROPERTIES_BYTES = 0xFFFF
+MAX_TOPIC_BYTES = (1 << 8 * TOPIC_LEN.size) - 1
+MAX_PROPERTIES_BYTES = (1 << 8 * PROPS_LEN.size) - 1
 
 
 def body_crc(body):
     """Return the stored CRC of C{body}: CRC32 masked to 31 bits, as RocketMQ computes it."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return zlib.crc32(body) & CRC_MASK
 
 
 def record_size(body_len, topic_len, props_len):
     """Return the size of a record with bodies of the given lengths."""
-    return HEADER_SIZE + body_len + 1 + topic_len + 2 + props_len
+    return MIN_RECORD_SIZE + body_len + topic_len + props_len
 
 
 def pack_record(
@@ -168,13 +239,13 @@ def pack_record(
     properties,
 ):
     """Build one record. C{topic} and C{properties} are bytes; returns bytes."""
-    total = HEADER_SIZE + len(body) + 3 + len(topic) + len(properties)
+    total = MIN_RECORD_SIZE + len(body) + len(topic) + len(properties)
     return b"".join(
         (
             HEADER.pack(
                 total,
                 magic,
-                zlib.crc32(body) & 0x7FFFFFFF,
+                zlib.crc32(body) & CRC_MASK,
                 queue_id,
                 flag,
                 queue_offset,
@@ -189,12 +260,16 @@ def pack_record(
                 len(body),
             ),
             body,
-            bytes((len(topic),)),
+            TOPIC_LEN.pack(len(topic)),
             topic,
-            len(properties).to_bytes(2, "big"),
+            PROPS_LEN.pack(len(properties)),
             properties,
         )
     )
+
+
+_TOPIC_LEN_AT, _TOPIC_LEN_SIZE = TOPIC_LEN.unpack_from, TOPIC_LEN.size
+_PROPS_LEN_AT, _PROPS_LEN_SIZE = PROPS_LEN.unpack_from, PROPS_LEN.size
 
 
 class RecordView:
@@ -247,11 +322,13 @@ class RecordView:
         p = pos + HEADER_SIZE
         self.body = buf[p : p + body_len]
         p += body_len
-        tlen = buf[p]
-        self.topic = bytes(buf[p + 1 : p + 1 + tlen]).decode("utf-8")
-        p += 1 + tlen
-        plen = int.from_bytes(buf[p : p + 2], "big")
-        self.properties = bytes(buf[p + 2 : p + 2 + plen])
+        (tlen,) = _TOPIC_LEN_AT(buf, p)
+        p += _TOPIC_LEN_SIZE
+        self.topic = bytes(buf[p : p + tlen]).decode("utf-8")
+        p += tlen
+        (plen,) = _PROPS_LEN_AT(buf, p)
+        p += _PROPS_LEN_SIZE
+        self.properties = bytes(buf[p : p + plen])
 
     def crc_ok(self):
         """Return True when the stored body CRC matches the body."""
@@ -273,7 +350,6 @@ class ScanError(Exception):
         self.detail = detail
 
 
-MIN_RECORD_SIZE = HEADER_SIZE + 3
 _RECORD_MAGICS = (MESSAGE_MAGIC, ADMIN_MAGIC)
 _MAGIC_BYTES = (MESSAGE_MAGIC.to_bytes(4, "big"), ADMIN_MAGIC.to_bytes(4, "big"))
 
@@ -324,12 +400,9 @@ def record_damage(buf, pos, size, check_crc=True):
     if blen < 0 or blen > size - MIN_RECORD_SIZE:
         return f"bad body length {blen}"
     b0 = pos + HEADER_SIZE
-    if check_crc and zlib.crc32(memoryview(buf)[b0 : b0 + blen]) & 0x7FFFFFFF != crc:
+    if check_crc and zlib.crc32(memoryview(buf)[b0 : b0 + blen]) & CRC_MASK != crc:
         return "body CRC mismatch"
     return None
-
-
-_SIZE_MAGIC_CRC = struct.Struct(">iII")
 
 
 def first_damaged(buf, locs, check_crc):
@@ -372,7 +445,7 @@ def scan_buffer(buf, base_offset, pos=0, check_crc=True, on_damage=None):
             return
         if magic not in (MESSAGE_MAGIC, ADMIN_MAGIC):
             raise ScanError(base_offset + pos, "corrupt", f"bad magic {magic:#x}")
-        if size < HEADER_SIZE + 3:
+        if size < MIN_RECORD_SIZE:
             raise ScanError(base_offset + pos, "corrupt", f"bad size {size}")
         if pos + size > end:
             raise ScanError(base_offset + pos, "torn", f"size {size} runs past the end")
@@ -508,19 +581,24 @@ def properties_safe(pairs):
 
 # -- message lists inside admin records ------------------------------------------------
 
-_MSG_ITEM = struct.Struct(">iiii")  # flag, sys_flag, reconsume, body_len
+_DELAY_LAYOUT = Layout(DELAY_BODY, prefix=True)
+#: The start of a DELAY record's body: the trigger time (ms); the message list follows.
+DELAY_PREFIX = _DELAY_LAYOUT.fields("trigger_ms")
+_MSG_COUNT = _DELAY_LAYOUT.field("count")
+_MSG_ITEM = Layout(DELAYED_MESSAGE, prefix=True).struct  # flag, sys_flag, reconsume, body_len
+_MSG_PROPS_LEN = length_prefix(DELAYED_MESSAGE.subcons[-1])
 
 
 def encode_message_list(messages):
     """Encode C{messages} (objects with flag, sys_flag, reconsume_times, body, properties)
     for the body of a DELAY admin record."""
-    out = [I32.pack(len(messages))]
+    out = [_MSG_COUNT.pack(len(messages))]
     for m in messages:
         out.append(
             _MSG_ITEM.pack(m.flag, m.sys_flag, m.reconsume_times, len(m.body))
         )
         out.append(bytes(m.body))
-        out.append(len(m.properties).to_bytes(2, "big"))
+        out.append(_MSG_PROPS_LEN.pack(len(m.properties)))
         out.append(m.properties)
     return b"".join(out)
 
@@ -528,22 +606,21 @@ def encode_message_list(messages):
 def decode_message_list(buf, pos=0):
     """Decode what L{encode_message_list} wrote: a list of tuples
     C{(flag, sys_flag, reconsume_times, body, properties)}."""
-    (count,) = I32.unpack_from(buf, pos)
-    pos += 4
+    (count,) = _MSG_COUNT.unpack_from(buf, pos)
+    pos += _MSG_COUNT.size
     out = []
     for _ in range(count):
         flag, sys_flag, reconsume, blen = _MSG_ITEM.unpack_from(buf, pos)
         pos += _MSG_ITEM.size
         body = bytes(buf[pos : pos + blen])
         pos += blen
-        plen = int.from_bytes(buf[pos : pos + 2], "big")
-        props = bytes(buf[pos + 2 : pos + 2 + plen])
-        pos += 2 + plen
+        (plen,) = _MSG_PROPS_LEN.unpack_from(buf, pos)
+        pos += _MSG_PROPS_LEN.size
+        props = bytes(buf[pos : pos + plen])
+        pos += plen
         out.append((flag, sys_flag, reconsume, body, props))
     return out
 
-
-DELAY_PREFIX = struct.Struct(">q")  # trigger time, ms; the message list follows
 
 #: Property of a message a delay published when it fired: ``"<delay eventId>:<trigger ms>"``.
 #: Recovery uses it to tell a fired delay from a pending one; replication needs the trigger.
@@ -568,19 +645,14 @@ def segment_name(start_offset):
 
 # -- index files (seed 000 §1.5: RocketMQ's IndexFile) ---------------------------------
 #
-# Header (40 bytes): BeginTimestamp i64, EndTimestamp i64, BeginPhyOffset i64,
-# EndPhyOffset i64, HashSlotCount i32, IndexCount i32. Then the slot table (i32 per slot:
-# the number of the newest entry whose key hashes there, 0 = empty), then the entries
-# (20 bytes each): KeyHash i32, PhyOffset i64, TimeDiff i32 (seconds since
-# BeginTimestamp), NextIndexOffset i32 (the previous entry of the same slot, 0 = end).
-# Entry numbers start at 1. The indexed key is ``topic#key``; KeyHash is the absolute
-# value of its Java String.hashCode (0 for Integer.MIN_VALUE).
+# A header (INDEX_HEADER_SCHEMA), the slot table (INDEX_SLOT_SCHEMA per slot), then the
+# entries (INDEX_ENTRY_SCHEMA). The indexed key is ``topic#key``.
 
-INDEX_HEADER = struct.Struct(">qqqqii")
-INDEX_HEADER_SIZE = INDEX_HEADER.size  # 40
-INDEX_SLOT = struct.Struct(">i")
-INDEX_ENTRY = struct.Struct(">iqii")
-INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 20
+INDEX_HEADER = Layout(INDEX_HEADER_SCHEMA).struct
+INDEX_HEADER_SIZE = INDEX_HEADER.size
+INDEX_SLOT = Layout(INDEX_SLOT_SCHEMA).struct
+INDEX_ENTRY = Layout(INDEX_ENTRY_SCHEMA).struct
+INDEX_ENTRY_SIZE = INDEX_ENTRY.size
 
 
 def index_key_hash(topic, key):

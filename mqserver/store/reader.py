@@ -1,14 +1,13 @@
 """The read path of the store: consume-queue entries, the records they point to, each
 checked as it comes off the disk, and eventId lookups."""
 
-from mqserver import speedups
 from mqserver.store import format as fmt
+from mqserver.store import native
 from mqserver.store.logs import store_logger
 
 
-#: The C speedup of the read-path record check (format.first_damaged).
-_check = speedups.load("mqserver.store._check")
-_first_damaged = fmt.first_damaged if _check is None else _check.first_damaged
+#: The read-path record check (format.first_damaged, or its C speedup).
+_first_damaged = native.first_damaged
 _damage = fmt.record_damage
 
 

@@ -7,16 +7,16 @@ import zlib
 
 from twisted.internet import defer
 
-from mqserver import speedups
 from mqserver.errors import DiskFullError, StoreError
 from mqserver.store import format as fmt
+from mqserver.store import native
 from mqserver.store.latency import Latency
 from mqserver.store.message import Message, PutResult
 from mqserver.store.queues import safe_dir_name
 
 
 #: The C speedup of the record packing (None: the Python loop, Writer._pack_py).
-_pack = speedups.load("mqserver.store._pack")
+_pack = native.pack
 
 # Module-level names for what every publish reads (a global is one lookup).
 _MESSAGE_MAGIC = fmt.MESSAGE_MAGIC
@@ -140,7 +140,7 @@ class Writer:
             if not safe_dir_name(topic):
                 raise StoreError(f"unsafe topic name {topic!r}")
             tbytes = topic.encode("utf-8")
-            tail = self._topic_tails[topic] = bytes((len(tbytes),)) + tbytes
+            tail = self._topic_tails[topic] = fmt.TOPIC_LEN.pack(len(tbytes)) + tbytes
         now = int(self._clock() * 1000) if now_ms is None else now_ms
         log = self.commitlog
         is_msg = magic == _MESSAGE_MAGIC
@@ -200,11 +200,11 @@ class Writer:
         pos = log.end
         seg_left = log.space_left()
         seg_size = log.segment_size
-        overhead = fmt.HEADER_SIZE + 2 + len(tail)
+        overhead = fmt.HEADER_SIZE + fmt.PROPS_LEN.size + len(tail)
         max_size = self.max_message_size
         host = self.store_host
         pack = fmt.HEADER.pack
-        crc = zlib.crc32
+        crc, crc_mask, props_len = zlib.crc32, fmt.CRC_MASK, fmt.PROPS_LEN.pack
         result = PutResult(event_id, queue_id, now)
         offsets, qoffsets, sizes = result.log_offsets, result.queue_offsets, result.sizes
         chunk = []
@@ -229,13 +229,13 @@ class Writer:
                 pos = log.end
                 seg_left = seg_size
             chunk.append(pack(
-                size, magic, crc(body) & 0x7FFFFFFF, queue_id, m.flag if is_msg else op,
+                size, magic, crc(body) & crc_mask, queue_id, m.flag if is_msg else op,
                 qoff, pos, sys_flag, m.born_ts or now, m.born_host, now, host,
                 m.reconsume_times, event_id, blen,
             ))
             chunk.append(body)
             chunk.append(tail)
-            chunk.append(len(props).to_bytes(2, "big"))
+            chunk.append(props_len(len(props)))
             chunk.append(props)
             if is_msg:
                 entries.append(fmt.CQ_ENTRY.pack(pos, size, fmt.tag_hash_of(props) if props else 0))

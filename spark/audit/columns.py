@@ -1,7 +1,7 @@
 """Decode the records of one byte range in bulk into Arrow batches (executor side).
 
 L{spark.audit.scan.walk} finds where the records start; everything else is done on
-whole columns with numpy: the fixed header is gathered into an C{(n, 88)} matrix and
+whole columns with numpy: the fixed header is gathered into an C{(n, HEADER_SIZE)} matrix and
 read through a big-endian structured dtype, the inner lengths and physical offsets are
 checked at once, topics are gathered into one Arrow string array. Per record, only C
 calls run in Python loops: C{zlib.crc32} over the body slice (the body CRC) and
@@ -28,19 +28,17 @@ ITEM_SCHEMA = pa.schema([(c.split()[0], _TYPES[c.split()[1]]) for c in rec.ITEM_
 #: Consume-queue entries (L{spark.audit.records.CQ_DDL}).
 CQ_SCHEMA = pa.schema([(c.split()[0], _TYPES[c.split()[1]]) for c in rec.CQ_DDL.split(", ")])
 
-_HEADER = np.dtype(
-    [
-        ("size", ">i4"), ("magic", ">u4"), ("crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
-        ("queue_offset", ">i8"), ("offset", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"),
-        ("born_host", "V8"), ("store_ts", ">i8"), ("store_host", "V8"), ("reconsume_times", ">i4"),
-        ("event_id", ">i8"), ("body_len", ">i4"),
-    ]
-)  # fmt: skip
-assert _HEADER.itemsize == fmt.HEADER_SIZE
-_CQ = np.dtype([("log_offset", ">i8"), ("size", ">i4"), ("tag_hash", ">i8")])
+#: Record headers and consume-queue entries as numpy records, from the format's schemas
+#: (named as the audit's columns and RecordView name them).
+_HEADER = np.dtype(fmt.HEADER_LAYOUT.numpy_fields({
+    "total_size": "size", "body_crc": "crc", "physical_offset": "offset",
+    "born_timestamp": "born_ts", "store_timestamp": "store_ts", "body_length": "body_len"}))
+_CQ = np.dtype(fmt.CQ_LAYOUT.numpy_fields({"offset": "log_offset"}))
 #: Bytes left out of the digest: the physical offset and the store host (they may differ
 #: between a master and a slave holding the same record).
-_DIGEST_HOLES = np.r_[fmt.OFF_PHYSICAL_OFFSET : fmt.OFF_PHYSICAL_OFFSET + 8, 64:72]
+_DIGEST_HOLES = np.r_[tuple(
+    slice(fmt.HEADER_LAYOUT.offsets[n], fmt.HEADER_LAYOUT.offsets[n] + fmt.HEADER_LAYOUT.sizes[n])
+    for n in ("physical_offset", "store_host"))]
 _KEYS = (b"TAGS\x01", fmt.DELAY_PROPERTY + b"\x01", b"DELAY\x01")
 
 
@@ -50,8 +48,8 @@ class Layout:
 
     def __init__(self, arr, rel):
         self.rel = rel
-        # Slicing in a loop of C calls copies 88 bytes per record; a numpy gather would
-        # build an index of 88 int64 per record first.
+        # Slicing in a loop of C calls copies HEADER_SIZE bytes per record; a numpy gather would
+        # build an index of HEADER_SIZE int64 per record first.
         mv = memoryview(arr)
         try:
             ends = (rel + fmt.HEADER_SIZE).tolist()
@@ -167,7 +165,7 @@ def record_batch(buf, layout, seg_start, range_start, digest=True):
     arr = np.frombuffer(buf, dtype=np.uint8)
     is_msg = h["magic"] == fmt.MESSAGE_MAGIC
     crc = _body_crcs(buf, layout.rel + fmt.HEADER_SIZE, layout.body_len)
-    crc_ok = (crc & 0x7FFFFFFF) == h["crc"].astype(np.int64)
+    crc_ok = (crc & fmt.CRC_MASK) == h["crc"].astype(np.int64)
     if digest:  # only a comparison with another directory needs it
         lo = int(layout.rel.min()) if n else 0
         copy = arr[lo : int((layout.rel + layout.size).max()) if n else 0].copy()

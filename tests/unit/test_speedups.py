@@ -2,8 +2,10 @@
 gives (mqserver/speedups.py)."""
 
 import importlib
+import zlib
 
 import pytest
+from construct import Struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
@@ -11,7 +13,9 @@ from twisted.internet.task import Clock
 from mqserver import speedups
 from mqserver.broker import channels
 from mqserver.store import format as fmt
+from mqserver.store import native
 from mqserver.store import writer as store_module
+from mqserver.store.layout import Layout
 from mqserver.store.store import Message, MessageStore
 from protocols.nsq import frames
 from protocols.smss import views
@@ -310,3 +314,100 @@ def test_record_check_sees_a_flipped_body_byte():
     rec[fmt.HEADER_SIZE + 10] ^= 1
     assert check.first_damaged(bytes(rec), locs, True) == 0
     assert check.first_damaged(bytes(rec), locs, False) == -1  # framing only
+
+
+# -- the C layouts come from configure() ---------------------------------------------------
+
+#: The record schema with its header fields in reverse order: a layout no C code could
+#: know unless configure() told it.
+_REVERSED = Struct(*reversed(fmt.RECORD.subcons[:len(fmt.HEADER_LAYOUT.names)]),
+                   *fmt.RECORD.subcons[len(fmt.HEADER_LAYOUT.names):])
+_REVERSED_HEADER = Layout(_REVERSED, prefix=True)
+_REVERSED_ENTRY = Layout(Struct(*reversed(fmt.CQ_ENTRY_SCHEMA.subcons)))
+
+
+def _c_pack(pack, messages):
+    return pack.pack(messages, 0, fmt.MESSAGE_MAGIC, 3, 0, True, 10, 1000, 1 << 20,
+                     fmt.BLANK_SIZE, 1_700_000_000_000, b"\x7f\x00\x00\x01\x00\x00\x30\x39",
+                     42, b"\x01t", 1 << 16, zlib.crc32, fmt.tag_hash_of)
+
+
+def test_pack_writes_the_layout_it_is_configured_with():
+    """_pack.c writes each header and entry field where configure() says: with the header
+    fields reversed, what it packs parses with the reversed schema, field for field."""
+    pack = _c_module("mqserver.store._pack")
+    messages = [Message(body=b"abc", properties=b"TAGS\x01A\x02", flag=7, sys_flag=1,
+                        reconsume_times=2, born_ts=5, born_host=b"12345678"), b"plain"]
+    expected = _c_pack(pack, messages)
+    try:
+        native.configure_pack(pack, _REVERSED_HEADER, _REVERSED_ENTRY)
+        data, entries, offsets, qoffsets, sizes, stop = _c_pack(pack, messages)
+    finally:
+        native.configure_pack(pack)
+    assert (offsets, qoffsets, sizes, stop) == expected[2:]
+    assert len(data) == len(expected[0])
+    pos = 0
+    for i, size in enumerate(sizes):
+        mine = _REVERSED.parse(data[pos:pos + size])
+        ref = fmt.RECORD.parse(expected[0][pos:pos + size])
+        assert {k: v for k, v in mine.items() if k != "_io"} == {
+            k: v for k, v in ref.items() if k != "_io"}
+        entry = _REVERSED_ENTRY.struct.unpack_from(entries, i * fmt.CQ_ENTRY_SIZE)
+        assert entry[::-1] == fmt.CQ_ENTRY.unpack_from(expected[1], i * fmt.CQ_ENTRY_SIZE)
+        pos += size
+    assert _c_pack(pack, messages) == expected  # the real layout again
+
+
+def test_check_reads_the_layout_it_is_configured_with():
+    """_check.c reads size, magic, CRC and body length where configure() says."""
+    check = _c_module("mqserver.store._check")
+    fields = dict(total_size=0, magic=fmt.MESSAGE_MAGIC, body_crc=fmt.body_crc(b"x" * 40),
+                  queue_id=0, flag=0, queue_offset=0, physical_offset=0, sys_flag=0,
+                  born_timestamp=0, born_host=fmt.NO_HOST, store_timestamp=0,
+                  store_host=fmt.NO_HOST, reconsume_times=0, event_id=1, body=b"x" * 40,
+                  topic="t", properties=b"")
+    size = len(_REVERSED.build(fields))
+    rec = bytearray(_REVERSED.build(dict(fields, total_size=size)))
+    locs = [(0, size)]
+    try:
+        native.configure_check(check, _REVERSED_HEADER)
+        sound = check.first_damaged(bytes(rec), locs, True)
+        rec[_REVERSED_HEADER.size + 3] ^= 1
+        flipped = check.first_damaged(bytes(rec), locs, True)
+    finally:
+        native.configure_check(check)
+    assert (sound, flipped) == (-1, 0)
+    assert check.first_damaged(bytes(rec), locs, True) == 0  # not a record of the real layout
+
+
+@pytest.mark.parametrize("change", [
+    lambda h, e: ((h[0], h[1] + ((0, 8),) + h[1][1:], *e)),   # one field too many
+    lambda h, e: ((h[0], ((0, 8),) + h[1][1:], *e)),          # TotalSize 8 bytes wide
+    lambda h, e: ((h[0], ((4, 4),) + h[1][1:], *e)),          # overlaps MagicCode
+    lambda h, e: ((h[0] + 4, h[1], *e)),                      # 4 bytes nothing writes
+    lambda h, e: ((*h, e[0], ((0, 4),) + e[1][1:], *e[2:])),   # entry offset 4 bytes wide
+    lambda h, e: ((*h, *e[:2], 4, e[3])),                     # u32 properties length
+])
+def test_pack_configure_refuses_a_layout_it_cannot_write(change):
+    """configure() checks every size against the width the C code writes and that the
+    fields cover the header once; a refused call leaves the layout as it was."""
+    pack = _c_module("mqserver.store._pack")
+    header = (fmt.HEADER_SIZE, tuple(fmt.HEADER_LAYOUT.span(n) for n in native.PACK_FIELDS))
+    rest = (fmt.CQ_ENTRY_SIZE, tuple(fmt.CQ_LAYOUT.span(n) for n in native.ENTRY_FIELDS),
+            fmt.PROPS_LEN.size, fmt.SYSFLAG_BATCH_MORE)
+    before = _c_pack(pack, [b"body"])
+    with pytest.raises((ValueError, TypeError)):
+        pack.configure(*change(header, rest))
+    assert _c_pack(pack, [b"body"]) == before
+
+
+def test_check_configure_refuses_a_layout_it_cannot_read():
+    check = _c_module("mqserver.store._check")
+    spans = tuple(fmt.HEADER_LAYOUT.span(n) for n in native.CHECK_FIELDS)
+    with pytest.raises(ValueError):
+        check.configure(fmt.HEADER_SIZE, ((0, 8),) + spans[1:], fmt.MIN_RECORD_SIZE, fmt.MESSAGE_MAGIC)
+    with pytest.raises(ValueError):
+        check.configure(fmt.HEADER_SIZE, spans, fmt.HEADER_SIZE - 1, fmt.MESSAGE_MAGIC)
+    rec = _pack({"queue_id": 0, "queue_offset": 0, "sys_flag": 0, "store_ts": 1, "event_id": 1,
+                 "body": b"x", "topic": b"t", "properties": b""})
+    assert check.first_damaged(rec, [(0, len(rec))], True) == -1

@@ -1,0 +1,48 @@
+"""The store's C speedups, loaded and handed the storage layout.
+
+The C code (C{_pack.c}: record packing on publish; C{_check.c}: the read-path record
+check) writes no layout of its own: this module gives each its C{configure()} the offsets
+and sizes of the fields it touches, derived from the construct schemas of
+L{mqserver.store.format}, once, at import. A module that is not built (or
+C{MQSERVER_PURE_PYTHON}) is None here, and the store runs the Python code.
+"""
+
+from mqserver import speedups
+from mqserver.store import format as fmt
+
+__all__ = ["check", "first_damaged", "pack"]
+
+#: The order of the header fields in C{_pack.configure()}'s spans.
+PACK_FIELDS = (
+    "total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",
+    "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
+    "reconsume_times", "event_id", "body_length")
+#: The order of the consume-queue entry fields in its spans.
+ENTRY_FIELDS = ("offset", "size", "tag_hash")
+#: The order of the header fields in C{_check.configure()}'s spans.
+CHECK_FIELDS = ("total_size", "magic", "body_crc", "body_length")
+
+
+def configure_pack(module, header=fmt.HEADER_LAYOUT, entry=fmt.CQ_LAYOUT):
+    """Hand the record and consume-queue entry layouts to C{module} (C{_pack})."""
+    module.configure(
+        header.size, tuple(header.span(n) for n in PACK_FIELDS),
+        entry.size, tuple(entry.span(n) for n in ENTRY_FIELDS),
+        fmt.PROPS_LEN.size, fmt.SYSFLAG_BATCH_MORE)
+
+
+def configure_check(module, header=fmt.HEADER_LAYOUT):
+    """Hand the record layout to C{module} (C{_check})."""
+    module.configure(header.size, tuple(header.span(n) for n in CHECK_FIELDS),
+                     fmt.MIN_RECORD_SIZE, fmt.MESSAGE_MAGIC)
+
+
+#: The C speedup of the record packing (None: the Python loop, Writer._pack_py).
+pack = speedups.load("mqserver.store._pack")
+if pack is not None:
+    configure_pack(pack)
+#: The C speedup of the read-path record check (format.first_damaged).
+check = speedups.load("mqserver.store._check")
+if check is not None:
+    configure_check(check)
+first_damaged = fmt.first_damaged if check is None else check.first_damaged
