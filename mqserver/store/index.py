@@ -1,12 +1,13 @@
 """Index files: message keys -> commit-log offsets, for RocketMQ's QUERY_MESSAGE.
 
 The layout is RocketMQ's IndexFile (seed 000 §1.5, defined in L{mqserver.store.format}):
-a header, a hash-slot table and chained 20-byte entries. Keys are the space-separated
-C{KEYS} property and C{UNIQ_KEY}. The store calls L{IndexService.dispatch} for every
-message record it writes and for every record it replays at start-up; records at or
-below the newest indexed offset are skipped, so replay is idempotent. Files are mapped
-into memory; a full file is sealed and a new one started (named by its first
-commit-log offset). Like consume queues, index files are derived data.
+a header, a hash-slot table and chained entries (C{format.INDEX_*_SCHEMA}). Keys are the
+space-separated C{KEYS} property and C{UNIQ_KEY}. The store calls
+L{IndexService.dispatch} for every message record it writes and for every record it
+replays at start-up; records at or below the newest indexed offset are skipped, so
+replay is idempotent. Files are mapped into memory; a full file is sealed and a new one
+started (named by its first commit-log offset). Like consume queues, index files are
+derived data.
 """
 
 import mmap
@@ -32,12 +33,15 @@ class IndexFile:
          self.count) = fmt.INDEX_HEADER.unpack_from(self.map, 0)
         new = slot_count == 0
         self.slots = slots if new else slot_count
-        self.max_entries = (size - fmt.INDEX_HEADER_SIZE - self.slots * 4) // fmt.INDEX_ENTRY_SIZE
-        self._entries_at = fmt.INDEX_HEADER_SIZE + self.slots * 4
+        self._entries_at = fmt.INDEX_HEADER_SIZE + self.slots * fmt.INDEX_SLOT.size
+        self.max_entries = (size - self._entries_at) // fmt.INDEX_ENTRY_SIZE
         if new:
             self.begin_offset = self.end_offset = -1
             self.count = 1
             self.finish_batch()
+
+    def _slot_at(self, key_hash):
+        return fmt.INDEX_HEADER_SIZE + (key_hash % self.slots) * fmt.INDEX_SLOT.size
 
     def full(self):
         return self.count > self.max_entries
@@ -49,7 +53,7 @@ class IndexFile:
         if self.count == 1:
             self.begin_ts = ts
             self.begin_offset = offset
-        slot_pos = fmt.INDEX_HEADER_SIZE + (key_hash % self.slots) * 4
+        slot_pos = self._slot_at(key_hash)
         (prev,) = fmt.INDEX_SLOT.unpack_from(self.map, slot_pos)
         n = self.count
         diff = max(0, (ts - self.begin_ts) // 1000)
@@ -70,7 +74,7 @@ class IndexFile:
         """Append to C{out} the offsets (newest first) of entries with C{key_hash}."""
         if self.count <= 1 or self.end_ts < begin_ms or self.begin_ts > end_ms:
             return
-        (n,) = fmt.INDEX_SLOT.unpack_from(self.map, fmt.INDEX_HEADER_SIZE + (key_hash % self.slots) * 4)
+        (n,) = fmt.INDEX_SLOT.unpack_from(self.map, self._slot_at(key_hash))
         seen = 0
         while 0 < n < self.count and len(out) < max_num and seen < self.count:
             h, offset, diff, prev = fmt.INDEX_ENTRY.unpack_from(self.map, self._entries_at + (n - 1) * fmt.INDEX_ENTRY_SIZE)
