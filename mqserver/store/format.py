@@ -351,7 +351,7 @@ class ScanError(Exception):
 
 
 _RECORD_MAGICS = (MESSAGE_MAGIC, ADMIN_MAGIC)
-_MAGIC_BYTES = (MESSAGE_MAGIC.to_bytes(4, "big"), ADMIN_MAGIC.to_bytes(4, "big"))
+_MAGIC_BYTES = tuple(HEADER_LAYOUT.field("magic").pack(m) for m in _RECORD_MAGICS)
 
 
 def header_plausible(buf, pos, base_offset):
@@ -377,11 +377,12 @@ def next_record(buf, pos, base_offset):
     base = base_offset + pos
     best = None
     for magic in _MAGIC_BYTES:
-        p = data.find(magic, 5)
+        p = data.find(magic, OFF_MAGIC + 1)  # a record starting after pos
         while p != -1:
-            if header_plausible(data, p - 4, base):
-                if best is None or p - 4 < best:
-                    best = p - 4
+            start = p - OFF_MAGIC
+            if header_plausible(data, start, base):
+                if best is None or start < best:
+                    best = start
                 break
             p = data.find(magic, p + 1)
     return None if best is None else pos + best
