@@ -182,8 +182,8 @@ OFF_BODY_LEN = HEADER_LAYOUT.offsets["body_length"]
 I64 = struct.Struct(">q")
 I32 = struct.Struct(">i")
 #: The length fields in front of the topic and the properties, after the body.
-TOPIC_LEN = length_prefix(RECORD.subcons[-2])
-PROPS_LEN = length_prefix(RECORD.subcons[-1])
+TOPIC_LEN = length_prefix(RECORD, "topic")
+PROPS_LEN = length_prefix(RECORD, "properties")
 #: The smallest record: empty body, topic and properties.
 MIN_RECORD_SIZE = HEADER_SIZE + TOPIC_LEN.size + PROPS_LEN.size
 
@@ -587,7 +587,7 @@ _DELAY_LAYOUT = Layout(DELAY_BODY, prefix=True)
 DELAY_PREFIX = _DELAY_LAYOUT.fields("trigger_ms")
 _MSG_COUNT = _DELAY_LAYOUT.field("count")
 _MSG_ITEM = Layout(DELAYED_MESSAGE, prefix=True).struct  # flag, sys_flag, reconsume, body_len
-_MSG_PROPS_LEN = length_prefix(DELAYED_MESSAGE.subcons[-1])
+_MSG_PROPS_LEN = length_prefix(DELAYED_MESSAGE, "properties")
 
 
 def encode_message_list(messages):

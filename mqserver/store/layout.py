@@ -46,9 +46,12 @@ def unwrap(subcon):
     return subcon
 
 
-def length_prefix(subcon):
-    """Return a C{struct.Struct} of the length field in front of a variable-size field
-    (C{Prefixed}, C{PascalString})."""
+def length_prefix(schema, name):
+    """Return a C{struct.Struct} of the length field in front of the variable-size field
+    C{name} (C{Prefixed}, C{PascalString}) of C{schema}."""
+    subcon = next((sc for sc in schema.subcons if sc.name == name), None)
+    if subcon is None:
+        raise LayoutError(f"no field {name!r}")
     inner = unwrap(field_docs(subcon)[2])
     while not isinstance(inner, Prefixed):
         if not isinstance(inner, StringEncoded):

@@ -1,14 +1,14 @@
 """Decode the records of one byte range in bulk into Arrow batches (executor side).
 
-L{spark.audit.scan.walk} finds where the records start; everything else is done on
-whole columns with numpy: the fixed header is gathered into an C{(n, HEADER_SIZE)} matrix and
-read through a big-endian structured dtype, the inner lengths and physical offsets are
-checked at once, topics are gathered into one Arrow string array. Per record, only C
-calls run in Python loops: C{zlib.crc32} over the body slice (the body CRC) and
-C{zlib.crc32}/C{zlib.adler32} over the record with its physical offset and store host
-zeroed (the digest the comparison with a slave matches on). Properties are parsed only
-for the records that have any; admin records (a handful) go through
-L{mqserver.store.format.RecordView}.
+L{spark.audit.scan.walk} finds where the records start; everything else is done on whole
+columns with numpy: the fixed header is gathered into an C{(n, HEADER_SIZE)} matrix and
+read through a big-endian structured dtype (derived from the format's schema), the inner
+lengths and physical offsets are checked at once, topics are gathered into one Arrow
+string array. Per record, only C calls run in Python loops: C{zlib.crc32} over the body
+slice (the body CRC) and C{zlib.crc32}/C{zlib.adler32} over the record with its physical
+offset and store host zeroed (the digest the comparison with a slave matches on).
+Properties are parsed only for the records that have any; admin records (a handful) go
+through L{mqserver.store.format.RecordView}.
 
 test-case-name: tests.spark.test_ranges
 """
@@ -37,8 +37,7 @@ _CQ = np.dtype(fmt.CQ_LAYOUT.numpy_fields({"offset": "log_offset"}))
 #: Bytes left out of the digest: the physical offset and the store host (they may differ
 #: between a master and a slave holding the same record).
 _DIGEST_HOLES = np.r_[tuple(
-    slice(fmt.HEADER_LAYOUT.offsets[n], fmt.HEADER_LAYOUT.offsets[n] + fmt.HEADER_LAYOUT.sizes[n])
-    for n in ("physical_offset", "store_host"))]
+    slice(at, at + size) for at, size in map(fmt.HEADER_LAYOUT.span, ("physical_offset", "store_host")))]
 _KEYS = (b"TAGS\x01", fmt.DELAY_PROPERTY + b"\x01", b"DELAY\x01")
 
 
@@ -48,8 +47,8 @@ class Layout:
 
     def __init__(self, arr, rel):
         self.rel = rel
-        # Slicing in a loop of C calls copies HEADER_SIZE bytes per record; a numpy gather would
-        # build an index of HEADER_SIZE int64 per record first.
+        # Slicing in a loop of C calls copies HEADER_SIZE bytes per record; a numpy gather
+        # would build an index of HEADER_SIZE int64 per record first.
         mv = memoryview(arr)
         try:
             ends = (rel + fmt.HEADER_SIZE).tolist()
