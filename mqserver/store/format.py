@@ -2,16 +2,16 @@
 files, and the encoding of message lists inside admin records.
 
 This module is the single written definition of those formats: the construct schemas
-below (``RECORD``, ``BLANK_SCHEMA``, ``CQ_ENTRY_SCHEMA``, ``DELAYED_MESSAGE``,
-``INDEX_HEADER_SCHEMA``, ``INDEX_ENTRY_SCHEMA``). Everything else is derived from them
-once, at import, by L{mqserver.store.layout.Layout}: the ``struct`` objects the hot paths
-run (``HEADER``, ``CQ_ENTRY``, ``DELIVERY_FIELDS``, ...), the field offsets and sizes
-(``OFF_*``, also handed to the C speedups' ``configure()``), and the layout tables of
-``docs/storage-format.md`` (``python -m mqserver.store.formatdoc``). The schemas also
-parse and build records on cold paths and in tests.
+below (``DOC_SCHEMAS`` lists them). Everything else is derived from them once, at
+import, by L{mqserver.layout.layout}: the ``struct`` objects the hot paths run
+(``HEADER``, ``CQ_ENTRY``, ``DELIVERY_FIELDS``, ...), the field offsets and sizes
+(``OFF_*``, also handed to the C speedups' ``configure()`` by
+L{mqserver.store.native}), and the layout tables of ``docs/storage-format.md``
+(``python -m mqserver.layoutdoc docs/storage-format.md mqserver.store.format``). The
+schemas also parse and build records on cold paths and in tests.
 
-It imports only the standard library and construct, so the Spark audit job can ship it
-to executors without Twisted. A BLANK record (end of segment) is only the first 8 bytes
+It imports only the standard library, construct and L{mqserver.layout} (which imports
+only those), so the Spark audit job can ship it to executors without Twisted. A BLANK record (end of segment) is only the first 8 bytes
 of a record: TotalSize is the space left in the segment and the reader moves on to the
 next segment.
 """
@@ -37,7 +37,7 @@ from construct import (
     this,
 )
 
-from mqserver.store.layout import Layout, length_prefix
+from mqserver.layout import layout
 
 MESSAGE_MAGIC = 0xDAA320A7
 BLANK_MAGIC = 0xCBD43194
@@ -158,53 +158,75 @@ INDEX_ENTRY_SCHEMA = Struct(
 
 # -- derived once, at import: what the hot paths run -----------------------------------
 
+
+def _length_prefix(schema, name):
+    """Return a C{struct.Struct} of the length field in front of the variable-size field
+    C{name} (C{Prefixed}, C{PascalString}) of C{schema}."""
+    (field,) = [sc for sc in schema.subcons if sc.name == name]
+    return layout(field, prefix=True).struct
+
+
 #: The fixed part of a record (every field up to BodyLength).
-HEADER_LAYOUT = Layout(RECORD, prefix=True)
+HEADER_LAYOUT = layout(RECORD, prefix=True)
 HEADER = HEADER_LAYOUT.struct
 HEADER_SIZE = HEADER_LAYOUT.size
-BLANK_LAYOUT = Layout(BLANK_SCHEMA)
+BLANK_LAYOUT = layout(BLANK_SCHEMA)
 BLANK = BLANK_LAYOUT.struct
 BLANK_SIZE = BLANK_LAYOUT.size
 #: Offsets of single fields, for reading one without unpacking the whole header.
-OFF_TOTAL_SIZE = HEADER_LAYOUT.offsets["total_size"]
-OFF_MAGIC = HEADER_LAYOUT.offsets["magic"]
-OFF_BODY_CRC = HEADER_LAYOUT.offsets["body_crc"]
-OFF_QUEUE_ID = HEADER_LAYOUT.offsets["queue_id"]
-OFF_QUEUE_OFFSET = HEADER_LAYOUT.offsets["queue_offset"]
-OFF_PHYSICAL_OFFSET = HEADER_LAYOUT.offsets["physical_offset"]
-OFF_SYS_FLAG = HEADER_LAYOUT.offsets["sys_flag"]
-OFF_STORE_TS = HEADER_LAYOUT.offsets["store_timestamp"]
-OFF_STORE_HOST = HEADER_LAYOUT.offsets["store_host"]
-OFF_EVENT_ID = HEADER_LAYOUT.offsets["event_id"]
-OFF_BODY_LEN = HEADER_LAYOUT.offsets["body_length"]
+OFF_TOTAL_SIZE = HEADER_LAYOUT.offset("total_size")
+OFF_MAGIC = HEADER_LAYOUT.offset("magic")
+OFF_BODY_CRC = HEADER_LAYOUT.offset("body_crc")
+OFF_QUEUE_ID = HEADER_LAYOUT.offset("queue_id")
+OFF_QUEUE_OFFSET = HEADER_LAYOUT.offset("queue_offset")
+OFF_PHYSICAL_OFFSET = HEADER_LAYOUT.offset("physical_offset")
+OFF_SYS_FLAG = HEADER_LAYOUT.offset("sys_flag")
+OFF_STORE_TS = HEADER_LAYOUT.offset("store_timestamp")
+OFF_STORE_HOST = HEADER_LAYOUT.offset("store_host")
+OFF_EVENT_ID = HEADER_LAYOUT.offset("event_id")
+OFF_BODY_LEN = HEADER_LAYOUT.offset("body_length")
 #: Generic big-endian integers, for one field read at its OFF_* (the widths of the
 #: fields read this way; tests check them against the schema).
 I64 = struct.Struct(">q")
 I32 = struct.Struct(">i")
 #: The length fields in front of the topic and the properties, after the body.
-TOPIC_LEN = length_prefix(RECORD, "topic")
-PROPS_LEN = length_prefix(RECORD, "properties")
+TOPIC_LEN = _length_prefix(RECORD, "topic")
+PROPS_LEN = _length_prefix(RECORD, "properties")
 #: The smallest record: empty body, topic and properties.
 MIN_RECORD_SIZE = HEADER_SIZE + TOPIC_LEN.size + PROPS_LEN.size
 
 #: Only what a delivery needs: QueueId, QueueOffset, SysFlag, StoreTimestamp, EventId,
 #: BodyLength (the other header fields are skipped with pad bytes).
-DELIVERY_FIELDS = HEADER_LAYOUT.fields(
+DELIVERY_FIELDS = HEADER_LAYOUT.select(
     "queue_id", "queue_offset", "sys_flag", "store_timestamp", "event_id", "body_length")
 #: What a channel delivery needs: TotalSize, QueueId, QueueOffset, PhysicalOffset,
 #: StoreTimestamp, EventId, BodyLength (other header fields skipped with pad bytes).
-CHANNEL_FIELDS = HEADER_LAYOUT.fields(
+CHANNEL_FIELDS = HEADER_LAYOUT.select(
     "total_size", "queue_id", "queue_offset", "physical_offset", "store_timestamp",
     "event_id", "body_length")
-_SIZE_MAGIC_CRC = HEADER_LAYOUT.fields("total_size", "magic", "body_crc")
+_SIZE_MAGIC_CRC = HEADER_LAYOUT.select("total_size", "magic", "body_crc")
 
-CQ_LAYOUT = Layout(CQ_ENTRY_SCHEMA)
+CQ_LAYOUT = layout(CQ_ENTRY_SCHEMA)
 CQ_ENTRY = CQ_LAYOUT.struct  # commit-log offset, size, tag hash
 CQ_ENTRY_SIZE = CQ_LAYOUT.size
 
 #: A host field: C{HOST.pack(socket.inet_aton(ip), port)}.
-HOST = Layout(HOST_SCHEMA).struct
+HOST = layout(HOST_SCHEMA).struct
 NO_HOST = b"\x00" * HOST.size
+
+#: The schemas docs/storage-format.md shows, by the names its tables carry
+#: (C{python -m mqserver.layoutdoc docs/storage-format.md mqserver.store.format}).
+DOC_SCHEMAS = {
+    "RECORD": RECORD,
+    "HOST_SCHEMA": HOST_SCHEMA,
+    "BLANK_SCHEMA": BLANK_SCHEMA,
+    "CQ_ENTRY_SCHEMA": CQ_ENTRY_SCHEMA,
+    "DELAY_BODY": DELAY_BODY,
+    "DELAYED_MESSAGE": DELAYED_MESSAGE,
+    "INDEX_HEADER_SCHEMA": INDEX_HEADER_SCHEMA,
+    "INDEX_SLOT_SCHEMA": INDEX_SLOT_SCHEMA,
+    "INDEX_ENTRY_SCHEMA": INDEX_ENTRY_SCHEMA,
+}
 
 MAX_TOPIC_BYTES = (1 << 8 * TOPIC_LEN.size) - 1
 MAX_PROPERTIES_BYTES = (1 << 8 * PROPS_LEN.size) - 1
@@ -351,7 +373,7 @@ class ScanError(Exception):
 
 
 _RECORD_MAGICS = (MESSAGE_MAGIC, ADMIN_MAGIC)
-_MAGIC_BYTES = tuple(HEADER_LAYOUT.field("magic").pack(m) for m in _RECORD_MAGICS)
+_MAGIC_BYTES = tuple(HEADER_LAYOUT.field_struct("magic").pack(m) for m in _RECORD_MAGICS)
 
 
 def header_plausible(buf, pos, base_offset):
@@ -582,12 +604,12 @@ def properties_safe(pairs):
 
 # -- message lists inside admin records ------------------------------------------------
 
-_DELAY_LAYOUT = Layout(DELAY_BODY, prefix=True)
+_DELAY_LAYOUT = layout(DELAY_BODY, prefix=True)
 #: The start of a DELAY record's body: the trigger time (ms); the message list follows.
-DELAY_PREFIX = _DELAY_LAYOUT.fields("trigger_ms")
-_MSG_COUNT = _DELAY_LAYOUT.field("count")
-_MSG_ITEM = Layout(DELAYED_MESSAGE, prefix=True).struct  # flag, sys_flag, reconsume, body_len
-_MSG_PROPS_LEN = length_prefix(DELAYED_MESSAGE, "properties")
+DELAY_PREFIX = _DELAY_LAYOUT.select("trigger_ms")
+_MSG_COUNT = _DELAY_LAYOUT.field_struct("count")
+_MSG_ITEM = layout(DELAYED_MESSAGE, prefix=True).struct  # flag, sys_flag, reconsume, body_len
+_MSG_PROPS_LEN = _length_prefix(DELAYED_MESSAGE, "properties")
 
 
 def encode_message_list(messages):
@@ -649,10 +671,10 @@ def segment_name(start_offset):
 # A header (INDEX_HEADER_SCHEMA), the slot table (INDEX_SLOT_SCHEMA per slot), then the
 # entries (INDEX_ENTRY_SCHEMA). The indexed key is ``topic#key``.
 
-INDEX_HEADER = Layout(INDEX_HEADER_SCHEMA).struct
+INDEX_HEADER = layout(INDEX_HEADER_SCHEMA).struct
 INDEX_HEADER_SIZE = INDEX_HEADER.size
-INDEX_SLOT = Layout(INDEX_SLOT_SCHEMA).struct
-INDEX_ENTRY = Layout(INDEX_ENTRY_SCHEMA).struct
+INDEX_SLOT = layout(INDEX_SLOT_SCHEMA).struct
+INDEX_ENTRY = layout(INDEX_ENTRY_SCHEMA).struct
 INDEX_ENTRY_SIZE = INDEX_ENTRY.size
 
 

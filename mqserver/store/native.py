@@ -10,7 +10,7 @@ C{MQSERVER_PURE_PYTHON}) is None here, and the store runs the Python code.
 from mqserver import speedups
 from mqserver.store import format as fmt
 
-__all__ = ["check", "first_damaged", "pack"]
+__all__ = ["check", "configure_check", "configure_pack", "first_damaged", "pack", "spans"]
 
 #: The order of the header fields in C{_pack.configure()}'s spans.
 PACK_FIELDS = (
@@ -23,18 +23,22 @@ ENTRY_FIELDS = ("offset", "size", "tag_hash")
 CHECK_FIELDS = ("total_size", "magic", "body_crc", "body_length")
 
 
+def spans(layout, names):
+    """Return C{((offset, size), ...)} of the fields C{names} of C{layout} (an
+    L{mqserver.layout.Layout}): what a C{configure()} takes."""
+    return tuple((layout.offset(n), layout.field_size(n)) for n in names)
+
+
 def configure_pack(module, header=fmt.HEADER_LAYOUT, entry=fmt.CQ_LAYOUT):
     """Hand the record and consume-queue entry layouts to C{module} (C{_pack})."""
-    module.configure(
-        header.size, tuple(header.span(n) for n in PACK_FIELDS),
-        entry.size, tuple(entry.span(n) for n in ENTRY_FIELDS),
-        fmt.PROPS_LEN.size, fmt.SYSFLAG_BATCH_MORE)
+    module.configure(header.size, spans(header, PACK_FIELDS), entry.size,
+                     spans(entry, ENTRY_FIELDS), fmt.PROPS_LEN.size, fmt.SYSFLAG_BATCH_MORE)
 
 
 def configure_check(module, header=fmt.HEADER_LAYOUT):
     """Hand the record layout to C{module} (C{_check})."""
-    module.configure(header.size, tuple(header.span(n) for n in CHECK_FIELDS),
-                     fmt.MIN_RECORD_SIZE, fmt.MESSAGE_MAGIC)
+    module.configure(header.size, spans(header, CHECK_FIELDS), fmt.MIN_RECORD_SIZE,
+                     fmt.MESSAGE_MAGIC)
 
 
 #: The C speedup of the record packing (None: the Python loop, Writer._pack_py).

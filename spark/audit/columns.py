@@ -30,14 +30,28 @@ CQ_SCHEMA = pa.schema([(c.split()[0], _TYPES[c.split()[1]]) for c in rec.CQ_DDL.
 
 #: Record headers and consume-queue entries as numpy records, from the format's schemas
 #: (named as the audit's columns and RecordView name them).
-_HEADER = np.dtype(fmt.HEADER_LAYOUT.numpy_fields({
+
+
+def _dtype(layout, rename):
+    """A numpy structured dtype of C{layout}'s fields (C{rename}: schema name -> ours)."""
+    def kind(f):
+        if f.kind == "bytes":
+            return f"V{f.size}"
+        return layout.order + ("i" if f.kind[0] == "s" else "u") + str(f.size)
+
+    return np.dtype([(rename.get(f.name, f.name), kind(f)) for f in layout.fields])
+
+
+_HEADER = _dtype(fmt.HEADER_LAYOUT, {
     "total_size": "size", "body_crc": "crc", "physical_offset": "offset",
-    "born_timestamp": "born_ts", "store_timestamp": "store_ts", "body_length": "body_len"}))
-_CQ = np.dtype(fmt.CQ_LAYOUT.numpy_fields({"offset": "log_offset"}))
+    "born_timestamp": "born_ts", "store_timestamp": "store_ts", "body_length": "body_len"})
+_CQ = _dtype(fmt.CQ_LAYOUT, {"offset": "log_offset"})
 #: Bytes left out of the digest: the physical offset and the store host (they may differ
 #: between a master and a slave holding the same record).
 _DIGEST_HOLES = np.r_[tuple(
-    slice(at, at + size) for at, size in map(fmt.HEADER_LAYOUT.span, ("physical_offset", "store_host")))]
+    slice(at, at + size)
+    for at, size in ((fmt.HEADER_LAYOUT.offset(n), fmt.HEADER_LAYOUT.field_size(n))
+                     for n in ("physical_offset", "store_host")))]
 _KEYS = (b"TAGS\x01", fmt.DELAY_PROPERTY + b"\x01", b"DELAY\x01")
 
 

@@ -1,7 +1,7 @@
 """Build the zip that ships the audit's Python code to Spark executors (``--py-files``).
 
-It holds the ``spark`` package, the storage format modules (``format.py`` and the
-``layout.py`` it derives its struct layouts with) with their two package
+It holds the ``spark`` package, the storage format modules (``mqserver/store/format.py``
+and the ``mqserver/layout.py`` it derives its struct layouts with) with their two package
 markers (``mqserver/__init__.py``, ``mqserver/store/__init__.py``; nothing else of the
 core, so no Twisted), and ``construct``, the format module's only dependency, so the
 executors need nothing but Python and pyspark.
@@ -20,8 +20,8 @@ import construct
 import spark
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(spark.__file__)))
-_CORE = ["mqserver/__init__.py", "mqserver/store/__init__.py", "mqserver/store/format.py",
-         "mqserver/store/layout.py"]
+_CORE = ["mqserver/__init__.py", "mqserver/layout.py", "mqserver/store/__init__.py",
+         "mqserver/store/format.py"]
 
 
 def _tree(base, package_dir, arc_prefix):

@@ -113,7 +113,7 @@ def test_pyfiles_zip_needs_no_twisted(tmp_path):
     z = build_pyfiles(str(tmp_path / "audit.zip"))
     names = zipfile.ZipFile(z).namelist()
     assert "mqserver/store/format.py" in names and "spark/audit/records.py" in names
-    assert "mqserver/store/layout.py" in names  # format.py derives its structs with it
+    assert "mqserver/layout.py" in names  # format.py derives its structs with it
     assert "construct/__init__.py" in names
     assert not [n for n in names if n.startswith(("mqserver/broker", "twisted", "protocols"))]
     code = (

@@ -8,6 +8,7 @@ import pytest
 from construct import Int8ul, Int16ul, Struct
 
 from mqserver import layoutdoc
+from mqserver.store import format as store_format
 from protocols.nsq import wire as nsq_wire
 from protocols.remoting import wire as remoting_wire
 from protocols.smss import wire as smss_wire
@@ -17,6 +18,7 @@ DOCS = [
     ("docs/smss.md", smss_wire),
     ("docs/nsq.md", nsq_wire),
     ("docs/rocketmq-spec-notes.md", remoting_wire),
+    ("docs/storage-format.md", store_format),
 ]
 
 

@@ -15,7 +15,7 @@ from mqserver.broker import channels
 from mqserver.store import format as fmt
 from mqserver.store import native
 from mqserver.store import writer as store_module
-from mqserver.store.layout import Layout
+from mqserver.layout import layout
 from mqserver.store.store import Message, MessageStore
 from protocols.nsq import frames
 from protocols.smss import views
@@ -322,8 +322,8 @@ def test_record_check_sees_a_flipped_body_byte():
 #: know unless configure() told it.
 _REVERSED = Struct(*reversed(fmt.RECORD.subcons[:len(fmt.HEADER_LAYOUT.names)]),
                    *fmt.RECORD.subcons[len(fmt.HEADER_LAYOUT.names):])
-_REVERSED_HEADER = Layout(_REVERSED, prefix=True)
-_REVERSED_ENTRY = Layout(Struct(*reversed(fmt.CQ_ENTRY_SCHEMA.subcons)))
+_REVERSED_HEADER = layout(_REVERSED, prefix=True)
+_REVERSED_ENTRY = layout(Struct(*reversed(fmt.CQ_ENTRY_SCHEMA.subcons)))
 
 
 def _c_pack(pack, messages):
@@ -392,8 +392,8 @@ def test_pack_configure_refuses_a_layout_it_cannot_write(change):
     """configure() checks every size against the width the C code writes and that the
     fields cover the header once; a refused call leaves the layout as it was."""
     pack = _c_module("mqserver.store._pack")
-    header = (fmt.HEADER_SIZE, tuple(fmt.HEADER_LAYOUT.span(n) for n in native.PACK_FIELDS))
-    rest = (fmt.CQ_ENTRY_SIZE, tuple(fmt.CQ_LAYOUT.span(n) for n in native.ENTRY_FIELDS),
+    header = (fmt.HEADER_SIZE, native.spans(fmt.HEADER_LAYOUT, native.PACK_FIELDS))
+    rest = (fmt.CQ_ENTRY_SIZE, native.spans(fmt.CQ_LAYOUT, native.ENTRY_FIELDS),
             fmt.PROPS_LEN.size, fmt.SYSFLAG_BATCH_MORE)
     before = _c_pack(pack, [b"body"])
     with pytest.raises((ValueError, TypeError)):
@@ -403,7 +403,7 @@ def test_pack_configure_refuses_a_layout_it_cannot_write(change):
 
 def test_check_configure_refuses_a_layout_it_cannot_read():
     check = _c_module("mqserver.store._check")
-    spans = tuple(fmt.HEADER_LAYOUT.span(n) for n in native.CHECK_FIELDS)
+    spans = native.spans(fmt.HEADER_LAYOUT, native.CHECK_FIELDS)
     with pytest.raises(ValueError):
         check.configure(fmt.HEADER_SIZE, ((0, 8),) + spans[1:], fmt.MIN_RECORD_SIZE, fmt.MESSAGE_MAGIC)
     with pytest.raises(ValueError):
