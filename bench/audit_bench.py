@@ -7,7 +7,11 @@ every run must come out clean), then runs ``python -m spark.audit`` on each as a
 process and prints records/s, MiB/s and how the time grows with the size.
 
     PYTHONPATH=. python bench/audit_bench.py [--sizes 0.5,1,2] [--master local[2]]
-        [--segment-mb 128] [--work /tmp/audit-bench] [--keep]
+        [--segment-mb 128] [--work /tmp/audit-bench] [--keep] [--incremental]
+
+With C{--incremental} the full run keeps a state (C{--since-state}), the log is then
+written again with 5% more messages (the same bytes first: the generator is
+deterministic), and a second run with the state audits only what is new; both rows print.
 """
 
 import argparse
@@ -42,10 +46,10 @@ def generate(path, target_bytes, segment_size):
     return records, end, time.monotonic() - t0
 
 
-def audit(path, out, master):
+def audit(path, out, master, *extra):
     """Run the audit in its own process; returns C{(seconds, exit code, summary)}."""
     env = dict(os.environ, PYTHONPATH=ROOT, SPARK_LOCAL_IP="127.0.0.1")
-    cmd = [sys.executable, "-m", "spark.audit", path, "--out", out, "--master", master, "--quiet"]
+    cmd = [sys.executable, "-m", "spark.audit", path, "--out", out, "--master", master, "--quiet", *extra]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     took = time.monotonic() - t0
@@ -63,6 +67,7 @@ def main(argv=None):
     p.add_argument("--segment-mb", type=int, default=128, help="segment size in MiB")
     p.add_argument("--work", default="/tmp/audit-bench", help="scratch directory (removed unless --keep)")
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--incremental", action="store_true", help="also audit 5%% more with --since-state")
     args = p.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     rows = []
@@ -71,26 +76,37 @@ def main(argv=None):
             data = os.path.join(args.work, f"data-{gib}g")
             records, nbytes, gen_s = generate(data, int(gib * (1 << 30)), args.segment_mb << 20)
             print(f"generated {nbytes / (1 << 30):.2f} GiB, {records} records in {gen_s:.1f}s", flush=True)
-            took, code, summary = audit(data, os.path.join(args.work, f"out-{gib}g"), args.master)
-            assert summary["log"]["records"] == records, summary["log"]
-            assert code == 0, summary["integrity"]
-            row = {
-                "gib": round(nbytes / (1 << 30), 3), "records": records, "segments": summary["log"]["segments"],
-                "wall_s": round(took, 1), "records_per_s": round(records / took), "exit_code": code,
-                "mib_per_s": round(nbytes / (1 << 20) / took, 1),
-            }  # fmt: skip
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            st = ["--since-state", os.path.join(args.work, f"state-{gib}g")] if args.incremental else []
+            runs = [("full", int(gib * (1 << 30)))] + ([("incr", int(gib * 1.05 * (1 << 30)))] if st else [])
+            for kind, target in runs:
+                if kind == "incr":
+                    records, nbytes, _ = generate(data, target, args.segment_mb << 20)
+                took, code, summary = audit(data, os.path.join(args.work, f"out-{gib}g-{kind}"), args.master, *st)
+                assert summary["log"]["records"] == records, summary["log"]
+                assert code == 0, summary["integrity"]
+                inc = summary.get("incremental") or {}
+                row = {
+                    "run": kind, "gib": round(nbytes / (1 << 30), 3), "records": records,
+                    "segments": summary["log"]["segments"], "wall_s": round(took, 1),
+                    "records_per_s": round(records / took), "exit_code": code,
+                    "mib_per_s": round(nbytes / (1 << 20) / took, 1),
+                    "mib_read": round(inc.get("bytes_read", nbytes) / (1 << 20), 1),
+                    "mib_carried": round(inc.get("bytes_carried", 0) / (1 << 20), 1),
+                }  # fmt: skip
+                rows.append(row)
+                print(json.dumps(row), flush=True)
             if not args.keep:
                 shutil.rmtree(data, ignore_errors=True)
     finally:
         if not args.keep:
             shutil.rmtree(args.work, ignore_errors=True)
     print(f"\naudit on {args.master}, {args.segment_mb} MiB segments, {BODY}-byte bodies; load {os.getloadavg()}")
-    print(f"{'GiB':>6} {'records':>10} {'wall s':>8} {'records/s':>10} {'MiB/s':>7} {'x time':>7}")
+    print(f"{'run':>4} {'GiB':>6} {'records':>10} {'wall s':>8} {'records/s':>10} {'MiB/s':>7} {'x time':>7}"
+          f" {'MiB read':>9} {'carried':>8}")  # fmt: skip
     for r in rows:
         grow = r["wall_s"] / rows[0]["wall_s"]
-        print(f"{r['gib']:>6} {r['records']:>10} {r['wall_s']:>8} {r['records_per_s']:>10} {r['mib_per_s']:>7} {grow:>7.2f}")
+        print(f"{r['run']:>4} {r['gib']:>6} {r['records']:>10} {r['wall_s']:>8} {r['records_per_s']:>10}"
+              f" {r['mib_per_s']:>7} {grow:>7.2f} {r['mib_read']:>9} {r['mib_carried']:>8}")  # fmt: skip
     return 0
 
 

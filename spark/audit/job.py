@@ -64,9 +64,13 @@ def parse_args(argv):
     p.add_argument("--split-mb", type=float, default=R.DEFAULT_SPLIT >> 20,
                    help="bytes of a segment one task decodes, in MiB (default 64): bounds memory per task")
     p.add_argument("--max-examples", type=int, default=20, help="examples per finding in the summary")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--quiet", action="store_true", help="no progress display (neither step lines nor Spark's bar)")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="Spark's stage progress bar on stderr: auto (when stderr is a terminal), always, never")
     p.add_argument("--live", action="store_true",
                    help="the broker is running: read only up to the checkpoint's logOffset (what it made durable)")
+    p.add_argument("--since-state", metavar="DIR", default=None,
+                   help="keep what this audit proved in DIR and read only new or changed segments next time")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark configuration property (repeatable), as spark-submit's --conf")
     return p.parse_args(argv)
@@ -96,14 +100,30 @@ def build_session(args):
         b = b.config("spark.driver.extraJavaOptions", OOM_EXIT)
     if not conf.contains("spark.executor.extraJavaOptions"):
         b = b.config("spark.executor.extraJavaOptions", OOM_EXIT)
-    for item in args.conf:
+    if not conf.contains("spark.ui.showConsoleProgress"):
+        b = b.config("spark.ui.showConsoleProgress", "true" if console_progress(args) else "false")
+    for item in args.conf:  # after the defaults above: the user's --conf wins
         key, _, value = item.partition("=")
         b = b.config(key, value)
     b = b.config("spark.sql.session.timeZone", "UTC")
-    b = b.config("spark.ui.showConsoleProgress", "false" if args.quiet else "true")
     spark = b.getOrCreate()
     tune(spark)
     return spark
+
+
+def console_progress(args, stream=None):
+    """Whether Spark's console progress bar (C{spark.ui.showConsoleProgress}) is on:
+    never with C{--quiet} or C{--progress never}, always with C{--progress always},
+    else when C{stream} (stderr, where the driver JVM draws it) is a terminal."""
+    if args.quiet or args.progress == "never":
+        return False
+    if args.progress == "always":
+        return True
+    stream = stream or sys.stderr
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def tune(spark):
@@ -232,15 +252,23 @@ def cap_listing(listing, limit):
     return out, left
 
 
-def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None):
+def log_listing(spark, data_dir, limit=None):
+    """The commit-log files of C{data_dir}, C{[(name, uri, length)]}, clipped to the
+    offsets below C{limit}; returns C{(listing, bytes left out)}."""
+    log_dir = data_dir.rstrip("/") + "/commitlog"
+    return cap_listing([f for f in list_files(spark, log_dir) if f[0][:1].isdigit()], limit)
+
+
+def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, skip=frozenset()):
     """Decode every commit-log segment of C{data_dir} into the items DataFrame (cached),
     one task per byte range of C{split} bytes (see L{spark.audit.ranges}), reading only
-    the offsets below C{limit} when given (C{--live}). Returns C{(items, bytes not read)}."""
+    the offsets below C{limit} when given (C{--live}), and not the segment files named
+    in C{skip} (carried by L{spark.audit.state}). Returns C{(items, bytes not read)}."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    log_dir = data_dir.rstrip("/") + "/commitlog"
-    listing, skipped = cap_listing([f for f in list_files(spark, log_dir) if f[0][:1].isdigit()], limit)
+    listing, skipped = log_listing(spark, data_dir, limit)
+    listing = [f for f in listing if f[0] not in skip]
     good, bad = R.segment_files(listing)
     extra = [R.bad_name_item(name, length) for name, _, length in bad]
     if not good:
@@ -279,19 +307,23 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None):
     return items, skipped  # over cached decodes: not cached again
 
 
-def read_cq(spark, data_dir):
+def read_cq(spark, data_dir, low=None):
     """Decode every consume-queue file of C{data_dir} in bulk (topic directories are
     listed here, so names Spark would hide, such as ones starting with C{_}, are still
-    read; C{.trash} is not)."""
+    read; C{.trash} is not). C{low}: C{{(topic, queue id): offset}}, files whose entries
+    all lie below it are not read (an incremental audit checked them)."""
     from pyspark import StorageLevel
+
+    from spark.audit.state import cq_file_wanted
 
     root = data_dir.rstrip("/") + "/consumequeue"
     files = []
     for name, is_dir, uri in list_dir(spark, root):
         if is_dir and not name.startswith("."):
-            for _, d, qdir in list_dir(spark, uri):
+            for qname, d, qdir in list_dir(spark, uri):
                 if d:
-                    files += [(u, n) for name2, u, n in list_files(spark, qdir) if name2[:1].isdigit()]
+                    files += [(u, n) for name2, u, n in list_files(spark, qdir)
+                              if name2[:1].isdigit() and cq_file_wanted(low, name, qname, name2, n)]  # fmt: skip
     if not files:
         return spark.createDataFrame([], rec.CQ_DDL)
     groups = [(g,) for g in R.group_files(files)]
@@ -350,9 +382,12 @@ def offsets_frame(spark, data_dir, meta):
 # -- the job ------------------------------------------------------------------------------
 
 
-def audit_directory(spark, data_dir, args, progress, with_cq=True):
-    """Read and check one directory. Returns C{(tables, facts)}: DataFrames by name and
-    the small facts (metadata, floors) the summary needs."""
+def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=None, full_reason=None):
+    """Read and check one directory. Returns C{(items, recs, tables, facts)}: the
+    decoded items and records, DataFrames by name, and the small facts (metadata,
+    floors) the summary needs. With C{state_dir} (C{--since-state}) the segments the
+    state carries are not read, the tables cover them through their kept parts, and
+    C{facts["carry"]} is the L{spark.audit.state.Carry} (C{full_reason}: carry nothing)."""
     from pyspark.sql import functions as F
 
     from spark.audit import summary as S
@@ -365,29 +400,50 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True):
     limit = int(meta.get("logOffset") or 0) if args.live and meta else None
     # Digests are only compared with another directory's.
     split = max(4096, int(args.split_mb * (1 << 20)))
-    items, skipped = read_items(spark, data_dir, split, digest=bool(args.compare), limit=limit)
+    carry = None
+    if state_dir:
+        listing = log_listing(spark, data_dir, limit)[0]
+        carry = state_mod().Carry.open(spark, state_dir, listing, full_reason)
+    skip = carry.skip if carry else frozenset()
+    items, skipped = read_items(spark, data_dir, split, digest=bool(args.compare), limit=limit, skip=skip)
     progress.step("decode", "commit-log segments")
     recs = T.records(items)
     segs = S.collect_rows(T.segments(items).orderBy("segment"))
-    facts = S.log_facts(recs, segs, meta, meta_mtime, args)
+    totals = None
+    if carry:
+        carry.absorb(items, recs)
+        segs = carry.segments(segs)
+        carry.totals = carry.segment_totals(recs)
+        totals = state_mod().merge_totals(list(carry.totals.values()))
+    facts = S.log_facts(recs, segs, meta, meta_mtime, args, totals=totals)
     facts["read_up_to"] = None
+    facts["carry"] = carry
     if limit is not None:
         facts["read_up_to"] = {"offset": limit, "source": "checkpoint logOffset (--live)", "bytes_not_read": skipped}
+    merged = carry is not None and bool(carry.carried)
     tables = {
-        "segments": T.segments(items),
-        "problems": T.problems(items),
-        "queue_stats": T.queue_stats(recs),
-        "throughput": T.throughput(recs),
+        "segments": spark.createDataFrame(segs, T.segments(items).schema) if carry else T.segments(items),
+        "problems": T.problems(items).unionByName(carry.changed_problems()) if carry else T.problems(items),
+        "queue_stats": carry.queue_stats() if merged else T.queue_stats(recs),
+        "throughput": carry.throughput() if merged else T.throughput(recs),
     }
     progress.step("integrity", "eventIds")
-    runs = T.event_runs(items)
+    runs = carry.runs() if merged else T.event_runs(items)
     tables["event_gaps"] = T.event_id_gaps_from_runs(runs, facts["event_floor"])
-    tables["event_duplicates"] = T.event_id_duplicates_in(recs, T.duplicate_intervals(runs))
-    topics = topics_frame(spark, meta, recs)
+    intervals = T.duplicate_intervals(runs)
+    if merged:
+        carry.check_duplicates(intervals)
+    tables["event_duplicates"] = T.event_id_duplicates_in(recs, intervals)
+    whole = carry.skeleton(recs) if merged else recs  # what the carried segments add to topics and delays
+    topics = topics_frame(spark, meta, whole)
+    if merged:
+        carry.check_topics(topics)
     tables["topics"] = topics
     if with_cq:
         progress.step("consume queues")
-        cq = read_cq(spark, data_dir)
+        cq = read_cq(spark, data_dir, low=carry.cq_lows(recs) if merged else None)
+        if merged:
+            cq = carry.cq_entries(cq)
         if limit is not None:  # entries past the checkpoint's queue lengths are not durable yet
             lengths = [(t, int(q), int(n)) for t, qs in (meta.get("queues") or {}).items() for q, n in qs.items()]
             lengths = spark.createDataFrame(lengths, "topic string, queue_id int, durable bigint")
@@ -396,14 +452,52 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True):
         tables["cq_mismatches"] = T.cq_mismatches(recs, cq, topics, facts["log_min_offset"])
         tables["cq_problems"] = T.cq_problems(cq)
         progress.step("consumption")
-        tables["consumer_lag"] = T.consumer_lag(offsets_frame(spark, data_dir, meta), T.queue_ends(cq))
+        ends = T.queue_ends(cq)
+        if carry:
+            ends = carry.ends = carry.queue_ends(ends).persist()
+        tables["consumer_lag"] = T.consumer_lag(offsets_frame(spark, data_dir, meta), ends)
         tables["retry_dlq"] = T.retry_dlq(tables["queue_stats"])
         as_of, grace = facts["as_of_ms"], args.grace_ms
-        tables["delays"] = T.delays(recs, pending_frame(spark, meta), topics, as_of, grace)
+        tables["delays"] = T.delays(whole, pending_frame(spark, meta), topics, as_of, grace)
         tables["expired_topics"] = T.expired_topics(topics, as_of, grace)
     # Each table feeds both its Parquet file and the summary: compute it once.
     tables = {name: df.persist() for name, df in tables.items()}
     return items, recs, tables, facts
+
+
+def audit_main(spark, data_dir, args, progress):
+    """L{audit_directory} of the main directory, with C{--since-state}: a damaged state
+    is bad input (exit 2); what the carried parts cannot answer is audited in full."""
+    if not args.since_state:
+        return audit_directory(spark, data_dir, args, progress)
+    st = state_mod()
+    root = _abs(args.since_state)
+    reason = "--compare matches every record of both directories" if args.compare else None
+    try:
+        try:
+            return audit_directory(spark, data_dir, args, progress, state_dir=root, full_reason=reason)
+        except st.FullAudit as e:
+            progress.step("read", f"again, in full: {e}")
+            spark.catalog.clearCache()
+            return audit_directory(spark, data_dir, args, progress, state_dir=root, full_reason=str(e))
+    except st.StateError as e:
+        raise SystemExit(f"error: the state in {args.since_state} cannot be used: {e}\n"
+                         "(move it away to start again with a full audit)") from None  # fmt: skip
+
+
+def series(tables, facts, recs, carry, other_recs):
+    """The report's time series (L{spark.audit.charts}): small aggregations in Spark."""
+    from spark.audit import charts as C
+
+    lags = carry.parts["lag"] if carry and carry.parts else C.lag_parts(recs)
+    return C.collect(tables, facts["totals"], lags, recs, other_recs)
+
+
+def state_mod():
+    """L{spark.audit.state}, imported when an audit keeps a state."""
+    from spark.audit import state
+
+    return state
 
 
 def run(spark, args, progress=None):
@@ -415,7 +509,8 @@ def run(spark, args, progress=None):
     data_dir = _abs(args.data_dir)
     if not exists(spark, data_dir.rstrip("/") + "/commitlog"):
         raise SystemExit(f"error: {args.data_dir} has no commitlog/ directory: not an mqserver data directory")
-    items, recs, tables, facts = audit_directory(spark, data_dir, args, progress)
+    items, recs, tables, facts = audit_main(spark, data_dir, args, progress)
+    carry = facts["carry"]
     if args.compare:
         progress.step("compare", args.compare)
         other_dir = _abs(args.compare)
@@ -438,11 +533,17 @@ def run(spark, args, progress=None):
     summary = S.summarize(tables, facts, args)
     if args.compare:
         summary["compare"] = S.compare_summary(tables["compare"], other_tables, other_facts, floor, args)
+    if carry:
+        summary["incremental"] = carry.summary(facts["segments"])
     summary["exit_code"] = S.exit_code(summary)
     write_text(spark, f"{out}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     progress.step("report")
     charts = S.chart_data(tables)
+    charts.update(series(tables, facts, recs, carry, other_recs if args.compare else None))
     write_text(spark, f"{out}/report.html", R.render(summary, charts))
+    if carry:  # only after a run that completed
+        progress.step("report", f"saving the state in {args.since_state}")
+        carry.save_run(tables, facts, summary)
     spark.catalog.clearCache()
     progress.step("report", f"done: {summary['verdict']} (exit {summary['exit_code']})")
     return summary, summary["exit_code"]

@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 from matplotlib import dates as mdates  # noqa: E402  (after choosing the backend)
 from matplotlib import pyplot as plt  # noqa: E402
 
+from spark.audit.charts import section as charts_section  # noqa: E402
 from spark.audit.summary import INTEGRITY_KEYS  # noqa: E402
 
 _CSS = """
@@ -143,6 +144,7 @@ def render(summary, charts):
         left=("topic",), fmt={"first_store_ts": _ts, "last_store_ts": _ts},
     ))  # fmt: skip
     out.append(throughput_chart(charts.get("throughput", [])))
+    out.append(charts_section(charts))
     top = sorted(s["queues"], key=lambda q: -q["messages"])[:25]
     out.append(bar_chart([f"{q['topic']}/{q['queue_id']}" for q in top], [q["messages"] for q in top],
                          "messages per queue"))  # fmt: skip

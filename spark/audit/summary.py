@@ -18,6 +18,7 @@ INTEGRITY_KEYS = [
     "crc_failures", "corrupt_records", "torn_records", "unreadable_bytes", "missing_segments",
     "event_id_gaps", "missing_event_ids", "duplicate_event_ids", "tail_event_ids_missing",
     "checkpoint_beyond_log_bytes", "cq_missing", "cq_extra", "cq_wrong", "cq_torn_files",
+    "changed_segments",
 ]  # fmt: skip
 
 
@@ -48,10 +49,9 @@ def _segment_size(segs, given):
     return None, "unknown (one unsealed segment)"
 
 
-def log_facts(recs, segs, meta, meta_mtime, args):
-    """Return the directory-wide facts: totals, segment size, log bounds, eventId floor,
-    the reference time, and what the checkpoint says against what the log holds."""
-    t = recs.agg(
+def totals_columns():
+    """The aggregate columns of the log's totals (also per segment, L{spark.audit.state})."""
+    return [
         F.count("*").alias("records"),
         F.sum(F.when(F.col("magic") == "message", 1).otherwise(0)).alias("messages"),
         F.sum(F.when(F.col("magic") == "admin", 1).otherwise(0)).alias("admin_records"),
@@ -60,7 +60,14 @@ def log_facts(recs, segs, meta, meta_mtime, args):
         F.max("event_id").alias("last_event_id"),
         F.min("store_ts").alias("first_store_ts"),
         F.max("store_ts").alias("last_store_ts"),
-    ).first().asDict()  # fmt: skip
+    ]
+
+
+def log_facts(recs, segs, meta, meta_mtime, args, totals=None):
+    """Return the directory-wide facts: totals, segment size, log bounds, eventId floor,
+    the reference time, and what the checkpoint says against what the log holds.
+    C{totals}: the totals when already known (an incremental audit merges them)."""
+    t = totals or recs.agg(*totals_columns()).first().asDict()
     for k in ("messages", "admin_records", "bytes"):
         t[k] = t[k] or 0
     size, size_source = _segment_size(segs, args.segment_size)
@@ -123,6 +130,7 @@ def integrity(tables, facts, n):
         "tail_event_ids_missing": facts["tail_event_ids_missing"],
         "checkpoint_beyond_log_bytes": facts["checkpoint_beyond_log_bytes"],
         "cq_missing": 0, "cq_extra": 0, "cq_wrong": 0, "cq_torn_files": 0,
+        "changed_segments": probs.get("changed", 0),
     }  # fmt: skip
     ex = {
         "problems": collect_rows(tables["problems"].orderBy("offset"), n),

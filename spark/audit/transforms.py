@@ -66,12 +66,13 @@ def problems(items):
     return decoded.unionByName(crc)
 
 
-def queue_stats(recs):
+def queue_stats(recs, by=()):
     """Per (topic, queue id): messages, bytes, body bytes, first/last store time and
     eventId, the queue offsets seen, RocketMQ delay-level messages, and the average
-    messages per minute between the first and the last store time."""
+    messages per minute between the first and the last store time. C{by}: more
+    grouping columns first (C{("segment",)} for the parts of an incremental audit)."""
     msgs = messages(recs)
-    out = msgs.groupBy("topic", "queue_id").agg(
+    out = msgs.groupBy(*by, "topic", "queue_id").agg(
         F.count("*").alias("messages"),
         F.sum("size").alias("bytes"),
         F.sum("body_len").alias("body_bytes"),
@@ -84,16 +85,22 @@ def queue_stats(recs):
         F.count("delay_level").alias("delay_level_messages"),
         F.count("delay_id").alias("delayed_fired"),
     )
+    return with_per_minute(out)
+
+
+def with_per_minute(stats):
+    """Add C{per_minute}: messages per minute between the first and last store time."""
     minutes = F.greatest(F.lit(1.0), (F.col("last_store_ts") - F.col("first_store_ts")) / 60000.0)
-    return out.withColumn("per_minute", F.round(F.col("messages") / minutes, 3))
+    return stats.withColumn("per_minute", F.round(F.col("messages") / minutes, 3))
 
 
-def throughput(recs):
-    """Messages and bytes per (topic, minute of store time); C{minute} is epoch ms."""
+def throughput(recs, by=()):
+    """Messages and bytes per (topic, minute of store time); C{minute} is epoch ms.
+    C{by}: more grouping columns first, as for L{queue_stats}."""
     return (
         messages(recs)
         .withColumn("minute", F.col("store_ts") - F.col("store_ts") % 60000)
-        .groupBy("topic", "minute")
+        .groupBy(*by, "topic", "minute")
         .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
     )
 

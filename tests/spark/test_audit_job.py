@@ -100,10 +100,12 @@ def test_tables_are_parquet(spark, clean):
 class _Page(html.parser.HTMLParser):
     def __init__(self):
         super().__init__()
-        self.images, self.text, self.external = [], [], []
+        self.images, self.text, self.external, self.svg_titles = [], [], [], []
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
+        if tag == "svg":
+            self.svg_titles.append(a.get("aria-label", ""))
         if tag == "img":
             self.images.append(a.get("src", ""))
         for k in ("src", "href"):
@@ -126,6 +128,9 @@ def test_html_report_is_self_contained(clean):
     for src in page.images:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    # Throughput and lag over time (with --compare, replication lag too) as inline SVG.
+    assert [t.split(" per ")[0] for t in page.svg_titles] == [
+        "messages stored", "bytes stored", "store lag", "replication lag"]
     cells = [t for t in page.text if t]
     assert "OK" in cells
     for figure in ("617", "602", str(ORDERS_BYTES), "102", "%RETRY%g1", "%DLQ%g1"):
