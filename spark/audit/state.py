@@ -135,8 +135,14 @@ def load(spark, root):
         return None, None
     gen = gens[-1]
     try:
-        m = json.loads(_read_text(spark, gen + "/" + MANIFEST))
-    except (ValueError, UnicodeDecodeError) as e:
+        text = _read_text(spark, gen + "/" + MANIFEST)
+    except Exception as e:  # py4j's error of the JVM's: e.g. Hadoop's checksum of a changed file
+        why = str(e).strip().splitlines()
+        cause = next((ln.strip() for ln in why if "Exception" in ln and ":" in ln), why[0] if why else type(e).__name__)
+        raise StateError(f"{gen}/{MANIFEST} cannot be read ({cause})") from None
+    try:
+        m = json.loads(text)
+    except ValueError as e:
         raise StateError(f"{gen}/{MANIFEST} is not valid JSON ({e})") from None
     return check_manifest(m), gen
 

@@ -111,13 +111,18 @@ def test_damaged_state_is_bad_input(spark, broker_dir, tmp_path):
     audit(spark, data, tmp_path / "o1", "--since-state", str(st))
     (gen,) = [p for p in st.iterdir() if p.name.startswith("gen-")]
     manifest = gen / state.MANIFEST
+    crc = gen / f".{state.MANIFEST}.crc"  # Hadoop's local file system checks it on reading
+    assert crc.exists()
     good = json.loads(manifest.read_text())
     missing = json.loads(manifest.read_text())
     del missing["segments"][0]["digest"]
-    for damage, why in [(b"{\x00not json", "is not valid JSON"),
+    for damage, why in [(b"{\x00not json", "cannot be read .*ChecksumException"),
+                        (b"{\x00not json", "is not valid JSON"),
                         (json.dumps(dict(good, version=99)).encode(), "manifest version 99"),
                         (json.dumps(missing).encode(), "lacks digest")]:  # fmt: skip
         manifest.write_bytes(damage)
+        if "Checksum" not in why:
+            crc.unlink(missing_ok=True)
         with pytest.raises(SystemExit, match=f"the state in .* cannot be used: .*{why}"):
             audit(spark, data, tmp_path / "o2", "--since-state", str(st))
         assert not (tmp_path / "o2" / "summary.json").exists()
