@@ -387,7 +387,7 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     decoded items and records, DataFrames by name, and the small facts (metadata,
     floors) the summary needs. With C{state_dir} (C{--since-state}) the segments the
     state carries are not read, the tables cover them through their kept parts, and
-    C{facts["carry"]} is the L{spark.audit.state.Carry} (C{full_reason}: carry nothing)."""
+    C{facts["carry"]} is the L{spark.audit.carry.Carry} (C{full_reason}: carry nothing)."""
     from pyspark.sql import functions as F
 
     from spark.audit import summary as S
@@ -403,7 +403,9 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     carry = None
     if state_dir:
         listing = log_listing(spark, data_dir, limit)[0]
-        carry = state_mod().Carry.open(spark, state_dir, listing, full_reason)
+        from spark.audit.carry import Carry
+
+        carry = Carry.open(spark, state_dir, listing, full_reason)
     skip = carry.skip if carry else frozenset()
     items, skipped = read_items(spark, data_dir, split, digest=bool(args.compare), limit=limit, skip=skip)
     progress.step("decode", "commit-log segments")
