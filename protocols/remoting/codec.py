@@ -375,6 +375,17 @@ class FrameDecoder:
         if self._error is not None:
             raise RemotingProtocolError(f"decoder failed earlier: {self._error}")
         buffer = self._buffer
+        if not buffer and len(data) > SERIALIZE_TYPE_OFFSET:
+            # The usual read: exactly one whole frame and nothing waiting. Decode it
+            # from the chunk itself, without a round trip through the buffer.
+            (length,) = LENGTH_STRUCT.unpack_from(data, 0)
+            if length + _LENGTH_SIZE == len(data):
+                try:
+                    self._check_prefix(data, len(data))
+                    return [decode_payload(bytes(data)[_LENGTH_SIZE:])]
+                except RemotingProtocolError as exc:
+                    self._error = exc
+                    raise
         buffer += data
         commands: list[RemotingCommand] = []
         try:

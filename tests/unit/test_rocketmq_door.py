@@ -112,6 +112,20 @@ def test_durable_send_is_answered_without_a_deferred(door):
     assert answer.ext_fields["msgId"] != first.ext_fields["msgId"]
 
 
+@pytest.mark.parametrize("name, value, remark", [
+    ("sysFlag", "x", "the custom field <sysFlag> is not a number: 'x'"),
+    ("flag", str(2**31), f"the custom field <flag> is out of range: {2**31}"),
+    ("bornTimestamp", str(-2**63 - 1), f"the custom field <bornTimestamp> is out of range: {-2**63 - 1}"),
+    ("reconsumeTimes", "1.5", "the custom field <reconsumeTimes> is not a number: '1.5'"),
+])
+def test_send_header_numbers_are_checked(door, name, value, remark):
+    send(door, "Num")
+    ext = dict(_send_command("Num", 0).ext_fields, **{name: value})
+    r = door.call(codes.SEND_MESSAGE, ext, b"bad")
+    assert (r.code, r.remark) == (codes.SYSTEM_ERROR, remark)
+    assert send(door, "Num").ext_fields["queueOffset"] == "1"  # nothing was stored
+
+
 # -- long polling (19.3) ---------------------------------------------------------------
 
 
