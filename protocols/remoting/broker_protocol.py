@@ -385,8 +385,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
 
 
 def make_pull_response(cmd, r):
-    ext = {"suggestWhichBrokerId": 0, "nextBeginOffset": r.next_offset,
-           "minOffset": r.min_offset, "maxOffset": r.max_offset}
-    resp = ok(cmd, ext, body=r.body, remark=r.remark)
-    resp.code = r.code
-    return resp
+    """Return the answer to a pull with result C{r}: its code, remark and records."""
+    return make_response(cmd, r.code, remark=r.remark, body=r.body, ext_fields={
+        "suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_offset),
+        "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)})
