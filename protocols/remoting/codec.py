@@ -8,8 +8,8 @@ client reads) or the ROCKETMQ binary layout (type 1).  Every decoding failure ra
 
 import json
 import struct
-from json.encoder import encode_basestring
 from collections.abc import Mapping
+from json.encoder import encode_basestring
 
 from protocols.remoting import codes
 from protocols.remoting.messages import RemotingCommand
@@ -175,12 +175,12 @@ def encode_json_header(command: RemotingCommand) -> bytes:
     """
     ext = command.ext_fields
     code, flag, opaque, version = command.code, command.flag, command.opaque, command.version
+    language, remark = command.language, command.remark
     if (type(code) is type(flag) is type(opaque) is type(version) is int
+            and type(language) is str and (remark is None or type(remark) is str)
             and type(ext) is dict and {*map(type, ext), *map(type, ext.values())} <= _STR_ONLY):
         # The usual answer: ints and strings only, written straight from a template
         # (the same bytes json.dumps gives for the dict the general path builds).
-        remark = command.remark
-        language = command.language
         try:
             return (_HEADER_TEMPLATE % (
                 code,

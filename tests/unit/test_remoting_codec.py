@@ -261,8 +261,9 @@ any_text = st.text(max_size=20)  # surrogates included: they cannot be UTF-8
 
 
 @given(st.builds(
-    RemotingCommand, code=st.integers(), language=any_text | languages, version=st.integers(),
-    opaque=st.integers(), flag=st.integers(), remark=st.none() | any_text,
+    RemotingCommand, code=st.integers(), language=any_text | languages | st.integers(),
+    version=st.integers(), opaque=st.integers(), flag=st.integers(),
+    remark=st.none() | any_text | st.integers(),
     ext_fields=st.dictionaries(any_text, any_text | st.integers(), max_size=6)))
 @settings(max_examples=300)
 def test_json_header_template_gives_json_dumps_bytes(command):
