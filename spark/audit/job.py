@@ -81,9 +81,14 @@ STOP_TIMEOUT_S = 60
 def build_session(args):
     """Return a SparkSession. Under spark-submit the master is already set; otherwise
     C{--master} or C{local[*]}."""
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
+    if submitted():
+        # Before a context exists SparkConf() has no JVM and sees none of spark-submit's
+        # settings (the job ran on local[*] whatever --master said): connect to the JVM
+        # spark-submit started first, so SparkConf() reads them.
+        SparkContext._ensure_initialized()
     conf = SparkConf()
     b = SparkSession.builder.appName("mqserver-audit")
     if not conf.contains("spark.master"):
@@ -104,6 +109,12 @@ def build_session(args):
     spark = b.getOrCreate()
     tune(spark)
     return spark
+
+
+def submitted():
+    """Return True when run by spark-submit, which starts the JVM before Python and
+    hands pyspark its gateway's port."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def tune(spark):
