@@ -62,6 +62,16 @@ def group_files(files, target=DEFAULT_SPLIT):
     return groups
 
 
+#: Hadoop's names for S3, which pyarrow calls C{s3}.
+_ARROW_SCHEMES = {"s3a": "s3", "s3n": "s3"}
+
+
+def arrow_uri(uri):
+    """Return C{uri} (as Hadoop lists it) in the scheme pyarrow's file systems know."""
+    scheme, sep, rest = uri.partition("://")
+    return _ARROW_SCHEMES.get(scheme.lower(), scheme) + sep + rest if sep else uri
+
+
 class Reader:
     """Reads byte ranges of one file given by URI."""
 
@@ -73,7 +83,7 @@ class Reader:
         else:
             from pyarrow import fs
 
-            filesystem, path = fs.FileSystem.from_uri(uri)
+            filesystem, path = fs.FileSystem.from_uri(arrow_uri(uri))
             self.file = filesystem.open_input_file(path)
 
     def read_at(self, offset, n):
