@@ -8,6 +8,11 @@ process and prints records/s, MiB/s and how the time grows with the size.
 
     PYTHONPATH=. python bench/audit_bench.py [--sizes 0.5,1,2] [--master local[2]]
         [--segment-mb 128] [--work /tmp/audit-bench] [--keep]
+    PYTHONPATH=. python bench/audit_bench.py --cluster [--cluster-memory 2g] [options above]
+
+C{--master spark://HOST:PORT} runs it on that cluster (the job ships its own code);
+C{--cluster} starts a standalone master and one 2-core worker from pyspark's own
+distribution on 127.0.0.1 (L{tests.spark.cluster}), runs on it and stops it.
 """
 
 import argparse
@@ -94,5 +99,26 @@ def main(argv=None):
     return 0
 
 
+def cli(argv=None):
+    """C{main}, on a standalone cluster started here when C{--cluster} is given."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--cluster", action="store_true")
+    p.add_argument("--cluster-memory", default="2g", help="the worker's memory, all given to its executor")
+    opts, rest = p.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if not opts.cluster:
+        return main(rest)
+    import tempfile
+
+    from tests.spark.cluster import StandaloneCluster
+
+    base = tempfile.mkdtemp(prefix="audit-bench-cluster-")
+    with StandaloneCluster(base, cores=2, memory=opts.cluster_memory) as cluster:
+        print(f"standalone cluster {cluster.url}: 1 worker, 2 cores, {opts.cluster_memory}", flush=True)
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--executor-memory {opts.cluster_memory} pyspark-shell"
+        code = main(rest + ["--master", cluster.url])
+    shutil.rmtree(base, ignore_errors=True)
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())
