@@ -81,17 +81,11 @@ STOP_TIMEOUT_S = 60
 def build_session(args):
     """Return a SparkSession. Under spark-submit the master is already set; otherwise
     C{--master} or C{local[*]}."""
-    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    if submitted():
-        # Before a context exists SparkConf() has no JVM and sees none of spark-submit's
-        # settings (the job ran on local[*] whatever --master said): connect to the JVM
-        # spark-submit started first, so SparkConf() reads them.
-        SparkContext._ensure_initialized()
-    conf = SparkConf()
+    conf = submitted_conf()
     b = SparkSession.builder.appName("mqserver-audit")
-    if not conf.contains("spark.master"):
+    if not submitted():
         # Local workers run this interpreter (the one with our dependencies), not
         # whatever python3 is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -113,8 +107,22 @@ def build_session(args):
 
 def submitted():
     """Return True when run by spark-submit, which starts the JVM before Python and
-    hands pyspark its gateway's port."""
+    hands pyspark its gateway's port (pyspark's own test for connecting to it)."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def submitted_conf():
+    """Return the Spark configuration spark-submit was given (master, C{--conf} ...);
+    an empty C{SparkConf} when not run by spark-submit."""
+    from pyspark import SparkConf, SparkContext
+
+    if submitted():
+        # Before a context exists SparkConf() has no JVM and sees none of spark-submit's
+        # settings (so the job ran on local[*] whatever --master said): connect to the
+        # JVM spark-submit started. _ensure_initialized is pyspark's own way to do it
+        # (not public; pyspark is pinned in setup.cfg, and the cluster test runs it).
+        SparkContext._ensure_initialized()
+    return SparkConf()
 
 
 def tune(spark):
