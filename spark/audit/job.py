@@ -67,6 +67,8 @@ def parse_args(argv):
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--live", action="store_true",
                    help="the broker is running: read only up to the checkpoint's logOffset (what it made durable)")
+    p.add_argument("--full", action="store_true",
+                   help="one row per record through every check (the reference; slower) instead of the compact form")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark configuration property (repeatable), as spark-submit's --conf")
     return p.parse_args(argv)
@@ -251,10 +253,16 @@ def cap_listing(listing, limit):
     return out, left
 
 
-def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None):
+def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, live=None):
     """Decode every commit-log segment of C{data_dir} into the items DataFrame (cached),
     one task per byte range of C{split} bytes (see L{spark.audit.ranges}), reading only
-    the offsets below C{limit} when given (C{--live}). Returns C{(items, bytes not read)}."""
+    the offsets below C{limit} when given (C{--live}). With C{live} (JSON C{{topic:
+    create_event_id}}) the records come in the compact form (partial aggregates and the
+    few records checked one by one, L{spark.audit.columns.compact_batches}).
+
+    Returns C{(items, bytes not read, full)}: C{full()} decodes the same ranges again
+    into one item per record, for the checks that need every record once a summary
+    shows a finding (C{None} when C{items} has every record already)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -263,9 +271,11 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None):
     good, bad = R.segment_files(listing)
     extra = [R.bad_name_item(name, length) for name, _, length in bad]
     if not good:
-        return spark.createDataFrame([tuple(r.get(c) for c in _ITEM_NAMES) for r in extra], rec.ITEM_DDL), skipped
-    tasks = R.plan(good, split, digest)
+        empty = spark.createDataFrame([tuple(r.get(c) for c in _ITEM_NAMES) for r in extra], rec.ITEM_DDL)
+        return empty, skipped, (None if live is None else lambda: empty)
+    tasks = R.plan(good, split, digest, live)
     by_key = {(t[1], t[3]): t for t in tasks}
+    final = dict(by_key)  # the task whose decode of each range counts
     # Each round decodes some ranges (all, then those to walk again); a range's items
     # come from the last round that decoded it, and only while it is kept.
     gens = [_decode(spark, tasks).persist(StorageLevel.MEMORY_AND_DISK)]
@@ -275,7 +285,8 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None):
         segments, keep, rewalk = R.consolidate([r for _, r in rows.values()])
         if not rewalk:
             break
-        again = [by_key[(seg, a)][:5] + (start, digest) for seg, a, start in rewalk]
+        again = [by_key[(seg, a)][:5] + (start, digest, live) for seg, a, start in rewalk]
+        final.update({(t[1], t[3]): t for t in again})
         gens.append(_decode(spark, again).persist(StorageLevel.MEMORY_AND_DISK))
         decoded.append({(seg, a) for seg, a, _ in rewalk})
         for r in _range_rows(gens[-1]):
@@ -295,7 +306,24 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None):
     items = parts[0]
     for df in parts[1:]:
         items = items.unionByName(df)
-    return items, skipped  # over cached decodes: not cached again
+    full = None
+    if live is not None:
+        # The kept ranges decode the same from the same starting points: no rewalk.
+        again = [final[k][:7] + (None,) for k in sorted(keep)]
+        full = lambda: _decode(spark, again).where("kind = 'record'")  # noqa: E731
+    return items, skipped, full  # over cached decodes: not cached again
+
+
+def _cq_listing(spark, data_dir):
+    """C{[(uri, length)]} of the consume-queue files of C{data_dir}."""
+    root = data_dir.rstrip("/") + "/consumequeue"
+    files = []
+    for name, is_dir, uri in list_dir(spark, root):
+        if is_dir and not name.startswith("."):
+            for _, d, qdir in list_dir(spark, uri):
+                if d:
+                    files += [(u, n) for name2, u, n in list_files(spark, qdir) if name2[:1].isdigit()]
+    return files
 
 
 def read_cq(spark, data_dir):
@@ -304,18 +332,29 @@ def read_cq(spark, data_dir):
     read; C{.trash} is not)."""
     from pyspark import StorageLevel
 
-    root = data_dir.rstrip("/") + "/consumequeue"
-    files = []
-    for name, is_dir, uri in list_dir(spark, root):
-        if is_dir and not name.startswith("."):
-            for _, d, qdir in list_dir(spark, uri):
-                if d:
-                    files += [(u, n) for name2, u, n in list_files(spark, qdir) if name2[:1].isdigit()]
+    files = _cq_listing(spark, data_dir)
     if not files:
         return spark.createDataFrame([], rec.CQ_DDL)
-    groups = [(g,) for g in R.group_files(files)]
+    groups = [(g, None, None) for g in R.group_files(files)]
     rdd = spark.sparkContext.parallelize(groups, len(groups))
     df = spark.createDataFrame(rdd, R.CQ_TASK_DDL).mapInArrow(R.decode_cq_groups, rec.CQ_DDL)
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def read_cq_compact(spark, data_dir, durable=None, limit=None):
+    """The consume queues of C{data_dir} in their compact form (C{CQ_COMPACT_DDL}:
+    problems, and per-block signatures, L{spark.audit.columns.cq_compact}), cached;
+    with C{durable} (C{[(topic, queue_id, length)]}) and C{limit}, only the entries a
+    checkpoint made durable (C{--live})."""
+    from pyspark import StorageLevel
+
+    files = _cq_listing(spark, data_dir)
+    if not files:
+        return spark.createDataFrame([], rec.CQ_COMPACT_DDL)
+    spec = json.dumps(durable) if durable is not None else None
+    groups = [(g, spec, limit) for g in R.group_files(files)]
+    rdd = spark.sparkContext.parallelize(groups, len(groups))
+    df = spark.createDataFrame(rdd, R.CQ_TASK_DDL).mapInArrow(R.decode_cq_compact, rec.CQ_COMPACT_DDL)
     return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
@@ -369,10 +408,24 @@ def offsets_frame(spark, data_dir, meta):
 # -- the job ------------------------------------------------------------------------------
 
 
+def live_topics(meta):
+    """The live topics of a checkpoint as JSON C{{topic: create_event_id}} (what the
+    compact decode needs to sign the entries the consume queues must hold)."""
+    topics = (meta.get("state") or {}).get("topics", [])
+    return json.dumps({t["name"]: int(t.get("create_event_id", 0)) for t in topics}, sort_keys=True)
+
+
 def audit_directory(spark, data_dir, args, progress, with_cq=True):
-    """Read and check one directory. Returns C{(tables, facts)}: DataFrames by name and
-    the small facts (metadata, floors) the summary needs."""
-    from pyspark.sql import functions as F
+    """Read and check one directory. Returns C{(items, recs, tables, facts)}: the
+    decoded items, the records, DataFrames by name and the small facts (metadata,
+    floors) the summary needs.
+
+    The records are decoded in the compact form (partial aggregates, see
+    L{spark.audit.columns.compact_batches}) when the checkpoint names the live topics
+    and no comparison needs every record's digest; otherwise (C{--full}, C{--compare},
+    no checkpoint) one item per record. Both give the same tables: where the compact
+    form shows a duplicate eventId or a consume-queue block that differs, the records
+    are decoded again in full for that check."""
 
     from spark.audit import summary as S
 
@@ -382,40 +435,60 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True):
     # torn tail of a write in progress): with --live only what the checkpoint made
     # durable is read, the checkpoint being read first.
     limit = int(meta.get("logOffset") or 0) if args.live and meta else None
+    compact = meta is not None and not args.compare and not getattr(args, "full", False)
     # Digests are only compared with another directory's.
     split = max(4096, int(args.split_mb * (1 << 20)))
-    items, skipped = read_items(spark, data_dir, split, digest=bool(args.compare), limit=limit)
+    live = live_topics(meta) if compact else None
+    items, skipped, full = read_items(spark, data_dir, split, digest=bool(args.compare), limit=limit, live=live)
+    if compact:
+        # A few rows per range are left: one task reads them all, where one per range
+        # (and per check) cost more in scheduling than the rows themselves.
+        items = items.coalesce(1)
     progress.step("decode", "commit-log segments")
-    recs = T.records(items)
+    recs = T.records(items)  # compact: only admin records, fired delays, CRC failures
     segs = S.collect_rows(T.segments(items).orderBy("segment"))
-    facts = S.log_facts(recs, segs, meta, meta_mtime, args)
+    facts = S.log_facts(recs, segs, meta, meta_mtime, args, T.totals_from_parts(items) if compact else None)
     facts["read_up_to"] = None
     if limit is not None:
         facts["read_up_to"] = {"offset": limit, "source": "checkpoint logOffset (--live)", "bytes_not_read": skipped}
     tables = {
         "segments": T.segments(items),
         "problems": T.problems(items),
-        "queue_stats": T.queue_stats(recs),
-        "throughput": T.throughput(recs),
+        "queue_stats": T.queue_stats_from_parts(items) if compact else T.queue_stats(recs),
+        "throughput": T.throughput_from_parts(items) if compact else T.throughput(recs),
     }
     progress.step("integrity", "eventIds")
     runs = T.event_runs(items)
     tables["event_gaps"] = T.event_id_gaps_from_runs(runs, facts["event_floor"])
-    tables["event_duplicates"] = T.event_id_duplicates_in(recs, T.duplicate_intervals(runs))
+    intervals = T.duplicate_intervals(runs)
+    every = full() if compact and intervals.take(1) else recs
+    tables["event_duplicates"] = T.event_id_duplicates_in(every, intervals)
     topics = topics_frame(spark, meta, recs)
     tables["topics"] = topics
     if with_cq:
         progress.step("consume queues")
-        cq = read_cq(spark, data_dir)
+        durable = None
         if limit is not None:  # entries past the checkpoint's queue lengths are not durable yet
-            lengths = [(t, int(q), int(n)) for t, qs in (meta.get("queues") or {}).items() for q, n in qs.items()]
-            lengths = spark.createDataFrame(lengths, "topic string, queue_id int, durable bigint")
-            cq = cq.join(F.broadcast(lengths), ["topic", "queue_id"]).where(F.col("queue_offset") < F.col("durable"))
-            cq = cq.where(F.col("log_offset").isNull() | (F.col("log_offset") < limit)).drop("durable")
-        tables["cq_mismatches"] = T.cq_mismatches(recs, cq, topics, facts["log_min_offset"])
-        tables["cq_problems"] = T.cq_problems(cq)
+            durable = [(t, int(q), int(n)) for t, qs in (meta.get("queues") or {}).items() for q, n in qs.items()]
+        if compact:
+            cq = read_cq_compact(spark, data_dir, durable, limit)
+            tables["cq_problems"] = T.cq_problems_from_parts(cq)
+            ends = T.queue_ends_from_parts(cq)
+            if T.differing_blocks_from_parts(items, cq).take(1):
+                tables["cq_mismatches"] = T.cq_mismatches(
+                    T.records(full()), _durable_cq(spark, read_cq(spark, data_dir), durable, limit), topics,
+                    facts["log_min_offset"],
+                )  # fmt: skip
+            else:  # every block's signature matches: no mismatch, nothing to join
+                empty = spark.createDataFrame([], rec.CQ_DDL)
+                tables["cq_mismatches"] = T.cq_mismatches(recs.limit(0), empty, topics, facts["log_min_offset"])
+        else:
+            cq = _durable_cq(spark, read_cq(spark, data_dir), durable, limit)
+            tables["cq_mismatches"] = T.cq_mismatches(recs, cq, topics, facts["log_min_offset"])
+            tables["cq_problems"] = T.cq_problems(cq)
+            ends = T.queue_ends(cq)
         progress.step("consumption")
-        tables["consumer_lag"] = T.consumer_lag(offsets_frame(spark, data_dir, meta), T.queue_ends(cq))
+        tables["consumer_lag"] = T.consumer_lag(offsets_frame(spark, data_dir, meta), ends)
         tables["retry_dlq"] = T.retry_dlq(tables["queue_stats"])
         as_of, grace = facts["as_of_ms"], args.grace_ms
         tables["delays"] = T.delays(recs, pending_frame(spark, meta), topics, as_of, grace)
@@ -423,6 +496,18 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True):
     # Each table feeds both its Parquet file and the summary: compute it once.
     tables = {name: df.persist() for name, df in tables.items()}
     return items, recs, tables, facts
+
+
+def _durable_cq(spark, cq, durable, limit):
+    """Keep the consume-queue entries below the checkpoint's queue lengths C{durable}
+    (C{[(topic, queue_id, length)]}) pointing below C{limit} (C{--live}); all when None."""
+    from pyspark.sql import functions as F
+
+    if durable is None:
+        return cq
+    lengths = spark.createDataFrame(durable, "topic string, queue_id int, durable bigint")
+    cq = cq.join(F.broadcast(lengths), ["topic", "queue_id"]).where(F.col("queue_offset") < F.col("durable"))
+    return cq.where(F.col("log_offset").isNull() | (F.col("log_offset") < limit)).drop("durable")
 
 
 def run(spark, args, progress=None):

@@ -48,10 +48,9 @@ def _segment_size(segs, given):
     return None, "unknown (one unsealed segment)"
 
 
-def log_facts(recs, segs, meta, meta_mtime, args):
-    """Return the directory-wide facts: totals, segment size, log bounds, eventId floor,
-    the reference time, and what the checkpoint says against what the log holds."""
-    t = recs.agg(
+def totals(recs):
+    """The whole log's totals from every record: a one-row DataFrame."""
+    return recs.agg(
         F.count("*").alias("records"),
         F.sum(F.when(F.col("magic") == "message", 1).otherwise(0)).alias("messages"),
         F.sum(F.when(F.col("magic") == "admin", 1).otherwise(0)).alias("admin_records"),
@@ -60,7 +59,20 @@ def log_facts(recs, segs, meta, meta_mtime, args):
         F.max("event_id").alias("last_event_id"),
         F.min("store_ts").alias("first_store_ts"),
         F.max("store_ts").alias("last_store_ts"),
-    ).first().asDict()  # fmt: skip
+    )  # fmt: skip
+
+
+def log_facts(recs, segs, meta, meta_mtime, args, totals_df=None):
+    """Return the directory-wide facts: totals (from every record of C{recs}, or the
+    one row of C{totals_df}), segment size, log bounds, eventId floor, the reference
+    time, and what the checkpoint says against what the log holds."""
+    t = (totals(recs) if totals_df is None else totals_df).first().asDict()
+    if totals_df is not None:  # from partial aggregates: messages and admin records apart
+        t = {
+            "records": (t["messages"] or 0) + t["admin_records"], "messages": t["messages"],
+            "admin_records": t["admin_records"], "bytes": (t["msg_bytes"] or 0) + (t["admin_bytes"] or 0),
+            **{k: t[k] for k in ("first_event_id", "last_event_id", "first_store_ts", "last_store_ts")},
+        }  # fmt: skip
     for k in ("messages", "admin_records", "bytes"):
         t[k] = t[k] or 0
     size, size_source = _segment_size(segs, args.segment_size)
