@@ -9,7 +9,10 @@ round trip costs only the work both sides do: the figure the one-request-at-a-ti
 of smss_bench and nsq_bench would approach on a machine where waking a process were
 free, and the server CPU that bounds their many-connection rows.
 
-Requests: smss PUB and NSQ PUB, one 200-byte message each, as the benchmarks send.
+Requests: smss PUB and NSQ PUB, one 200-byte message each, as the benchmarks send;
+RocketMQ SEND_MESSAGE (code 10, JSON header as the C++ client writes it) of one 200-byte
+message, and RocketMQ PULL_MESSAGE of one stored message (these two with
+``--only rmqsend,rmqpull``).
 Prints µs per round trip (process CPU time, which leaves out time stolen by the host,
 and wall time), best of ``--repeat`` runs; ``--profile FILE`` writes a cProfile of one
 more run. ``--opcodes N`` also traces N more round trips and prints the Python bytecodes
@@ -17,7 +20,7 @@ executed per round trip, in all and by function: a count that, unlike time, does
 with the load of a shared machine, for comparing two versions of the request path.
 Asserts nothing.
 
-    python bench/request_cost.py [--requests 20000] [--repeat 5] [--only smss,nsq]
+    python bench/request_cost.py [--requests 20000] [--repeat 5] [--only smss,nsq,rmqsend,rmqpull]
                                  [--opcodes 500]
 """
 
@@ -39,6 +42,9 @@ reactor = install(spin=0)
 
 from mqserver import tap  # noqa: E402
 from mqserver.frontdoor import front_doors  # noqa: E402
+from protocols.remoting import codes  # noqa: E402
+from protocols.remoting.codec import encode  # noqa: E402
+from protocols.remoting.messages import RemotingCommand  # noqa: E402
 from protocols.smss import client_codec as cc  # noqa: E402
 
 BODY = b"x" * 200
@@ -52,7 +58,7 @@ def start_broker(data):
     return (service, {door: port})."""
     opts = tap.Options()
     listen = {name: "off" for name in front_doors()}
-    listen["smss"] = listen["nsqd_tcp"] = "tcp:0:interface=127.0.0.1"
+    listen["smss"] = listen["nsqd_tcp"] = listen["broker"] = "tcp:0:interface=127.0.0.1"
     args = ["--data", data]
     for name, desc in listen.items():
         args += ["--listen", f"{name}={desc}"]
@@ -61,7 +67,7 @@ def start_broker(data):
     svc.privilegedStartService()
     svc.startService()
     ports = {}
-    for name in ("smss", "nsqd_tcp"):
+    for name in ("smss", "nsqd_tcp", "broker"):
         ports[name] = svc.getServiceNamed(f"listen-{name}").port.getHost().port
     return svc, ports
 
@@ -82,20 +88,37 @@ def connect(port):
 
 
 def round_trips(sock, request, reply, count):
-    """Send C{request} C{count} times, one at a time, each answered with C{reply}."""
+    """Send C{request} C{count} times, one at a time, each answered with C{reply}: the
+    very bytes, or a L{RemotingReply} for a remoting frame whose size varies."""
     send, recv, iterate = sock.send, sock.recv, reactor.iterate
-    size = len(reply)
+    framed = isinstance(reply, RemotingReply)
+    size = 4 if framed else len(reply)
     for _ in range(count):
         send(request)
         got = b""
-        while len(got) < size:
+        need = size
+        while len(got) < need:
             iterate(0)
-            try:
-                got += recv(size - len(got), socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                pass
-        if got != reply:
-            raise SystemExit(f"unexpected answer {got!r}")
+            while len(got) < need:
+                try:
+                    got += recv(need - len(got), socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    break
+                if framed and need == 4 and len(got) == 4:
+                    need += int.from_bytes(got, "big")
+        if not (reply.matches(got) if framed else got == reply):
+            raise SystemExit(f"unexpected answer {got[:200]!r}")
+
+
+class RemotingReply:
+    """A remoting reply frame whose JSON header starts with C{head} (its size varies
+    with the offsets it names)."""
+
+    def __init__(self, head):
+        self.head = head
+
+    def matches(self, frame):
+        return frame.startswith(self.head, 8)
 
 
 def smss_session(port):
@@ -109,6 +132,35 @@ def nsq_session(port):
     sock.sendall(b"  V2")
     request = b"PUB cost\n" + struct.pack(">I", len(BODY)) + BODY
     return sock, request, NSQ_OK
+
+
+def remoting_request(code, ext, opaque=1, body=b""):
+    """Return a remoting request frame with a JSON header as the C++ client writes it."""
+    return encode(RemotingCommand(code=code, language="CPP", version=63, opaque=opaque,
+                                  remark="", ext_fields=ext, body=body))
+
+
+RMQ_SIGN = {"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "r2KscApgmp4mTbXF2/WzOmrUVqw="}
+RMQ_SEND = {**RMQ_SIGN, "batch": "0", "bornTimestamp": "1795267749004", "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": "4", "flag": "0", "producerGroup": "PID_COST",
+            "properties": "TAGS\x01TagA\x02UNIQ_KEY\x010100007F0000799700000C47416F0100\x02"
+                          "WAIT\x01true\x02",
+            "queueId": "0", "reconsumeTimes": "0", "sysFlag": "0", "topic": "cost",
+            "unitMode": "0"}
+RMQ_PULL = {**RMQ_SIGN, "commitOffset": "0", "consumerGroup": "GID_COST", "maxMsgNums": "1",
+            "queueId": "0", "queueOffset": "0", "subVersion": "0", "subscription": "*",
+            "suspendTimeoutMillis": "20000", "sysFlag": "4", "topic": "cost"}
+
+
+def rmqsend_session(port):
+    sock = connect(port)
+    return sock, remoting_request(codes.SEND_MESSAGE, RMQ_SEND, body=BODY), RemotingReply(b'{"code":0,')
+
+
+def rmqpull_session(port):
+    sock, send, reply = rmqsend_session(port)
+    round_trips(sock, send, reply, 1)  # something to pull, whichever row ran before
+    return sock, remoting_request(codes.PULL_MESSAGE, RMQ_PULL), RemotingReply(b'{"code":0,')
 
 
 def measure(name, sock, request, reply, a):
@@ -161,7 +213,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=20000, help="round trips per run")
     p.add_argument("--repeat", type=int, default=5, help="runs; the best is printed")
-    p.add_argument("--only", default="smss,nsq", help="comma-separated: smss, nsq")
+    p.add_argument("--only", default="smss,nsq",
+                   help="comma-separated: smss, nsq, rmqsend, rmqpull (default smss,nsq)")
     p.add_argument("--opcodes", type=int, default=0, metavar="N",
                    help="count bytecodes over N more round trips and print them")
     p.add_argument("--profile", metavar="FILE", help="write cProfile stats to FILE.<name>")
@@ -172,11 +225,14 @@ def main():
         try:
             print(f"{'request':10s} {'CPU µs':>8s} {'wall µs':>8s}   per round trip, best of"
                   f" {a.repeat} x {a.requests}")
-            sessions = {"smss": (smss_session, "smss"), "nsq": (nsq_session, "nsqd_tcp")}
+            sessions = {"smss": (smss_session, "smss", "smss PUB"),
+                        "nsq": (nsq_session, "nsqd_tcp", "nsq PUB"),
+                        "rmqsend": (rmqsend_session, "broker", "rmq SEND"),
+                        "rmqpull": (rmqpull_session, "broker", "rmq PULL")}
             for name in a.only.split(","):
-                make, door = sessions[name]
+                make, door, label = sessions[name]
                 sock, request, reply = make(ports[door])
-                measure(f"{name} PUB", sock, request, reply, a)
+                measure(label, sock, request, reply, a)
                 sock.close()
         finally:
             # Also on errors (a closed stdout, ^C): the store's disk thread must stop, or

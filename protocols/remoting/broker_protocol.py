@@ -17,6 +17,7 @@ from protocols.remoting.admin_stats import StatsHandlers
 from protocols.remoting.bodies import check_heartbeat, check_lock_body
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
 from protocols.remoting.consumers import parse_subscription
+from protocols.remoting.messages import make_response
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
 from protocols.remoting.pulling import pull_once
 from protocols.remoting.sending import (
@@ -32,7 +33,13 @@ from protocols.remoting.topicview import PERM_READ, PERM_WRITE, RETRY_PREFIX, re
 
 #: Java's and Go's BROKER_SUSPEND_MAX_TIME_MILLIS, for a pull that names no suspend time.
 SUSPEND_DEFAULT_MS = 20000
-_SEND_EXTRA = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
+
+def sent(cmd, msg_ids, qid, queue_offset):
+    """Return the SUCCESS answer to a send: what 4.9 writes, in our key order."""
+    return make_response(cmd, codes.SUCCESS, ext_fields={
+        "MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "msgId": msg_ids,
+        "queueId": str(qid), "queueOffset": str(queue_offset)})
 
 
 class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
@@ -124,13 +131,20 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         return self._publish(cmd, topic, qid, msgs)
 
     def _publish(self, cmd, topic, qid, msgs):
-        d = self.broker.publish(topic, msgs, qid)
+        # At flush levels 0 and 1 the write is done when publish_now returns: answer at
+        # once, without a Deferred (docs/architecture.md, "Answers in request order").
+        try:
+            r = self.broker.publish_now(topic, msgs, qid)
+        except Exception:
+            return defer.fail().addErrback(broker_error, cmd, topic)
+        if isinstance(r, defer.Deferred):
+            return r.addCallbacks(self._published, broker_error, callbackArgs=(cmd,),
+                                  errbackArgs=(cmd, topic))
+        return self._published(r, cmd)
 
-        def done(r):
-            ids = offset_msg_ids(self.store.store_host, r.log_offsets)
-            return ok(cmd, dict(_SEND_EXTRA, msgId=ids, queueId=r.queue_id, queueOffset=r.queue_offsets[0]))
-
-        return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
+    def _published(self, r, cmd):
+        return sent(cmd, offset_msg_ids(self.store.store_host, r.log_offsets), r.queue_id,
+                    r.queue_offsets[0])
 
     def _delay(self, cmd, topic, qid, msgs, level):
         # 4.9 parks it on SCHEDULE_TOPIC_XXXX with REAL_TOPIC and REAL_QID; the delivered
@@ -141,8 +155,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         d = self.broker.delay(topic, delay_ms, msgs)
 
         def done(_):
-            ids = offset_msg_ids(self.store.store_host, [start])
-            return ok(cmd, dict(_SEND_EXTRA, msgId=ids, queueId=qid, queueOffset=0))
+            return sent(cmd, offset_msg_ids(self.store.store_host, [start]), qid, 0)
 
         return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
 
@@ -150,8 +163,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         d = self.door.transactions.prepare(topic, qid, msg)
 
         def done(r):
-            ids = offset_msg_ids(self.store.store_host, r.log_offsets)
-            return ok(cmd, dict(_SEND_EXTRA, msgId=ids, queueId=qid, queueOffset=r.queue_offsets[0]))
+            return sent(cmd, offset_msg_ids(self.store.store_host, r.log_offsets), qid, r.queue_offsets[0])
 
         return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
 
@@ -373,8 +385,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
 
 
 def make_pull_response(cmd, r):
-    ext = {"suggestWhichBrokerId": 0, "nextBeginOffset": r.next_offset,
-           "minOffset": r.min_offset, "maxOffset": r.max_offset}
-    resp = ok(cmd, ext, body=r.body, remark=r.remark)
-    resp.code = r.code
-    return resp
+    """Return the answer to a pull with result C{r}: its code, remark and records."""
+    return make_response(cmd, r.code, remark=r.remark, body=r.body, ext_fields={
+        "suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_offset),
+        "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)})

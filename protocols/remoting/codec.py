@@ -9,6 +9,7 @@ client reads) or the ROCKETMQ binary layout (type 1).  Every decoding failure ra
 import json
 import struct
 from collections.abc import Mapping
+from json.encoder import encode_basestring
 
 from protocols.remoting import codes
 from protocols.remoting.messages import RemotingCommand
@@ -29,6 +30,18 @@ _LENGTH_SIZE = LENGTH_STRUCT.size
 
 _JSON_TYPE_NAME = codes.SERIALIZE_TYPE_NAMES[codes.SERIALIZE_JSON]
 _OTHER_LANGUAGE_CODE = codes.LANGUAGE_CODES[codes.LANGUAGE_OTHER]
+# One decoder for every header: json.loads(..., strict=False) would build one per call.
+_json_decode = json.JSONDecoder(strict=False).decode
+#: A JSON string as json.dumps(..., ensure_ascii=False) writes it (the very function).
+_json_str = encode_basestring
+_COLON_JOIN = ":".join
+_STR_ONLY = frozenset((str,))
+_MISSING = object()
+_LANGUAGE_JSON = {name: json.dumps(name) for name in codes.LANGUAGE_NAMES}
+# The JSON header a Java 4.9 server writes, keys in fastjson's (alphabetical) order;
+# extFields and remark come with their leading comma, or empty when left out.
+_HEADER_TEMPLATE = ('{"code":%d%s,"flag":%d,"language":%s,"opaque":%d%s,"serializeTypeCurrentRPC":'
+                    + json.dumps(_JSON_TYPE_NAME) + ',"version":%d}')
 # Compaction threshold for FrameDecoder: below it a consumed prefix is kept, since
 # deleting it would cost more than it saves.
 _COMPACT_MIN = 64 * 1024
@@ -88,39 +101,56 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
     non-string extFields values (stringified with ``ext_value_to_str``).
     """
     try:
-        obj = json.loads(bytes(header).decode("utf-8"), strict=False)
+        obj = _json_decode(str(header, "utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RemotingProtocolError(f"undecodable JSON header: {exc}") from None
     except RecursionError:
         # the C scanner recurses once per "[" or "{": refuse deep nesting as bad input
         raise RemotingProtocolError("JSON header nested too deeply") from None
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise RemotingProtocolError("JSON header is not an object")
-    if "code" not in obj:
+    get = obj.get
+    code = get("code", _MISSING)
+    if code is _MISSING:
         raise RemotingProtocolError("JSON header has no code")
-    language = obj.get("language") or codes.LANGUAGE_JAVA
-    remark = obj.get("remark")
-    raw_ext = obj.get("extFields")
-    if raw_ext is None:
-        raw_ext = {}
-    elif not isinstance(raw_ext, dict):
+    version, opaque, flag = get("version", 0), get("opaque", 0), get("flag", 0)
+    # The usual header has int numbers: check them all at once, convert only otherwise.
+    if not type(code) is type(version) is type(opaque) is type(flag) is int:
+        code = _int_field(obj, "code", 0)
+        version = _int_field(obj, "version", 0)
+        opaque = _int_field(obj, "opaque", 0)
+        flag = _int_field(obj, "flag", 0)
+    language = get("language") or codes.LANGUAGE_JAVA
+    remark = get("remark")
+    ext_fields = get("extFields")
+    if ext_fields is None:
+        ext_fields = {}
+    elif type(ext_fields) is not dict:
         raise RemotingProtocolError("extFields is not an object")
+    elif not {*map(type, ext_fields.values())} <= _STR_ONLY:
+        # C++ sends some values as numbers (spec 1.3); a fresh dict from the decoder,
+        # so the usual all-string one is kept as it is.
+        ext_fields = _ext_fields_in(ext_fields)
+    return RemotingCommand(
+        code,
+        language if type(language) is str else str(language),
+        version,
+        opaque,
+        flag,
+        remark if remark is None or type(remark) is str else str(remark),
+        ext_fields,
+        bytes(body),
+        codes.SERIALIZE_JSON,
+    )
+
+
+def _ext_fields_in(raw_ext: dict) -> dict[str, str]:
     ext_fields = {}
     for key, value in raw_ext.items():
         text = ext_value_to_str(value)
         if text is not None:  # Java drops null-valued entries
             ext_fields[key] = text
-    return RemotingCommand(
-        code=_int_field(obj, "code", 0),
-        language=language if isinstance(language, str) else str(language),
-        version=_int_field(obj, "version", 0),
-        opaque=_int_field(obj, "opaque", 0),
-        flag=_int_field(obj, "flag", 0),
-        remark=remark if remark is None or isinstance(remark, str) else str(remark),
-        ext_fields=ext_fields,
-        body=bytes(body),
-        serialize_type=codes.SERIALIZE_JSON,
-    )
+    return ext_fields
 
 
 def _ext_fields_out(ext_fields: Mapping) -> dict[str, str]:
@@ -143,6 +173,31 @@ def encode_json_header(command: RemotingCommand) -> bytes:
     ``extFields`` left out when empty, every extFields value a JSON string (the C++
     client ignores numeric values, the Go client fails on them; spec 1.3 and 13).
     """
+    ext = command.ext_fields
+    code, flag, opaque, version = command.code, command.flag, command.opaque, command.version
+    language, remark = command.language, command.remark
+    if (type(code) is type(flag) is type(opaque) is type(version) is int
+            and type(language) is str and (remark is None or type(remark) is str)
+            and type(ext) is dict and {*map(type, ext), *map(type, ext.values())} <= _STR_ONLY):
+        # The usual answer: ints and strings only, written straight from a template
+        # (the same bytes json.dumps gives for the dict the general path builds).
+        try:
+            return (_HEADER_TEMPLATE % (
+                code,
+                ',"extFields":{%s}' % ",".join(map(_COLON_JOIN, zip(
+                    map(_json_str, ext), map(_json_str, ext.values())))) if ext else "",
+                flag,
+                _LANGUAGE_JSON.get(language) or _json_str(language),
+                opaque,
+                "" if remark is None else ',"remark":' + _json_str(remark),
+                version,
+            )).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise RemotingProtocolError(f"cannot encode JSON header: {exc}") from None
+    return _encode_json_header_slow(command)
+
+
+def _encode_json_header_slow(command: RemotingCommand) -> bytes:
     obj = {"code": command.code}
     ext = _ext_fields_out(command.ext_fields)
     if ext:
@@ -320,6 +375,17 @@ class FrameDecoder:
         if self._error is not None:
             raise RemotingProtocolError(f"decoder failed earlier: {self._error}")
         buffer = self._buffer
+        if not buffer and len(data) > SERIALIZE_TYPE_OFFSET:
+            # The usual read: exactly one whole frame and nothing waiting. Decode it
+            # from the chunk itself, without a round trip through the buffer.
+            (length,) = LENGTH_STRUCT.unpack_from(data, 0)
+            if length + _LENGTH_SIZE == len(data):
+                try:
+                    self._check_prefix(data, len(data))
+                    return [decode_payload(bytes(data)[_LENGTH_SIZE:])]
+                except RemotingProtocolError as exc:
+                    self._error = exc
+                    raise
         buffer += data
         commands: list[RemotingCommand] = []
         try:

@@ -2,6 +2,7 @@
 CONSUMER_SEND_MSG_BACK (36): turning requests into store messages (spec 4.1, 4.2, 4.9, 7)."""
 
 import socket
+import struct
 
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
@@ -78,6 +79,7 @@ def with_real_queue(props, topic, qid):
     return fmt.encode_properties(pairs)
 
 
+_NUMBERS = struct.Struct("<iiqi")
 _INT32 = (-2**31, 2**31 - 1)
 _INT64 = (-2**63, 2**63 - 1)
 
@@ -91,15 +93,29 @@ def _ranged(ext, name, bounds):
     return value
 
 
+def _numbers(ext):
+    """Return the sysFlag, flag, bornTimestamp and reconsumeTimes of a send header."""
+    get = ext.get
+    try:
+        # the usual header, in one go: all four present (or empty) and in their Java
+        # ranges, which packing them as int, int, long, int checks
+        numbers = (int(get("sysFlag") or 0), int(get("flag") or 0),
+                   int(get("bornTimestamp") or 0), int(get("reconsumeTimes") or 0))
+        _NUMBERS.pack(*numbers)
+        return numbers
+    except (ValueError, struct.error):
+        # one is bad: name it, in the order 4.9 reads them
+        return (_ranged(ext, "sysFlag", _INT32), _ranged(ext, "flag", _INT32),
+                _ranged(ext, "bornTimestamp", _INT64), _ranged(ext, "reconsumeTimes", _INT32))
+
+
 def build_messages(ext, body, born_host, max_size):
     """Return the L{Message}s of a send request (one, or a batch's).
 
     A compressed batch is inflated to at most C{max_size} bytes (the store's maximum
     message size); a single message keeps its compressed body, as in RocketMQ."""
-    sys_flag = _ranged(ext, "sysFlag", _INT32) & ~_HOST_FLAGS
-    flag = _ranged(ext, "flag", _INT32)
-    born_ts = _ranged(ext, "bornTimestamp", _INT64)
-    reconsume = _ranged(ext, "reconsumeTimes", _INT32)
+    sys_flag, flag, born_ts, reconsume = _numbers(ext)
+    sys_flag &= ~_HOST_FLAGS
     if header_bool(ext, "batch"):
         if sys_flag & codes.MSG_COMPRESSED_FLAG:
             # C++ deflates a whole batch of 4 KiB or more (spec 6.5)

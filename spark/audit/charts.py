@@ -80,6 +80,16 @@ def lag_parts(recs):
     )
 
 
+def lag_parts_from_items(items):
+    """L{lag_parts} from the compact form's C{"minute"} partial aggregates of C{items}
+    (L{spark.audit.columns.compact_batches})."""
+    return (
+        items.where(F.col("kind") == "minute")
+        .groupBy("segment", F.col("key").alias("minute"))
+        .agg(F.sum("n").alias("n"), F.sum("lag_sum").alias("lag_sum"), F.max("lag_max").alias("lag_max"))
+    )
+
+
 def collect(tables, totals, lags, recs=None, other_recs=None):
     """Return the series the report draws: C{bucket_ms}, C{throughput_total},
     C{store_lag} and, given C{other_recs}, C{replication_lag}. C{totals}: the log's

@@ -61,15 +61,7 @@ class Layout:
 
     def __init__(self, arr, rel):
         self.rel = rel
-        # Slicing in a loop of C calls copies HEADER_SIZE bytes per record; a numpy gather
-        # would build an index of HEADER_SIZE int64 per record first.
-        mv = memoryview(arr)
-        try:
-            ends = (rel + fmt.HEADER_SIZE).tolist()
-            headers = b"".join(map(mv.__getitem__, map(slice, rel.tolist(), ends)))
-        finally:
-            mv.release()
-        self.h = np.frombuffer(headers, dtype=_HEADER)
+        self.h = np.frombuffer(_headers(arr, rel), dtype=_HEADER)
         size = self.h["size"].astype(np.int64)
         bl = self.h["body_len"].astype(np.int64)
         ok = (bl >= 0) & (fmt.HEADER_SIZE + bl + 3 <= size)
@@ -81,6 +73,24 @@ class Layout:
         self.inner_ok = ok & (fmt.HEADER_SIZE + bl + 3 + tlen + plen == size)
         self.size, self.body_len, self.topic_at, self.topic_len = size, bl, t + 1, tlen
         self.props_at, self.props_len = p + 2, plen
+
+
+def _headers(arr, rel):
+    """The C{HEADER_SIZE} bytes at each of C{rel}, concatenated."""
+    n = len(rel)
+    if n > 1:
+        step = int(rel[1] - rel[0])
+        if step >= fmt.HEADER_SIZE and int(rel[-1]) + fmt.HEADER_SIZE <= len(arr) and (np.diff(rel) == step).all():
+            # Records of one size (the common case: a producer's messages): one strided
+            # copy instead of a slice per record.
+            view = np.lib.stride_tricks.as_strided(arr[int(rel[0]):], shape=(n, fmt.HEADER_SIZE), strides=(step, 1))
+            return view.tobytes()
+    mv = memoryview(arr)
+    try:
+        ends = (rel + fmt.HEADER_SIZE).tolist()
+        return b"".join(map(mv.__getitem__, map(slice, rel.tolist(), ends)))
+    finally:
+        mv.release()
 
 
 def first_invalid(layout, positions, seg_start):
@@ -297,3 +307,170 @@ def cq_batch(path, content):
         ],
         schema=CQ_SCHEMA,
     )
+
+
+# -- the compact form: partial aggregates instead of one row per record -----------------
+
+#: Consume-queue entries per signature block (the same in L{spark.audit.transforms}).
+CQ_BLOCK = 4096
+_MIX1, _MIX2, _GOLDEN = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(z):
+    z = z ^ (z >> np.uint64(30))
+    z = z * _MIX1
+    z = z ^ (z >> np.uint64(27))
+    z = z * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def entry_hash(queue_offset, log_offset, size, tag_hash):
+    """A 64-bit hash of consume-queue entries (arrays), split into its low and high 32
+    bits (two int64 arrays, so sums of millions cannot overflow). Records and entries
+    are hashed alike: equal sums per block mean equal entries (L{cq_compact})."""
+    with np.errstate(over="ignore"):
+        h = _mix(np.asarray(queue_offset, dtype=np.int64).view(np.uint64) + _GOLDEN)
+        for v in (log_offset, size, tag_hash):
+            h = _mix(h ^ np.asarray(v, dtype=np.int64).view(np.uint64))
+    return (h & np.uint64(0xFFFFFFFF)).astype(np.int64), (h >> np.uint64(32)).astype(np.int64)
+
+
+def _agg_batch(kind, table, seg_start, range_start, rename):
+    n = table.num_rows
+    cols = {"kind": pa.array([kind] * n, pa.string()), "segment": pa.array(np.full(n, seg_start, dtype=np.int64)),
+            "range_start": pa.array(np.full(n, range_start, dtype=np.int64))}  # fmt: skip
+    for src, dst in rename.items():
+        cols[dst] = table.column(src).combine_chunks().cast(ITEM_SCHEMA.field(dst).type)
+    return _batch(cols, n)
+
+
+def _live_mask(topics, event_id, live):
+    """True for the messages of a live topic written since its current incarnation."""
+    import pyarrow.compute as pc
+
+    names = list(live)
+    if not names:
+        return np.zeros(len(event_id), dtype=bool)
+    idx = pc.index_in(topics, value_set=pa.array(names, pa.string())).to_numpy(zero_copy_only=False)
+    known = ~np.isnan(idx) if idx.dtype.kind == "f" else idx >= 0
+    idx = np.where(known, np.nan_to_num(idx), 0).astype(np.int64)
+    floors = np.array([live[t] for t in names], dtype=np.int64)
+    return known & (event_id >= floors[idx])
+
+
+def compact_batches(buf, layout, seg_start, range_start, live):
+    """The compact items of the records of C{layout}: the few records the checks need
+    one by one (admin records, messages fired by a delay, CRC failures) as C{"record"}
+    items, and partial aggregates of the messages: C{"qstat"} per topic and queue,
+    C{"minute"} per topic and minute of store time (with the sum and largest store lag,
+    C{store_ts - born_ts}), C{"sig"} per topic, queue and block of C{CQ_BLOCK} queue
+    offsets (signatures of the entries the consume queues must hold, for the messages
+    of the topics C{live}, C{{topic: create_event_id}})."""
+    h, n = layout.h, len(layout.rel)
+    if not n:
+        return
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    is_msg = h["magic"] == fmt.MESSAGE_MAGIC
+    crc = _body_crcs(buf, layout.rel + fmt.HEADER_SIZE, layout.body_len)
+    crc_ok = (crc & 0x7FFFFFFF) == h["crc"].astype(np.int64)
+    tag = np.zeros(n, dtype=np.int64)
+    has_delay = np.zeros(n, dtype=bool)
+    has_level = np.zeros(n, dtype=bool)
+    with_props = np.nonzero(is_msg & (layout.props_len > 0))[0]
+    if len(with_props):
+        t, d, lv = _message_props(buf, layout, with_props)
+        tag[with_props] = t
+        has_delay[with_props] = [x is not None for x in d]
+        has_level[with_props] = [x is not None for x in lv]
+    notable = np.nonzero(~is_msg | ~crc_ok | has_delay)[0]
+    if len(notable):
+        yield record_batch(buf, _sub_layout(layout, notable), seg_start, range_start, digest=False)
+    m = np.nonzero(is_msg)[0]
+    if not len(m):
+        return
+    topics = _gather_strings(arr, layout.topic_at[m], layout.topic_len[m])
+    ts = h["store_ts"][m].astype(np.int64)
+    eid = h["event_id"][m].astype(np.int64)
+    qo = h["queue_offset"][m].astype(np.int64)
+    size = layout.size[m]
+    t = pa.table({
+        "topic": topics, "queue_id": h["queue_id"][m].astype(np.int32), "size": size,
+        "body": layout.body_len[m], "ts": ts, "eid": eid, "qo": qo,
+        "level": has_level[m].astype(np.int64), "delay": has_delay[m].astype(np.int64),
+        "minute": ts - np.fmod(ts, 60000),  # Spark's % keeps the dividend's sign, as fmod
+        "lag": ts - h["born_ts"][m].astype(np.int64),
+    })  # fmt: skip
+    q = t.group_by(["topic", "queue_id"]).aggregate([
+        ("size", "count"), ("size", "sum"), ("body", "sum"), ("ts", "min"), ("ts", "max"), ("eid", "min"),
+        ("eid", "max"), ("qo", "min"), ("qo", "max"), ("level", "sum"), ("delay", "sum"),
+    ])  # fmt: skip
+    yield _agg_batch("qstat", q, seg_start, range_start, {
+        "topic": "topic", "queue_id": "queue_id", "size_count": "n", "size_sum": "sum_size", "body_sum": "sum_body",
+        "ts_min": "min_ts", "ts_max": "max_ts", "eid_min": "min_eid", "eid_max": "max_eid", "qo_min": "min_qo",
+        "qo_max": "max_qo", "level_sum": "n_level", "delay_sum": "n_delay",
+    })  # fmt: skip
+    per_min = t.group_by(["topic", "minute"]).aggregate([("size", "count"), ("size", "sum"), ("lag", "sum"),
+                                                          ("lag", "max")])  # fmt: skip
+    yield _agg_batch("minute", per_min, seg_start, range_start, {"topic": "topic", "minute": "key", "size_count": "n",
+                     "size_sum": "sum_size", "lag_sum": "lag_sum", "lag_max": "lag_max"})  # fmt: skip
+    keep = _live_mask(topics, eid, live)
+    if keep.any():
+        k = np.nonzero(keep)[0]
+        lo, hi = entry_hash(qo[k], h["offset"][m][k], size[k], tag[m][k])
+        s = pa.table({"topic": topics.take(pa.array(k)), "queue_id": t.column("queue_id").take(pa.array(k)),
+                      "block": np.floor_divide(qo[k], CQ_BLOCK), "lo": lo, "hi": hi})  # fmt: skip
+        s = s.group_by(["topic", "queue_id", "block"]).aggregate([("lo", "count"), ("lo", "sum"), ("hi", "sum")])
+        yield _agg_batch("sig", s, seg_start, range_start, {"topic": "topic", "queue_id": "queue_id", "block": "key",
+                                                             "lo_count": "n", "lo_sum": "sig_lo", "hi_sum": "sig_hi"})
+
+
+def _sub_layout(layout, idx):
+    """The L{Layout} of the records C{idx} of C{layout}, without decoding them again."""
+    sub = Layout.__new__(Layout)
+    sub.rel, sub.h = layout.rel[idx], layout.h[idx]
+    for name in ("size", "body_len", "topic_at", "topic_len", "props_at", "props_len", "inner_ok"):
+        setattr(sub, name, getattr(layout, name)[idx])
+    return sub
+
+
+CQ_COMPACT_SCHEMA = pa.schema([(c.split()[0], _TYPES[c.split()[1]]) for c in rec.CQ_COMPACT_DDL.split(", ")])
+
+
+def cq_compact(batches, durable=None, limit=None):
+    """Turn consume-queue entry batches (C{CQ_SCHEMA}) into their compact form
+    (C{CQ_COMPACT_SCHEMA}): problems as they are, and per topic, queue and block of
+    C{CQ_BLOCK} offsets one row: entries, largest offset, signature (L{entry_hash}).
+    With C{durable} (C{{(topic, queue_id): length}}) and C{limit} (a log offset), only
+    the entries a checkpoint made durable are kept, as the job's C{--live} does."""
+    t = pa.Table.from_batches(list(batches), schema=CQ_SCHEMA)
+    if durable is not None:
+        topic, qid, qo = t.column("topic").to_pylist(), t.column("queue_id").to_pylist(), t.column("queue_offset")
+        cap = np.array([durable.get((a, b), -1) if a is not None else -1 for a, b in zip(topic, qid)], dtype=np.int64)
+        ok = qo.to_numpy(zero_copy_only=False) < cap if len(cap) else np.zeros(0, dtype=bool)
+        lo = t.column("log_offset").to_numpy(zero_copy_only=False)
+        ok &= np.isnan(lo) | (np.nan_to_num(lo) < limit) if lo.dtype.kind == "f" else lo < limit
+        t = t.filter(pa.array(ok))
+    problem = t.column("problem").is_null().to_numpy(zero_copy_only=False)
+    probs = t.filter(pa.array(~problem))
+    e = t.filter(pa.array(problem))
+    out = [probs.append_column("key", pa.nulls(probs.num_rows, pa.int64()))
+           .append_column("n", pa.nulls(probs.num_rows, pa.int64()))
+           .append_column("sig_lo", pa.nulls(probs.num_rows, pa.int64()))
+           .append_column("sig_hi", pa.nulls(probs.num_rows, pa.int64()))]  # fmt: skip
+    if e.num_rows:
+        qo = e.column("queue_offset").to_numpy()
+        lo, hi = entry_hash(qo, e.column("log_offset").to_numpy(), e.column("size").to_numpy(),
+                            e.column("tag_hash").to_numpy())  # fmt: skip
+        s = pa.table({"topic": e.column("topic"), "queue_id": e.column("queue_id"), "key": np.floor_divide(qo, CQ_BLOCK),
+                      "qo": qo, "lo": lo, "hi": hi})  # fmt: skip
+        g = s.group_by(["topic", "queue_id", "key"]).aggregate([("lo", "count"), ("qo", "max"), ("lo", "sum"),
+                                                                ("hi", "sum")])  # fmt: skip
+        k = g.num_rows
+        out.append(pa.table({
+            "topic": g.column("topic"), "queue_id": g.column("queue_id"), "queue_offset": g.column("qo_max"),
+            "log_offset": pa.nulls(k, pa.int64()), "size": pa.nulls(k, pa.int32()), "tag_hash": pa.nulls(k, pa.int64()),
+            "problem": pa.nulls(k, pa.string()), "key": g.column("key"), "n": g.column("lo_count"),
+            "sig_lo": g.column("lo_sum"), "sig_hi": g.column("hi_sum"),
+        }))  # fmt: skip
+    for part in out:
+        yield from part.cast(CQ_COMPACT_SCHEMA).to_batches()

@@ -71,6 +71,8 @@ def parse_args(argv):
                    help="the broker is running: read only up to the checkpoint's logOffset (what it made durable)")
     p.add_argument("--since-state", metavar="DIR", default=None,
                    help="keep what this audit proved in DIR and read only new or changed segments next time")
+    p.add_argument("--full", action="store_true",
+                   help="one row per record through every check (the reference; slower) instead of the compact form")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark configuration property (repeatable), as spark-submit's --conf")
     return p.parse_args(argv)
@@ -85,12 +87,11 @@ STOP_TIMEOUT_S = 60
 def build_session(args):
     """Return a SparkSession. Under spark-submit the master is already set; otherwise
     C{--master} or C{local[*]}."""
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    conf = SparkConf()
+    conf = submitted_conf()
     b = SparkSession.builder.appName("mqserver-audit")
-    if not conf.contains("spark.master"):
+    if not submitted():
         # Local workers run this interpreter (the one with our dependencies), not
         # whatever python3 is first on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -124,6 +125,26 @@ def console_progress(args, stream=None):
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def submitted():
+    """Return True when run by spark-submit, which starts the JVM before Python and
+    hands pyspark its gateway's port (pyspark's own test for connecting to it)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def submitted_conf():
+    """Return the Spark configuration spark-submit was given (master, C{--conf} ...);
+    an empty C{SparkConf} when not run by spark-submit."""
+    from pyspark import SparkConf, SparkContext
+
+    if submitted():
+        # Before a context exists SparkConf() has no JVM and sees none of spark-submit's
+        # settings (so the job ran on local[*] whatever --master said): connect to the
+        # JVM spark-submit started. _ensure_initialized is pyspark's own way to do it
+        # (not public; pyspark is pinned in setup.cfg, and the cluster test runs it).
+        SparkContext._ensure_initialized()
+    return SparkConf()
 
 
 def tune(spark):
@@ -259,11 +280,17 @@ def log_listing(spark, data_dir, limit=None):
     return cap_listing([f for f in list_files(spark, log_dir) if f[0][:1].isdigit()], limit)
 
 
-def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, skip=frozenset()):
+def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, skip=frozenset(), live=None):
     """Decode every commit-log segment of C{data_dir} into the items DataFrame (cached),
     one task per byte range of C{split} bytes (see L{spark.audit.ranges}), reading only
     the offsets below C{limit} when given (C{--live}), and not the segment files named
-    in C{skip} (carried by L{spark.audit.state}). Returns C{(items, bytes not read)}."""
+    in C{skip} (carried by L{spark.audit.state}). With C{live} (JSON C{{topic:
+    create_event_id}}) the records come in the compact form (partial aggregates and the
+    few records checked one by one, L{spark.audit.columns.compact_batches}).
+
+    Returns C{(items, bytes not read, full)}: C{full()} decodes the same ranges again
+    into one item per record, for the checks that need every record once a summary
+    shows a finding (C{None} when C{items} has every record already)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -272,9 +299,11 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
     good, bad = R.segment_files(listing)
     extra = [R.bad_name_item(name, length) for name, _, length in bad]
     if not good:
-        return spark.createDataFrame([tuple(r.get(c) for c in _ITEM_NAMES) for r in extra], rec.ITEM_DDL), skipped
-    tasks = R.plan(good, split, digest)
+        empty = spark.createDataFrame([tuple(r.get(c) for c in _ITEM_NAMES) for r in extra], rec.ITEM_DDL)
+        return empty, skipped, (None if live is None else lambda: empty)
+    tasks = R.plan(good, split, digest, live)
     by_key = {(t[1], t[3]): t for t in tasks}
+    final = dict(by_key)  # the task whose decode of each range counts
     # Each round decodes some ranges (all, then those to walk again); a range's items
     # come from the last round that decoded it, and only while it is kept.
     gens = [_decode(spark, tasks).persist(StorageLevel.MEMORY_AND_DISK)]
@@ -284,7 +313,8 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
         segments, keep, rewalk = R.consolidate([r for _, r in rows.values()])
         if not rewalk:
             break
-        again = [by_key[(seg, a)][:5] + (start, digest) for seg, a, start in rewalk]
+        again = [by_key[(seg, a)][:5] + (start, digest, live) for seg, a, start in rewalk]
+        final.update({(t[1], t[3]): t for t in again})
         gens.append(_decode(spark, again).persist(StorageLevel.MEMORY_AND_DISK))
         decoded.append({(seg, a) for seg, a, _ in rewalk})
         for r in _range_rows(gens[-1]):
@@ -304,16 +334,17 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
     items = parts[0]
     for df in parts[1:]:
         items = items.unionByName(df)
-    return items, skipped  # over cached decodes: not cached again
+    full = None
+    if live is not None:
+        # The kept ranges decode the same from the same starting points: no rewalk.
+        again = [final[k][:7] + (None,) for k in sorted(keep)]
+        full = lambda: _decode(spark, again).where("kind = 'record'")  # noqa: E731
+    return items, skipped, full  # over cached decodes: not cached again
 
 
-def read_cq(spark, data_dir, low=None):
-    """Decode every consume-queue file of C{data_dir} in bulk (topic directories are
-    listed here, so names Spark would hide, such as ones starting with C{_}, are still
-    read; C{.trash} is not). C{low}: C{{(topic, queue id): offset}}, files whose entries
-    all lie below it are not read (an incremental audit checked them)."""
-    from pyspark import StorageLevel
-
+def _cq_listing(spark, data_dir, low=None):
+    """C{[(uri, length)]} of the consume-queue files of C{data_dir}; with C{low}
+    (C{{(topic, queue id): offset}}) not those whose entries all lie below it."""
     from spark.audit.state import cq_file_wanted
 
     root = data_dir.rstrip("/") + "/consumequeue"
@@ -324,11 +355,39 @@ def read_cq(spark, data_dir, low=None):
                 if d:
                     files += [(u, n) for name2, u, n in list_files(spark, qdir)
                               if name2[:1].isdigit() and cq_file_wanted(low, name, qname, name2, n)]  # fmt: skip
+    return files
+
+
+def read_cq(spark, data_dir, low=None):
+    """Decode every consume-queue file of C{data_dir} in bulk (topic directories are
+    listed here, so names Spark would hide, such as ones starting with C{_}, are still
+    read; C{.trash} is not). C{low}: C{{(topic, queue id): offset}}, files whose entries
+    all lie below it are not read (an incremental audit checked them)."""
+    from pyspark import StorageLevel
+
+    files = _cq_listing(spark, data_dir, low)
     if not files:
         return spark.createDataFrame([], rec.CQ_DDL)
-    groups = [(g,) for g in R.group_files(files)]
+    groups = [(g, None, None) for g in R.group_files(files)]
     rdd = spark.sparkContext.parallelize(groups, len(groups))
     df = spark.createDataFrame(rdd, R.CQ_TASK_DDL).mapInArrow(R.decode_cq_groups, rec.CQ_DDL)
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def read_cq_compact(spark, data_dir, durable=None, limit=None):
+    """The consume queues of C{data_dir} in their compact form (C{CQ_COMPACT_DDL}:
+    problems, and per-block signatures, L{spark.audit.columns.cq_compact}), cached;
+    with C{durable} (C{[(topic, queue_id, length)]}) and C{limit}, only the entries a
+    checkpoint made durable (C{--live})."""
+    from pyspark import StorageLevel
+
+    files = _cq_listing(spark, data_dir)
+    if not files:
+        return spark.createDataFrame([], rec.CQ_COMPACT_DDL)
+    spec = json.dumps(durable) if durable is not None else None
+    groups = [(g, spec, limit) for g in R.group_files(files)]
+    rdd = spark.sparkContext.parallelize(groups, len(groups))
+    df = spark.createDataFrame(rdd, R.CQ_TASK_DDL).mapInArrow(R.decode_cq_compact, rec.CQ_COMPACT_DDL)
     return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
@@ -382,13 +441,28 @@ def offsets_frame(spark, data_dir, meta):
 # -- the job ------------------------------------------------------------------------------
 
 
+def live_topics(meta):
+    """The live topics of a checkpoint as JSON C{{topic: create_event_id}} (what the
+    compact decode needs to sign the entries the consume queues must hold)."""
+    topics = (meta.get("state") or {}).get("topics", [])
+    return json.dumps({t["name"]: int(t.get("create_event_id", 0)) for t in topics}, sort_keys=True)
+
+
 def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=None, full_reason=None):
     """Read and check one directory. Returns C{(items, recs, tables, facts)}: the
-    decoded items and records, DataFrames by name, and the small facts (metadata,
-    floors) the summary needs. With C{state_dir} (C{--since-state}) the segments the
-    state carries are not read, the tables cover them through their kept parts, and
-    C{facts["carry"]} is the L{spark.audit.carry.Carry} (C{full_reason}: carry nothing)."""
-    from pyspark.sql import functions as F
+    decoded items, the records, DataFrames by name and the small facts (metadata,
+    floors) the summary needs.
+
+    The records are decoded in the compact form (partial aggregates, see
+    L{spark.audit.columns.compact_batches}) when the checkpoint names the live topics
+    and no comparison needs every record's digest; otherwise (C{--full}, C{--compare},
+    C{--since-state}, no checkpoint) one item per record. Both give the same tables:
+    where the compact form shows a duplicate eventId or a consume-queue block that
+    differs, the records are decoded again in full for that check.
+
+    With C{state_dir} (C{--since-state}) the segments the state carries are not read,
+    the tables cover them through their kept parts, and C{facts["carry"]} is the
+    L{spark.audit.carry.Carry} (C{full_reason}: carry nothing)."""
 
     from spark.audit import summary as S
 
@@ -398,6 +472,8 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     # torn tail of a write in progress): with --live only what the checkpoint made
     # durable is read, the checkpoint being read first.
     limit = int(meta.get("logOffset") or 0) if args.live and meta else None
+    # --since-state carries per-segment parts of the per-record tables: it reads in full.
+    compact = meta is not None and not args.compare and not getattr(args, "full", False) and not state_dir
     # Digests are only compared with another directory's.
     split = max(4096, int(args.split_mb * (1 << 20)))
     carry = None
@@ -407,35 +483,46 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
 
         carry = Carry.open(spark, state_dir, listing, full_reason)
     skip = carry.skip if carry else frozenset()
-    items, skipped = read_items(spark, data_dir, split, digest=bool(args.compare), limit=limit, skip=skip)
+    live = live_topics(meta) if compact else None
+    items, skipped, full = read_items(
+        spark, data_dir, split, digest=bool(args.compare), limit=limit, skip=skip, live=live
+    )  # fmt: skip
+    if compact:
+        # A few rows per range are left: one task reads them all, where one per range
+        # (and per check) cost more in scheduling than the rows themselves.
+        items = items.coalesce(1)
     progress.step("decode", "commit-log segments")
-    recs = T.records(items)
+    recs = T.records(items)  # compact: only admin records, fired delays, CRC failures
     segs = S.collect_rows(T.segments(items).orderBy("segment"))
+    totals_df = T.totals_from_parts(items) if compact else None
     totals = None
     if carry:
         carry.absorb(items, recs)
         segs = carry.segments(segs)
         carry.totals = carry.segment_totals(recs)
         totals = state_mod().merge_totals(list(carry.totals.values()))
-    facts = S.log_facts(recs, segs, meta, meta_mtime, args, totals=totals)
+    facts = S.log_facts(recs, segs, meta, meta_mtime, args, totals_df, known=totals)
     facts["read_up_to"] = None
-    facts["carry"] = carry
+    facts["carry"], facts["compact"] = carry, compact
     if limit is not None:
         facts["read_up_to"] = {"offset": limit, "source": "checkpoint logOffset (--live)", "bytes_not_read": skipped}
     merged = carry is not None and bool(carry.carried)
     tables = {
         "segments": spark.createDataFrame(segs, T.segments(items).schema) if carry else T.segments(items),
         "problems": T.problems(items).unionByName(carry.changed_problems()) if carry else T.problems(items),
-        "queue_stats": carry.queue_stats() if merged else T.queue_stats(recs),
-        "throughput": carry.throughput() if merged else T.throughput(recs),
+        "queue_stats": T.queue_stats_from_parts(items) if compact else T.queue_stats(recs),
+        "throughput": T.throughput_from_parts(items) if compact else T.throughput(recs),
     }
+    if merged:
+        tables["queue_stats"], tables["throughput"] = carry.queue_stats(), carry.throughput()
     progress.step("integrity", "eventIds")
     runs = carry.runs() if merged else T.event_runs(items)
     tables["event_gaps"] = T.event_id_gaps_from_runs(runs, facts["event_floor"])
     intervals = T.duplicate_intervals(runs)
     if merged:
         carry.check_duplicates(intervals)
-    tables["event_duplicates"] = T.event_id_duplicates_in(recs, intervals)
+    every = full() if compact and intervals.take(1) else recs
+    tables["event_duplicates"] = T.event_id_duplicates_in(every, intervals)
     whole = carry.skeleton(recs) if merged else recs  # what the carried segments add to topics and delays
     topics = topics_frame(spark, meta, whole)
     if merged:
@@ -443,20 +530,32 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     tables["topics"] = topics
     if with_cq:
         progress.step("consume queues")
-        cq = read_cq(spark, data_dir, low=carry.cq_lows(recs) if merged else None)
-        if merged:
-            cq = carry.cq_entries(cq)
+        durable = None
         if limit is not None:  # entries past the checkpoint's queue lengths are not durable yet
-            lengths = [(t, int(q), int(n)) for t, qs in (meta.get("queues") or {}).items() for q, n in qs.items()]
-            lengths = spark.createDataFrame(lengths, "topic string, queue_id int, durable bigint")
-            cq = cq.join(F.broadcast(lengths), ["topic", "queue_id"]).where(F.col("queue_offset") < F.col("durable"))
-            cq = cq.where(F.col("log_offset").isNull() | (F.col("log_offset") < limit)).drop("durable")
-        tables["cq_mismatches"] = T.cq_mismatches(recs, cq, topics, facts["log_min_offset"])
-        tables["cq_problems"] = T.cq_problems(cq)
+            durable = [(t, int(q), int(n)) for t, qs in (meta.get("queues") or {}).items() for q, n in qs.items()]
+        if compact:
+            cq = read_cq_compact(spark, data_dir, durable, limit)
+            tables["cq_problems"] = T.cq_problems_from_parts(cq)
+            ends = T.queue_ends_from_parts(cq)
+            if T.differing_blocks_from_parts(items, cq).take(1):
+                tables["cq_mismatches"] = T.cq_mismatches(
+                    T.records(full()), _durable_cq(spark, read_cq(spark, data_dir), durable, limit), topics,
+                    facts["log_min_offset"],
+                )  # fmt: skip
+            else:  # every block's signature matches: no mismatch, nothing to join
+                empty = spark.createDataFrame([], rec.CQ_DDL)
+                tables["cq_mismatches"] = T.cq_mismatches(recs.limit(0), empty, topics, facts["log_min_offset"])
+        else:
+            cq = read_cq(spark, data_dir, low=carry.cq_lows(recs) if merged else None)
+            if merged:
+                cq = carry.cq_entries(cq)
+            cq = _durable_cq(spark, cq, durable, limit)
+            tables["cq_mismatches"] = T.cq_mismatches(recs, cq, topics, facts["log_min_offset"])
+            tables["cq_problems"] = T.cq_problems(cq)
+            ends = T.queue_ends(cq)
+            if carry:
+                ends = carry.ends = carry.queue_ends(ends).persist()
         progress.step("consumption")
-        ends = T.queue_ends(cq)
-        if carry:
-            ends = carry.ends = carry.queue_ends(ends).persist()
         tables["consumer_lag"] = T.consumer_lag(offsets_frame(spark, data_dir, meta), ends)
         tables["retry_dlq"] = T.retry_dlq(tables["queue_stats"])
         as_of, grace = facts["as_of_ms"], args.grace_ms
@@ -487,11 +586,14 @@ def audit_main(spark, data_dir, args, progress):
                          "(move it away to start again with a full audit)") from None  # fmt: skip
 
 
-def series(tables, facts, recs, carry, other_recs):
+def series(tables, facts, items, recs, carry, other_recs):
     """The report's time series (L{spark.audit.charts}): small aggregations in Spark."""
     from spark.audit import charts as C
 
-    lags = carry.parts["lag"] if carry and carry.parts else C.lag_parts(recs)
+    if carry and carry.parts:
+        lags = carry.parts["lag"]
+    else:
+        lags = C.lag_parts_from_items(items) if facts["compact"] else C.lag_parts(recs)
     return C.collect(tables, facts["totals"], lags, recs, other_recs)
 
 
@@ -500,6 +602,18 @@ def state_mod():
     from spark.audit import state
 
     return state
+
+
+def _durable_cq(spark, cq, durable, limit):
+    """Keep the consume-queue entries below the checkpoint's queue lengths C{durable}
+    (C{[(topic, queue_id, length)]}) pointing below C{limit} (C{--live}); all when None."""
+    from pyspark.sql import functions as F
+
+    if durable is None:
+        return cq
+    lengths = spark.createDataFrame(durable, "topic string, queue_id int, durable bigint")
+    cq = cq.join(F.broadcast(lengths), ["topic", "queue_id"]).where(F.col("queue_offset") < F.col("durable"))
+    return cq.where(F.col("log_offset").isNull() | (F.col("log_offset") < limit)).drop("durable")
 
 
 def run(spark, args, progress=None):
@@ -541,7 +655,7 @@ def run(spark, args, progress=None):
     write_text(spark, f"{out}/summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     progress.step("report")
     charts = S.chart_data(tables)
-    charts.update(series(tables, facts, recs, carry, other_recs if args.compare else None))
+    charts.update(series(tables, facts, items, recs, carry, other_recs if args.compare else None))
     write_text(spark, f"{out}/report.html", R.render(summary, charts))
     if carry:  # only after a run that completed
         progress.step("report", f"saving the state in {args.since_state}")

@@ -16,6 +16,7 @@ misled by damage next to the boundary), the range is walked again from the right
 test-case-name: tests.spark.test_ranges
 """
 
+import json
 import os
 from urllib.parse import unquote, urlparse
 
@@ -28,23 +29,26 @@ from spark.audit import scan
 #: One task: a byte range of a segment file; C{start_at} a known record boundary or null.
 RANGE_DDL = (
     "uri string, seg_start bigint, file_length bigint, range_start bigint, range_end bigint, start_at bigint,"
-    " digest boolean"
+    " digest boolean, live string"
 )
-#: Consume-queue files, grouped into tasks: C{uris} and their lengths.
-CQ_TASK_DDL = "uris array<string>"
+#: Consume-queue files, grouped into tasks: C{uris}; for the compact form the durable
+#: queue lengths (JSON C{[[topic, queue_id, length]]}) and log offset, when C{--live}.
+CQ_TASK_DDL = "uris array<string>, durable string, log_limit bigint"
 BATCH = 65536
 _READ_PAD = 64 << 10
 DEFAULT_SPLIT = 64 << 20
 
 
-def plan(files, split=DEFAULT_SPLIT, digest=True):
+def plan(files, split=DEFAULT_SPLIT, digest=True, live=None):
     """Return the ranges (RANGE_DDL tuples) of C{files}, C{[(name, uri, length)]} of
-    the segment files whose names are 20 digits; C{digest}: compute record digests."""
+    the segment files whose names are 20 digits; C{digest}: compute record digests;
+    C{live}: the compact form (L{spark.audit.columns.compact_batches}) for these live
+    topics (JSON C{{topic: create_event_id}}), else one item per record."""
     out = []
     for name, uri, length in files:
         start = int(name)
         for a in range(0, max(length, 1), split):
-            out.append((uri, start, length, a, min(a + split, length), None, digest))
+            out.append((uri, start, length, a, min(a + split, length), None, digest, live))
     return out
 
 
@@ -62,6 +66,16 @@ def group_files(files, target=DEFAULT_SPLIT):
     return groups
 
 
+#: Hadoop's names for S3, which pyarrow calls C{s3}.
+_ARROW_SCHEMES = {"s3a": "s3", "s3n": "s3"}
+
+
+def arrow_uri(uri):
+    """Return C{uri} (as Hadoop lists it) in the scheme pyarrow's file systems know."""
+    scheme, sep, rest = uri.partition("://")
+    return _ARROW_SCHEMES.get(scheme.lower(), scheme) + sep + rest if sep else uri
+
+
 class Reader:
     """Reads byte ranges of one file given by URI."""
 
@@ -73,7 +87,7 @@ class Reader:
         else:
             from pyarrow import fs
 
-            filesystem, path = fs.FileSystem.from_uri(uri)
+            filesystem, path = fs.FileSystem.from_uri(arrow_uri(uri))
             self.file = filesystem.open_input_file(path)
 
     def read_at(self, offset, n):
@@ -103,9 +117,12 @@ class Reader:
             self.file.close()
 
 
-def decode_range(read_at, seg_start, length, a, b, start_at=None, digest=True, batch=BATCH):
+def decode_range(read_at, seg_start, length, a, b, start_at=None, digest=True, live=None, batch=BATCH):
     """Yield the item batches of the range C{[a, b)} of a segment (see the module
-    docstring); the last one is the C{"range"} summary."""
+    docstring); the last one is the C{"range"} summary. With C{live} (JSON, see
+    L{plan}) the records come in the compact form."""
+    if isinstance(live, str):
+        live = json.loads(live)
     chunk = scan.Chunk(read_at, seg_start, length, a if start_at is None else start_at, min(length, b + _READ_PAD))
     if start_at is None:
         positions, stop = scan.walk(chunk, a, b)
@@ -126,7 +143,10 @@ def decode_range(read_at, seg_start, length, a, b, start_at=None, digest=True, b
             part = part[:bad]
             layout = C.Layout(arr, part - chunk.lo)
         if len(part):
-            yield C.record_batch(buf, layout, seg_start, a, digest)
+            if live is not None:
+                yield from C.compact_batches(buf, layout, seg_start, a, live)
+            else:
+                yield C.record_batch(buf, layout, seg_start, a, digest)
             ids.append(layout.h["event_id"].astype(np.int64))
             count += len(part)
         if bad is not None:
@@ -152,22 +172,38 @@ def decode_ranges(batches):
             reader = Reader(r["uri"])
             try:
                 yield from decode_range(reader.read_at, r["seg_start"], r["file_length"], r["range_start"],
-                                        r["range_end"], r["start_at"], r["digest"])  # fmt: skip
+                                        r["range_end"], r["start_at"], r["digest"], r.get("live"))  # fmt: skip
             finally:
                 reader.close()
+
+
+def _cq_files(uris):
+    for uri in uris:
+        reader = Reader(uri)
+        try:
+            content = reader.read_all()
+        finally:
+            reader.close()
+        yield C.cq_batch(uri, content)
 
 
 def decode_cq_groups(batches):
     """The C{mapInArrow} function for consume queues: lists of URIs in, entries out."""
     for rb in batches:
         for r in rb.to_pylist():
-            for uri in r["uris"]:
-                reader = Reader(uri)
-                try:
-                    content = reader.read_all()
-                finally:
-                    reader.close()
-                yield C.cq_batch(uri, content)
+            yield from _cq_files(r["uris"])
+
+
+def decode_cq_compact(batches):
+    """The C{mapInArrow} function for the compact consume queues
+    (L{spark.audit.columns.cq_compact}): lists of URIs in, problems and per-block
+    signatures out."""
+    for rb in batches:
+        for r in rb.to_pylist():
+            durable = None
+            if r.get("durable") is not None:
+                durable = {(t, int(q)): int(n) for t, q, n in json.loads(r["durable"])}
+            yield from C.cq_compact(_cq_files(r["uris"]), durable, r.get("log_limit"))
 
 
 def consolidate(rows):
@@ -222,4 +258,4 @@ def bad_name_item(name, length):
     return {"kind": "problem", "size": length, "problem": "corrupt", "detail": f"not a segment name: {name}"}
 
 
-__all__ = ["plan", "decode_range", "decode_ranges", "decode_cq_groups", "consolidate", "fmt"]
+__all__ = ["plan", "decode_range", "decode_ranges", "decode_cq_groups", "decode_cq_compact", "consolidate", "fmt"]

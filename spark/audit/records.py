@@ -60,6 +60,26 @@ ITEM_DDL = ", ".join(
         "range_end bigint",
         "range_first bigint",
         "run_end bigint",
+        # Partial aggregates of a range (kinds "qstat", "minute", "sig"; see
+        # spark.audit.columns.compact_batches): per queue, per minute, per block of
+        # consume-queue entries.
+        "key bigint",
+        "n bigint",
+        "sum_size bigint",
+        "sum_body bigint",
+        "min_ts bigint",
+        "max_ts bigint",
+        "min_eid bigint",
+        "max_eid bigint",
+        "min_qo bigint",
+        "max_qo bigint",
+        "n_level bigint",
+        "n_delay bigint",
+        "sig_lo bigint",
+        "sig_hi bigint",
+        # store lag (store_ts - born_ts) per minute: sum and largest (kind "minute")
+        "lag_sum bigint",
+        "lag_max bigint",
     ]
 )
 
@@ -68,6 +88,10 @@ CQ_DDL = (
     "topic string, queue_id int, queue_offset bigint, log_offset bigint, size int,"
     " tag_hash bigint, problem string"
 )
+#: The compact form of the consume queues: C{CQ_DDL} rows for problems, and one row per
+#: block of entries of a queue (C{n} set: entries, C{queue_offset} the block's largest,
+#: C{sig_lo}/C{sig_hi} the signature; see L{spark.audit.columns.cq_compact}).
+CQ_COMPACT_DDL = CQ_DDL + ", key bigint, n bigint, sig_lo bigint, sig_hi bigint"
 
 _N_ITEM = ITEM_DDL.count(",") + 1
 _DELAY_KEY = fmt.DELAY_PROPERTY

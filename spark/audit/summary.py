@@ -63,11 +63,23 @@ def totals_columns():
     ]
 
 
-def log_facts(recs, segs, meta, meta_mtime, args, totals=None):
-    """Return the directory-wide facts: totals, segment size, log bounds, eventId floor,
-    the reference time, and what the checkpoint says against what the log holds.
-    C{totals}: the totals when already known (an incremental audit merges them)."""
-    t = totals or recs.agg(*totals_columns()).first().asDict()
+def totals(recs):
+    """The whole log's totals from every record: a one-row DataFrame."""
+    return recs.agg(*totals_columns())
+
+
+def log_facts(recs, segs, meta, meta_mtime, args, totals_df=None, known=None):
+    """Return the directory-wide facts: totals (C{known} when already known: an
+    incremental audit merges them; else from every record of C{recs}, or the one row of
+    C{totals_df}, the compact form's), segment size, log bounds, eventId floor, the
+    reference time, and what the checkpoint says against what the log holds."""
+    t = known or (totals(recs) if totals_df is None else totals_df).first().asDict()
+    if known is None and totals_df is not None:  # from partial aggregates: messages and admin records apart
+        t = {
+            "records": (t["messages"] or 0) + t["admin_records"], "messages": t["messages"],
+            "admin_records": t["admin_records"], "bytes": (t["msg_bytes"] or 0) + (t["admin_bytes"] or 0),
+            **{k: t[k] for k in ("first_event_id", "last_event_id", "first_store_ts", "last_store_ts")},
+        }  # fmt: skip
     for k in ("messages", "admin_records", "bytes"):
         t[k] = t[k] or 0
     size, size_source = _segment_size(segs, args.segment_size)

@@ -403,3 +403,94 @@ def compare_records(mine, other, floor):
         .where(F.col("status").isNotNull())
         .select("event_id", "status", "offset", "other_offset")
     )
+
+
+# -- the compact form: the same tables from partial aggregates ---------------------------
+# The decode tasks aggregate what they decode (spark.audit.columns.compact_batches): a
+# few rows per range and queue, minute or block leave them instead of one per record.
+
+
+def queue_stats_from_parts(items):
+    """L{queue_stats} from the C{"qstat"} partial aggregates of C{items}."""
+    out = items.where(F.col("kind") == "qstat").groupBy("topic", "queue_id").agg(
+        F.sum("n").alias("messages"),
+        F.sum("sum_size").alias("bytes"),
+        F.sum("sum_body").alias("body_bytes"),
+        F.min("min_ts").alias("first_store_ts"),
+        F.max("max_ts").alias("last_store_ts"),
+        F.min("min_eid").alias("first_event_id"),
+        F.max("max_eid").alias("last_event_id"),
+        F.min("min_qo").alias("min_queue_offset"),
+        F.max("max_qo").alias("max_queue_offset"),
+        F.sum("n_level").alias("delay_level_messages"),
+        F.sum("n_delay").alias("delayed_fired"),
+    )
+    minutes = F.greatest(F.lit(1.0), (F.col("last_store_ts") - F.col("first_store_ts")) / 60000.0)
+    return out.withColumn("per_minute", F.round(F.col("messages") / minutes, 3))
+
+
+def throughput_from_parts(items):
+    """L{throughput} from the C{"minute"} partial aggregates of C{items}."""
+    return (
+        items.where(F.col("kind") == "minute")
+        .groupBy("topic", F.col("key").alias("minute"))
+        .agg(F.sum("n").alias("messages"), F.sum("sum_size").alias("bytes"))
+    )
+
+
+def totals_from_parts(items):
+    """The whole log's totals (as L{spark.audit.summary.log_facts} computes them from
+    every record) from the partial aggregates and the admin records of C{items}."""
+    part = F.col("kind") == "qstat"
+    admin = (F.col("kind") == "record") & (F.col("magic") == "admin")
+    return items.agg(
+        F.sum(F.when(part, F.col("n"))).alias("messages"),
+        F.count(F.when(admin, 1)).alias("admin_records"),
+        F.sum(F.when(part, F.col("sum_size"))).alias("msg_bytes"),
+        F.sum(F.when(admin, F.col("size"))).alias("admin_bytes"),
+        F.least(F.min(F.when(part, F.col("min_eid"))), F.min(F.when(admin, F.col("event_id")))).alias("first_event_id"),
+        F.greatest(F.max(F.when(part, F.col("max_eid"))), F.max(F.when(admin, F.col("event_id")))).alias(
+            "last_event_id"
+        ),
+        F.least(F.min(F.when(part, F.col("min_ts"))), F.min(F.when(admin, F.col("store_ts")))).alias("first_store_ts"),
+        F.greatest(F.max(F.when(part, F.col("max_ts"))), F.max(F.when(admin, F.col("store_ts")))).alias(
+            "last_store_ts"
+        ),
+    )
+
+
+def _sum_blocks(df):
+    return df.groupBy("topic", "queue_id", "key").agg(
+        F.sum("n").alias("n"), F.sum("sig_lo").alias("lo"), F.sum("sig_hi").alias("hi")
+    )
+
+
+def differing_blocks_from_parts(items, cq):
+    """The C{topic, queue_id, key} (block) whose expected entries (the C{"sig"} partials
+    of C{items}) and actual ones (the signature rows of the compact consume queues
+    C{cq}) differ. Empty on a sound directory."""
+    a = _sum_blocks(items.where(F.col("kind") == "sig"))
+    b = _sum_blocks(cq.where(F.col("n").isNotNull())).select(
+        "topic", "queue_id", "key", *[F.col(c).alias("o_" + c) for c in ("n", "lo", "hi")]
+    )
+    same = F.lit(True)
+    for c in ("n", "lo", "hi"):
+        same = same & F.col(c).eqNullSafe(F.col("o_" + c))
+    return a.join(b, ["topic", "queue_id", "key"], "full_outer").where(~same).select("topic", "queue_id", "key")
+
+
+def cq_problems_from_parts(cq):
+    """L{cq_problems} of the compact consume queues."""
+    return cq.where(F.col("n").isNull()).select(
+        "topic", "queue_id", "queue_offset", "log_offset", "size", "tag_hash", "problem"
+    )
+
+
+def queue_ends_from_parts(cq):
+    """L{queue_ends} of the compact consume queues (each block row holds its largest
+    offset)."""
+    return (
+        cq.where(F.col("n").isNotNull())
+        .groupBy("topic", "queue_id")
+        .agg((F.max("queue_offset") + 1).alias("max_offset"))
+    )

@@ -151,3 +151,17 @@ def test_boundary_scan_skips_a_fake_header_in_a_body(tmp_path):
         assert range_items(str(data), split) == ref, split
     range_items(str(data), fake_at)
     assert range_items.rewalks == 1
+
+
+def test_hadoop_s3_uris_open_with_pyarrow_s3():
+    """The driver lists with Hadoop, whose S3 scheme is C{s3a:} (or the old C{s3n:});
+    executors open the listed URIs with pyarrow, which knows that store as C{s3:} only
+    (C{s3a:} is "Unrecognized filesystem type"). Other URIs pass unchanged."""
+    from pyarrow import fs
+
+    listed = "s3a://bucket/mq/commitlog/00000000000000000000?region=us-east-1"
+    filesystem, path = fs.FileSystem.from_uri(R.arrow_uri(listed))
+    assert isinstance(filesystem, fs.S3FileSystem) and path == "bucket/mq/commitlog/00000000000000000000"
+    assert R.arrow_uri("S3N://b/k") == "s3://b/k"
+    for uri in ("file:///data/commitlog/00000000000000000000", "hdfs://nn:8020/mq/x", "/plain/path"):
+        assert R.arrow_uri(uri) == uri

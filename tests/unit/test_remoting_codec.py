@@ -15,6 +15,7 @@ from protocols.remoting.codec import (
     decode_payload,
     encode,
     encode_binary_header,
+    encode_json_header,
 )
 from protocols.remoting.messages import RemotingCommand, make_response
 from protocols.remoting.props import (
@@ -242,6 +243,38 @@ def test_json_control_characters_are_escaped():
     """Property separators are written as \\u0001/\\u0002 escapes, like jsoncpp and fastjson do."""
     command = RemotingCommand(code=10, ext_fields={"properties": "TAGS\x01TagA\x02"})
     assert b'"properties":"TAGS\\u0001TagA\\u0002"' in encode(command)
+
+
+def _reference_json_header(command):
+    """The header as json.dumps writes the dict a Java 4.9 server would (spec 10.2)."""
+    obj = {"code": command.code}
+    if command.ext_fields:
+        obj["extFields"] = {k: str(v) for k, v in command.ext_fields.items()}
+    obj.update(flag=command.flag, language=command.language, opaque=command.opaque)
+    if command.remark is not None:
+        obj["remark"] = command.remark
+    obj.update(serializeTypeCurrentRPC="JSON", version=command.version)
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+any_text = st.text(max_size=20)  # surrogates included: they cannot be UTF-8
+
+
+@given(st.builds(
+    RemotingCommand, code=st.integers(), language=any_text | languages | st.integers(),
+    version=st.integers(), opaque=st.integers(), flag=st.integers(),
+    remark=st.none() | any_text | st.integers(),
+    ext_fields=st.dictionaries(any_text, any_text | st.integers(), max_size=6)))
+@settings(max_examples=300)
+def test_json_header_template_gives_json_dumps_bytes(command):
+    """The templated JSON header is byte for byte what json.dumps gives, or refused alike."""
+    try:
+        expected = _reference_json_header(command)
+    except UnicodeEncodeError:
+        with pytest.raises(RemotingProtocolError):
+            encode_json_header(command)
+    else:
+        assert encode_json_header(command) == expected
 
 
 def test_encode_rejects_unrepresentable_commands():

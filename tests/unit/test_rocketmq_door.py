@@ -91,6 +91,41 @@ def pull_fields(topic, offset, suspend_ms):
             "subVersion": 0}
 
 
+# -- sending ------------------------------------------------------------------------------
+
+
+def _send_command(topic, opaque):
+    return RemotingCommand(code=codes.SEND_MESSAGE, opaque=opaque, body=b"now", ext_fields={
+        "producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+        "queueId": "0", "sysFlag": "0", "bornTimestamp": "1", "flag": "0", "reconsumeTimes": "0"})
+
+
+def test_durable_send_is_answered_without_a_deferred(door):
+    """At flush level 0 the write is done when it returns: the handler answers at once
+    (Broker.publish_now), with the same answer the Deferred path gave."""
+    first = send(door, "Now")  # creates the topic
+    answer = door.conn.send(_send_command("Now", 7))
+    assert isinstance(answer, RemotingCommand)
+    assert (answer.code, answer.opaque, answer.flag) == (codes.SUCCESS, 7, codes.FLAG_RESPONSE)
+    assert list(answer.ext_fields) == ["MSG_REGION", "TRACE_ON", "msgId", "queueId", "queueOffset"]
+    assert answer.ext_fields["queueId"] == "0" and answer.ext_fields["queueOffset"] == "1"
+    assert answer.ext_fields["msgId"] != first.ext_fields["msgId"]
+
+
+@pytest.mark.parametrize("name, value, remark", [
+    ("sysFlag", "x", "the custom field <sysFlag> is not a number: 'x'"),
+    ("flag", str(2**31), f"the custom field <flag> is out of range: {2**31}"),
+    ("bornTimestamp", str(-2**63 - 1), f"the custom field <bornTimestamp> is out of range: {-2**63 - 1}"),
+    ("reconsumeTimes", "1.5", "the custom field <reconsumeTimes> is not a number: '1.5'"),
+])
+def test_send_header_numbers_are_checked(door, name, value, remark):
+    send(door, "Num")
+    ext = dict(_send_command("Num", 0).ext_fields, **{name: value})
+    r = door.call(codes.SEND_MESSAGE, ext, b"bad")
+    assert (r.code, r.remark) == (codes.SYSTEM_ERROR, remark)
+    assert send(door, "Num").ext_fields["queueOffset"] == "1"  # nothing was stored
+
+
 # -- long polling (19.3) ---------------------------------------------------------------
 
 
