@@ -144,6 +144,13 @@ def set_event_id(data, event_id, new_id):
     _patch(path, pos + fmt.OFF_EVENT_ID, fmt.I64.pack(new_id))
 
 
+def set_store_lag(data, event_id, lag_ms):
+    """Make record C{event_id} born C{lag_ms} before it was stored (a store lag)."""
+    path, pos, view = find_record(data, event_id)
+    _patch(path, pos + fmt.HEADER_LAYOUT.offset("born_timestamp"), fmt.I64.pack(view.store_ts - lag_ms))
+    return view
+
+
 def cq_file(data, topic, qid=0):
     """Return the first consume-queue file of (topic, qid)."""
     return sorted(glob.glob(os.path.join(glob.escape(os.path.join(data, "consumequeue", topic, str(qid))), "*")))[0]
