@@ -4,7 +4,6 @@ channel admin, /config. Parameters come from the query string; errors are
 ``X-NSQ-Content-Type: nsq; version=1.0``.
 """
 
-import struct
 
 from twisted.internet import defer
 from twisted.web import resource, server
@@ -18,8 +17,8 @@ from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_f
 from protocols.nsq.node import get_node
 from protocols.nsq.stats import stats_json, stats_text
 from protocols.nsq.version import VERSION
+from protocols.nsq.wire import U32
 
-_U32 = struct.Struct(">I")
 
 
 def _bool_arg(request, name, default):
@@ -196,14 +195,14 @@ class NsqdHttpResource(resource.Resource):
     def _binary_bodies(body, max_msg):
         if len(body) < 4:
             raise HttpError(413, "BAD_BODY")
-        (count,) = _U32.unpack_from(body, 0)
+        (count,) = U32.unpack_from(body, 0)
         if count <= 0 or count > (len(body) - 4) // 5 + 1:
             raise HttpError(413, "BAD_BODY")
         pos, out = 4, []
         for _ in range(count):
             if pos + 4 > len(body):
                 raise HttpError(413, "BAD_MESSAGE")
-            (n,) = _U32.unpack_from(body, pos)
+            (n,) = U32.unpack_from(body, pos)
             pos += 4
             if n <= 0 or n > max_msg or pos + n > len(body):
                 raise HttpError(413, "BAD_MESSAGE")

@@ -5,7 +5,6 @@ replies starting with ``E_`` and fatal ones close the socket.
 
 import itertools
 import json
-import struct
 
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
@@ -14,8 +13,8 @@ from mqserver.idle import IdleWatch
 
 from protocols.nsq.codec import DEFAULT_MAX_LINE, is_valid_name
 from protocols.nsq.version import VERSION
+from protocols.nsq.wire import U32
 
-_U32 = struct.Struct(">I")
 _ids = itertools.count(1)
 #: Largest IDENTIFY body: an nsqd's JSON is a few hundred bytes.
 MAX_IDENTIFY_BODY = 1 << 20
@@ -23,7 +22,7 @@ MAX_IDENTIFY_BODY = 1 << 20
 
 def v1_reply(data):
     """A lookupd V1 reply frame."""
-    return _U32.pack(len(data)) + data
+    return U32.pack(len(data)) + data
 
 
 class LookupdProtocol(IdleWatch, Protocol):
@@ -77,7 +76,7 @@ class LookupdProtocol(IdleWatch, Protocol):
                 if params[0] == b"IDENTIFY":
                     if len(buf) < nl + 5:
                         return
-                    (n,) = _U32.unpack_from(buf, nl + 1)
+                    (n,) = U32.unpack_from(buf, nl + 1)
                     if n > MAX_IDENTIFY_BODY:
                         self._fatal(b"E_BAD_BODY IDENTIFY body too big")
                         return

@@ -4,15 +4,14 @@ each topic and channel, REGISTER/UNREGISTER on changes, PING every 15 s, reconne
 """
 
 import json
-import struct
 from collections import deque
 
 from twisted.internet import protocol
 from twisted.logger import Logger
 
 from protocols.nsq.version import VERSION
+from protocols.nsq.wire import U32
 
-_U32 = struct.Struct(">I")
 PING_INTERVAL = 15.0
 #: Topics are not announced by the broker, so the registration list is refreshed this often.
 RESYNC_INTERVAL = 1.0
@@ -34,7 +33,7 @@ class _LookupdPeer(protocol.Protocol):
         body = json.dumps({"broadcast_address": node.broadcast_address,
                            "hostname": node.hostname, "tcp_port": node.tcp_port,
                            "http_port": node.http_port, "version": VERSION}).encode()
-        self.transport.write(b"  V1IDENTIFY\n" + _U32.pack(len(body)) + body)
+        self.transport.write(b"  V1IDENTIFY\n" + U32.pack(len(body)) + body)
         self._asked.append(None)
         self.owner.connected(self)
         self.sync()
@@ -42,7 +41,7 @@ class _LookupdPeer(protocol.Protocol):
     def dataReceived(self, data):
         self._buf += data
         while len(self._buf) >= 4:
-            (n,) = _U32.unpack_from(self._buf, 0)
+            (n,) = U32.unpack_from(self._buf, 0)
             if len(self._buf) < 4 + n:
                 return
             reply, self._buf = self._buf[4:4 + n], self._buf[4 + n:]
