@@ -26,6 +26,10 @@ def test_live_broker_directory(spark, tmp_path):
             while not stop.is_set():
                 c.publish("live", [os.urandom(150) for _ in range(20)])
                 published.append(20)
+                # A steady trickle (~80 KB/s), not a flood: unthrottled, the log grew to
+                # hundreds of MB (thousands of 64 KiB segments, one task each) before the
+                # audit read the checkpoint, and the test took 6-7 minutes.
+                stop.wait(0.05)
         finally:
             c.close()
 
