@@ -21,7 +21,7 @@ with the load of a shared machine, for comparing two versions of the request pat
 Asserts nothing.
 
     python bench/request_cost.py [--requests 20000] [--repeat 5] [--only smss,nsq,rmqsend,rmqpull]
-                                 [--opcodes 500]
+                                 [--also broker] [--opcodes 500]
 """
 
 import argparse
@@ -236,6 +236,10 @@ def main():
     p.add_argument("--repeat", type=int, default=5, help="runs; the best is printed")
     p.add_argument("--only", default="smss,nsq",
                    help="comma-separated: smss, nsq, rmqsend, rmqpull (default smss,nsq)")
+    p.add_argument("--also", default="", metavar="DOORS",
+                   help="comma-separated doors to start as well, unmeasured (e.g. broker: the"
+                        " RocketMQ door, on in the default configuration, with its dispatch"
+                        " listeners on the store)")
     p.add_argument("--opcodes", type=int, default=0, metavar="N",
                    help="count bytecodes over N more round trips and print them")
     p.add_argument("--profile", metavar="FILE", help="write cProfile stats to FILE.<name>")
@@ -247,7 +251,8 @@ def main():
                     "rmqsend": (rmqsend_session, "broker", "rmq SEND"),
                     "rmqpull": (rmqpull_session, "broker", "rmq PULL")}
         names = a.only.split(",")
-        svc, ports = start_broker(data, sorted({sessions[n][1] for n in names}))
+        doors = {sessions[n][1] for n in names} | set(filter(None, a.also.split(",")))
+        svc, ports = start_broker(data, sorted(doors))
         try:
             print(f"{'request':10s} {'CPU µs':>8s} {'wall µs':>8s}   per round trip, best of"
                   f" {a.repeat} x {a.requests}")

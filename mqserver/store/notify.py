@@ -4,18 +4,26 @@
 class Notifier:
     """Owns what readers may see (L{visible_end}) and the listeners told of new records:
     arrival listeners (new messages in a queue), append listeners (any new record) and
-    dispatch listeners (every message record, written or replayed).
+    dispatch listeners (message records, written or replayed, that a listener declared
+    it needs: see L{add_dispatch_listener}).
 
     @ivar visible_end: commit-log offset below which readers may read. At flush level 2
         it is the durable offset, so no consumer sees a message a crash could take back.
-    @ivar dispatch_listeners: the C{callback(offset, topic, properties, store_ts)}s; the
-        writer and recovery call them.
+    @ivar dispatch_listeners: the C{callback(offset, topic, properties, store_ts)}s
+        called for every message record that carries properties.
+    @ivar topic_dispatch_listeners: topic name -> the callbacks called for every message
+        record of that topic, with properties or not.
+    @ivar all_dispatch_listeners: every dispatch listener, of either kind. The writer
+        tests it and L{topic_dispatch_listeners} (the very objects) before it calls
+        L{dispatch}; recovery calls L{dispatch_one}.
     """
 
     def __init__(self, flush_level):
         self.flush_level = flush_level
         self.visible_end = 0
         self.dispatch_listeners = []
+        self.topic_dispatch_listeners = {}
+        self.all_dispatch_listeners = []
         self._arrival_listeners = []
         self._append_listeners = []
         self._pending_visible = []  # (end offset, topic, queue id) waiting for fsync
@@ -66,11 +74,45 @@ class Notifier:
         if callback in self._append_listeners:
             self._append_listeners.remove(callback)
 
-    def add_dispatch_listener(self, callback):
-        """Call C{callback(offset, topic, properties, store_ts)} for every message record,
-        as it is written and as it is replayed at start-up (so derived indexes such as
-        L{mqserver.store.index} can be rebuilt; they must skip records they already hold)."""
-        self.dispatch_listeners.append(callback)
+    def add_dispatch_listener(self, callback, topics=None):
+        """Call C{callback(offset, topic, properties, store_ts)} for the message records
+        it needs, as they are written and as they are replayed at start-up (so derived
+        indexes such as L{mqserver.store.index} can be rebuilt; they must skip records
+        they already hold).
+
+        @param topics: None: every message record that carries properties (a record
+            without any has no keys for the index to act on; the smss and NSQ publishes,
+            which have none, then cost only the writer's check). A collection of topic
+            names: every message record of those topics, with properties or not, and no
+            other.
+        """
+        self.all_dispatch_listeners.append(callback)
+        if topics is None:
+            self.dispatch_listeners.append(callback)
+            return
+        for topic in topics:
+            self.topic_dispatch_listeners.setdefault(topic, []).append(callback)
+
+    def dispatch(self, topic, offsets, messages, store_ts):
+        """Tell the dispatch listeners of C{messages} (L{Message}s, or bytes: a body
+        without properties), just written to C{topic} at commit-log C{offsets}."""
+        by_topic = self.topic_dispatch_listeners.get(topic, ())
+        listeners = self.dispatch_listeners
+        for off, m in zip(offsets, messages):
+            props = b"" if type(m) is bytes else m.properties
+            if props:
+                for cb in listeners:
+                    cb(off, topic, props, store_ts)
+            for cb in by_topic:
+                cb(off, topic, props, store_ts)
+
+    def dispatch_one(self, offset, topic, properties, store_ts):
+        """Tell the dispatch listeners of the message record at C{offset} (replayed)."""
+        if properties:
+            for cb in self.dispatch_listeners:
+                cb(offset, topic, properties, store_ts)
+        for cb in self.topic_dispatch_listeners.get(topic, ()):
+            cb(offset, topic, properties, store_ts)
 
     def _notify(self, topic, queue_id):
         # topic None: an admin record, which only log readers (replication) care about.

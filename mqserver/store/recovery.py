@@ -27,7 +27,7 @@ class Recovery:
         self._reader = store.reader
         self._table = store.queue_table
         self._checkpoints = store.checkpoints
-        self._dispatch_listeners = store.notifier.dispatch_listeners
+        self._dispatch = store.notifier.dispatch_one
         self._replayed_deletes = set()  # topics a DELETE record removed during replay
 
     @property
@@ -183,6 +183,5 @@ class Recovery:
             return
         entry = fmt.CQ_ENTRY.pack(view.offset, view.size, fmt.tag_hash_of(view.properties))
         q.write(view.queue_offset, entry)
-        for cb in self._dispatch_listeners:
-            cb(view.offset, view.topic, view.properties, view.store_ts)
+        self._dispatch(view.offset, view.topic, view.properties, view.store_ts)
         self.state.apply_record(view, True)

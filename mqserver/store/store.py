@@ -280,10 +280,11 @@ class MessageStore:
         """Stop calling C{callback}."""
         self.notifier.remove_append_listener(callback)
 
-    def add_dispatch_listener(self, callback):
-        """Call C{callback(offset, topic, properties, store_ts)} for every message record,
-        written or replayed (see L{Notifier.add_dispatch_listener})."""
-        self.notifier.add_dispatch_listener(callback)
+    def add_dispatch_listener(self, callback, topics=None):
+        """Call C{callback(offset, topic, properties, store_ts)} for every message record
+        with properties (C{topics} None) or of C{topics}, written or replayed (see
+        L{Notifier.add_dispatch_listener})."""
+        self.notifier.add_dispatch_listener(callback, topics)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -103,7 +103,8 @@ class Transactions:
         self.check_interval = config["rocketmq.transactionCheckIntervalMs"] / 1000.0
         self.pending = {}
         self.alias = {}
-        self.store.add_dispatch_listener(self._dispatch)
+        # only its three topics' records (with properties or not: as it always did)
+        self.store.add_dispatch_listener(self._dispatch, topics=_TX_TOPICS)
         self.broker.register_state(STATE_NAME, self)
 
     # -- state (derived from the log, kept in the checkpoint) ------------------------
@@ -129,9 +130,7 @@ class Transactions:
             self.store.mark_dirty()
 
     def _dispatch(self, offset, topic, properties, store_ts):
-        # Called for every message record written, replicated or replayed: keep it cheap.
-        if topic not in _TX_TOPICS:
-            return
+        # Called for every message record of _TX_TOPICS written, replicated or replayed.
         view = self._read(offset, self.store.commitlog.end)
         if view is None:
             return
