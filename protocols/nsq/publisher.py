@@ -13,13 +13,19 @@ class Publisher:
 
     def _publish(self, verb, topic, messages, defer_ms=0):
         broker = self.broker
-        if defer_ms or broker.topic(topic) is None:
+        if defer_ms:
             stored = self._publish_later(topic, messages, defer_ms)
         else:
+            # Published straight away: publish_now checks the topic itself, so the usual
+            # PUB looks it up once; only a refused publish asks whether the topic exists.
             try:
                 stored = broker.publish_now(topic, messages)
-            except Exception as e:  # answered in its turn, as a failed write's would be
-                stored = defer.fail(e)
+            except Exception as e:
+                if broker.topic(topic) is None:
+                    # not there (or expired): created first, as nsqd does
+                    stored = self._publish_later(topic, messages, 0)
+                else:  # answered in its turn, as a failed write's would be
+                    stored = defer.fail(e)
         self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(messages)
         if not isinstance(stored, defer.Deferred):
             # Stored already (flush levels 0 and 1): OK at once, without a Deferred,
