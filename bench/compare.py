@@ -444,8 +444,11 @@ def run(a):
         mqs.append(lambda name=name, path=os.path.abspath(path), **kw: Mq(name, tmp, tree=path,
                                                                            **kw))
         names.append(name)
-    smss_sys = list(mqs) + ([lambda: Ref("Go smss", "smss", smss_bin, tmp)] if smss_bin else [])
-    nsq_sys = list(mqs) + ([lambda: Ref("nsqd 1.3", "nsqd", nsqd_bin, tmp)] if nsqd_bin else [])
+    # the smss and NSQ rows start only their doors, unless asked for the RocketMQ ones too
+    door = {"rocket": True} if a.rocketmq_door else {}
+    mq_sys = [lambda m=m: m(**door) for m in mqs]
+    smss_sys = mq_sys + ([lambda: Ref("Go smss", "smss", smss_bin, tmp)] if smss_bin else [])
+    nsq_sys = mq_sys + ([lambda: Ref("nsqd 1.3", "nsqd", nsqd_bin, tmp)] if nsqd_bin else [])
     rmq_sys = [lambda m=m: m(rocket=True) for m in mqs]
 
     plan = []  # (systems, figure, function)
@@ -527,6 +530,10 @@ def parse_args(argv=None):
     ap.add_argument("--tree", action="append", default=[],
                     help="another mqserver column run from another source tree: NAME:PATH "
                          "(its C extensions built in place; this interpreter runs it)")
+    ap.add_argument("--rocketmq-door", action="store_true",
+                    help="start the RocketMQ nameserver and broker doors in the smss and NSQ "
+                         "rows too, as the default configuration does (their store dispatch "
+                         "listeners then see every publish)")
     ap.add_argument("--smss-bin")
     ap.add_argument("--nsqd-bin")
     ap.add_argument("--bench-writer")
