@@ -30,6 +30,8 @@ class SecurityGate:
     auth_state = None
     _secret = ""
     _held = None  # commands waiting for an auth server's answer
+    #: True once L{_gated_run} replaced C{_run}: the protocol's PUB shortcut then yields.
+    gated = False
 
     def _install_gate(self):
         node = self.node
@@ -37,6 +39,7 @@ class SecurityGate:
             self.tls = True  # an ssl: listener: TLS from the first byte
         if (node.tls_required and not self.tls) or node.auth is not None:
             self._run = self._gated_run
+            self.gated = True
 
     def _gated_run(self, cmd):
         if self._held is not None:

@@ -310,3 +310,27 @@ def test_fins_cut_mid_line_across_reads_stay_on_the_batched_path(node):
     assert c.take() == b""  # no E_FIN_FAILED
     assert not channel.in_flight
     assert len(singles) == 3, "only the lines cut between reads go one by one"
+
+
+def test_a_pub_in_one_read_does_not_pass_the_security_gate(node):
+    # the one-PUB-per-read shortcut calls the PUB handler straight, but only on a
+    # connection without the gate: with TLS required it is refused before the upgrade
+    node.factory.node.tls_required = True  # (the config would also want a certificate)
+    c = connect(node)
+    c.send(pub(b"t", b"1"))
+    assert c.take() == error_frame(b"E_INVALID cannot PUB in current state (TLS required)")
+    assert not c.connected
+
+
+def test_a_pub_in_one_read_creates_its_topic_and_is_stored(node):
+    c = connect(node)
+    c.send(pub(b"new", b"1"))
+    assert c.take() == OK  # created first, as nsqd does
+    c.send(pub(b"new", b"2"))
+    assert c.take() == OK
+    r = connect(node)
+    r.send(b"SUB new ch\nRDY 10\n")
+    assert r.take() == OK
+    node.clock.advance(0)
+    node.clock.advance(0.25)
+    assert [m.body for m in messages(r.take())] == [b"1", b"2"]
