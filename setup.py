@@ -13,6 +13,7 @@ SPEEDUPS = [
     ("mqserver.store._check", "mqserver/store/_check.c", ["z"]),
     ("protocols.smss._push", "protocols/smss/_push.c", []),
     ("protocols.nsq._frames", "protocols/nsq/_frames.c", []),
+    ("protocols.remoting._pull", "protocols/remoting/_pull.c", []),
 ]
 
 setup(

@@ -11,8 +11,8 @@ free, and the server CPU that bounds their many-connection rows.
 
 Requests: smss PUB and NSQ PUB, one 200-byte message each, as the benchmarks send;
 RocketMQ SEND_MESSAGE (code 10, JSON header as the C++ client writes it) of one 200-byte
-message, and RocketMQ PULL_MESSAGE of one stored message (these two with
-``--only rmqsend,rmqpull``).
+message, RocketMQ PULL_MESSAGE of one stored message, and of 32 (these three with
+``--only rmqsend,rmqpull,rmqpull32``).
 Prints µs per round trip (process CPU time, which leaves out time stolen by the host,
 and wall time), best of ``--repeat`` runs; ``--profile FILE`` writes a cProfile of one
 more run. ``--opcodes N`` also traces N more round trips and prints the Python bytecodes
@@ -20,7 +20,7 @@ executed per round trip, in all and by function: a count that, unlike time, does
 with the load of a shared machine, for comparing two versions of the request path.
 Asserts nothing.
 
-    python bench/request_cost.py [--requests 20000] [--repeat 5] [--only smss,nsq,rmqsend,rmqpull]
+    python bench/request_cost.py [--requests 20000] [--repeat 5] [--only smss,nsq,rmqsend,rmqpull,rmqpull32]
                                  [--also broker] [--opcodes 500]
 """
 
@@ -184,6 +184,19 @@ def rmqpull_session(port):
     return sock, remoting_request(codes.PULL_MESSAGE, RMQ_PULL), RemotingReply(b'{"code":0,')
 
 
+def rmqpull32_session(port):
+    """A PULL_MESSAGE of 32 stored messages (what the C++ push consumer asks for and
+    bench/rocketmq_bench.py's raw catch-up pipelines): the per-message share of a pull."""
+    sock, send, reply = rmqsend_session(port)
+    round_trips(sock, send, reply, PULL_BATCH)  # enough to pull, whichever row ran before
+    pull = remoting_request(codes.PULL_MESSAGE, {**RMQ_PULL, "maxMsgNums": str(PULL_BATCH)})
+    return sock, pull, RemotingReply(b'{"code":0,')
+
+
+#: Messages per PULL of the rmqpull32 row.
+PULL_BATCH = 32
+
+
 def measure(name, sock, request, reply, a):
     round_trips(sock, request, reply, min(2000, a.requests))  # warm up
     cpu, wall = [], []
@@ -235,7 +248,7 @@ def main():
     p.add_argument("--requests", type=int, default=20000, help="round trips per run")
     p.add_argument("--repeat", type=int, default=5, help="runs; the best is printed")
     p.add_argument("--only", default="smss,nsq",
-                   help="comma-separated: smss, nsq, rmqsend, rmqpull (default smss,nsq)")
+                   help="comma-separated: smss, nsq, rmqsend, rmqpull, rmqpull32 (default smss,nsq)")
     p.add_argument("--also", default="", metavar="DOORS",
                    help="comma-separated doors to start as well, unmeasured (e.g. broker: the"
                         " RocketMQ door, on in the default configuration, with its dispatch"
@@ -249,7 +262,8 @@ def main():
         sessions = {"smss": (smss_session, "smss", "smss PUB"),
                     "nsq": (nsq_session, "nsqd_tcp", "nsq PUB"),
                     "rmqsend": (rmqsend_session, "broker", "rmq SEND"),
-                    "rmqpull": (rmqpull_session, "broker", "rmq PULL")}
+                    "rmqpull": (rmqpull_session, "broker", "rmq PULL"),
+                    "rmqpull32": (rmqpull32_session, "broker", "rmq PULL32")}
         names = a.only.split(",")
         doors = {sessions[n][1] for n in names} | set(filter(None, a.also.split(",")))
         svc, ports = start_broker(data, sorted(doors))

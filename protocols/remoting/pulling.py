@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from mqserver import speedups
 from mqserver.interfaces import IWatcher
 from mqserver.store import format as fmt
 
@@ -18,6 +19,10 @@ MAX_SCAN = 16000
 #: Body bytes per pull; a pull returns at least one message even if it is larger.
 MAX_BYTES = 1 << 20
 log = Logger()
+_ENTRY = fmt.CQ_ENTRY_SIZE
+#: Where a record's STOREHOST is (patched into every record a pull serves).
+_HOST = fmt.OFF_STORE_HOST
+_HOST_END = _HOST + fmt.HEADER_LAYOUT.field_size("store_host")
 
 
 @dataclass(slots=True)
@@ -48,55 +53,103 @@ def pull_once(store, store_host, topic, queue_id, offset, max_nums, tag_codes):
     if offset > hi:
         return PullResult(codes.PULL_OFFSET_MOVED, hi, lo, hi, remark="OFFSET_OVERFLOW_BADLY")
     max_nums = max(1, max_nums)
-    picked = []
-    nbytes = 0
-    pos = offset
-    scanned = 0
-    while len(picked) < max_nums and scanned < MAX_SCAN and nbytes < MAX_BYTES:
-        want = max_nums - len(picked) if tag_codes is None else min(MAX_SCAN - scanned, 1000)
-        entries = store.read_entries(topic, queue_id, pos, want)
-        if not entries:
-            break
-        n = len(entries) // fmt.CQ_ENTRY_SIZE
-        if tag_codes is None:
-            for i in range(n):
-                off, size, _ = fmt.CQ_ENTRY.unpack_from(entries, i * fmt.CQ_ENTRY_SIZE)
-                if picked and nbytes + size > MAX_BYTES:
-                    n = i
-                    break
-                picked.append(entries[i * fmt.CQ_ENTRY_SIZE:(i + 1) * fmt.CQ_ENTRY_SIZE])
-                nbytes += size
-            pos += n
-            scanned += n
-            continue
-        for i in range(n):
-            off, size, tag = fmt.CQ_ENTRY.unpack_from(entries, i * fmt.CQ_ENTRY_SIZE)
-            scanned += 1
-            pos += 1
-            if tag in tag_codes:
-                picked.append(entries[i * fmt.CQ_ENTRY_SIZE:(i + 1) * fmt.CQ_ENTRY_SIZE])
-                nbytes += size
-                if len(picked) >= max_nums or nbytes >= MAX_BYTES:
-                    break
+    if tag_codes is None:
+        picked, pos = _pick(store, topic, queue_id, offset, max_nums)
+    else:
+        picked, pos = _pick_tagged(store, topic, queue_id, offset, max_nums, tag_codes)
     if not picked:
         if pos == offset:  # written but not yet readable (flush level 2)
             return PullResult(codes.PULL_NOT_FOUND, offset, lo, hi, remark="OFFSET_OVERFLOW_ONE")
         return PullResult(codes.PULL_RETRY_IMMEDIATELY, pos, lo, hi, remark="NO_MATCHED_MESSAGE")
-    buf, locs = store.read_records(b"".join(picked))
+    buf, locs = store.read_records(picked)
     if not locs:
-        if fmt.I64.unpack_from(picked[-1], 0)[0] >= store.commitlog.min_offset:
+        if fmt.I64.unpack_from(picked, len(picked) - _ENTRY)[0] >= store.commitlog.min_offset:
             # Only damaged records (the store left them out and reported them): the
             # client moves past them as past unmatched ones.
             return PullResult(codes.PULL_RETRY_IMMEDIATELY, pos, lo, hi, remark="NO_MATCHED_MESSAGE")
         # the records were removed by retention meanwhile
         return PullResult(codes.PULL_OFFSET_MOVED, store_min(q, lo), lo, hi, remark="OFFSET_TOO_SMALL")
+    return PullResult(codes.SUCCESS, pos, lo, hi, records_body(buf, locs, store_host), len(locs),
+                      "FOUND")
+
+
+def _pick(store, topic, queue_id, pos, max_nums):
+    """Return (packed entries, next offset): up to C{max_nums} readable entries from
+    C{pos}, whose records take at most L{MAX_BYTES} (but at least one entry)."""
+    chunks = []
+    count = nbytes = 0
+    while count < max_nums and nbytes < MAX_BYTES:
+        want = max_nums - count
+        entries = store.read_entries(topic, queue_id, pos, want)
+        if not entries:
+            break
+        n = len(entries) // _ENTRY
+        first = fmt.I64.unpack_from(entries, 0)[0]
+        last, size, _ = fmt.CQ_ENTRY.unpack_from(entries, len(entries) - _ENTRY)
+        if nbytes + last + size - first <= MAX_BYTES:
+            # The usual read: a queue's entries are in log order, so the records of all
+            # of them lie within first..last+size and fit; no need to look at each.
+            chunks.append(entries)
+            count += n
+            pos += n
+            if n < want:  # the loop goes on (rare): it needs the exact byte count
+                nbytes += sum(s for _, s, _ in fmt.CQ_ENTRY.iter_unpack(entries))
+            continue
+        for i in range(n):
+            size = fmt.CQ_ENTRY.unpack_from(entries, i * _ENTRY)[1]
+            if count and nbytes + size > MAX_BYTES:
+                # the next record does not fit: the pull ends before it
+                chunks.append(entries[:i * _ENTRY])
+                return b"".join(chunks), pos + i
+            count += 1
+            nbytes += size
+        chunks.append(entries)
+        pos += n
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), pos
+
+
+def _pick_tagged(store, topic, queue_id, pos, max_nums, tag_codes):
+    """L{_pick} of the entries whose tag hash is in C{tag_codes}, looking at no more than
+    L{MAX_SCAN} entries; the next offset is past the last entry looked at."""
+    picked = []
+    nbytes = 0
+    scanned = 0
+    while len(picked) < max_nums and scanned < MAX_SCAN and nbytes < MAX_BYTES:
+        entries = store.read_entries(topic, queue_id, pos, min(MAX_SCAN - scanned, 1000))
+        if not entries:
+            break
+        for i in range(len(entries) // _ENTRY):
+            off, size, tag = fmt.CQ_ENTRY.unpack_from(entries, i * _ENTRY)
+            scanned += 1
+            pos += 1
+            if tag in tag_codes:
+                picked.append(entries[i * _ENTRY:(i + 1) * _ENTRY])
+                nbytes += size
+                if len(picked) >= max_nums or nbytes >= MAX_BYTES:
+                    break
+    return b"".join(picked), pos
+
+
+def py_records_body(buf, locs, store_host):
+    """Return the PULL body: the records at C{locs} (C{(pos, size)} in C{buf}) one after
+    another, each with its STOREHOST set to C{store_host}.
+
+    The reference of the C speedup (C{_pull.c}) and its fallback."""
     body = bytearray()
     for p, s in locs:
         start = len(body)
         body += buf[p:p + s]
-        if body[start + 64:start + 72] != store_host:
-            body[start + 64:start + 72] = store_host
-    return PullResult(codes.SUCCESS, pos, lo, hi, bytes(body), len(locs), "FOUND")
+        if body[start + _HOST:start + _HOST_END] != store_host:
+            body[start + _HOST:start + _HOST_END] = store_host
+    return bytes(body)
+
+
+_pull = speedups.load("protocols.remoting._pull")
+if _pull is not None:
+    _pull.configure(fmt.HEADER_SIZE, fmt.OFF_STORE_HOST, fmt.HEADER_LAYOUT.field_size("store_host"))
+    records_body = _pull.records_body
+else:
+    records_body = py_records_body
 
 
 def store_min(q, lo):

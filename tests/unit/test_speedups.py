@@ -18,14 +18,16 @@ from mqserver.store import writer as store_module
 from mqserver.layout import layout
 from mqserver.store.store import Message, MessageStore
 from protocols.nsq import frames
+from protocols.remoting import pulling
 from protocols.smss import views
 
 _SPEEDUPS = ["protocols.smss._push", "protocols.nsq._frames", "mqserver.store._pack",
-             "mqserver.broker._inflight", "mqserver.store._check"]
+             "mqserver.broker._inflight", "mqserver.store._check", "protocols.remoting._pull"]
 #: (module, what the hot path calls, the Python reference)
 _PAIRS = [(views, "encode_records", "py_encode_records"),
           (frames, "delivery_frames", "py_delivery_frames"),
-          (channels, "_take_fresh", "_take_fresh_py"), (channels, "_finish", "_finish_py")]
+          (channels, "_take_fresh", "_take_fresh_py"), (channels, "_finish", "_finish_py"),
+          (pulling, "records_body", "py_records_body")]
 
 
 def _c_module(name):
@@ -141,6 +143,46 @@ def test_nsq_delivery_frames_reject_bad_spans():
         message_frames([(1, 65536, 1, b"abc", 0, 3)], 2)
     with pytest.raises(TypeError):
         message_frames([(1, 1, 1, b"abc", 0)], 2)
+
+
+# -- RocketMQ PULL bodies -----------------------------------------------------------------
+
+_HOST = b"\x7f\x00\x00\x01\x00\x00\x30\x39"
+
+
+@settings(max_examples=300)
+@given(st.lists(_message, max_size=8), st.binary(max_size=16), st.booleans(),
+       st.sampled_from([fmt.NO_HOST, _HOST]))
+def test_pull_body_matches_python(messages, gap, reverse, host):
+    """Records at any positions of a buffer (bytes between them, any order), with the
+    stored host or another, make the same PULL body."""
+    buf, locs = _buffer_of(messages, gap)
+    if reverse:
+        locs.reverse()
+    body = pulling.records_body(buf, locs, host)
+    assert body == pulling.py_records_body(buf, locs, host)
+    assert len(body) == sum(s for _, s in locs)
+    pos = 0
+    for p, s in locs:
+        assert body[pos:pos + s] == buf[p:p + fmt.OFF_STORE_HOST] + host + buf[p + fmt.OFF_STORE_HOST + 8:p + s]
+        pos += s
+
+
+def test_pull_body_rejects_bad_locations():
+    """A record past the buffer, shorter than its header, or a host of the wrong size is
+    a clear error, never a read past the buffer."""
+    body = _c_module("protocols.remoting._pull").records_body
+    rec = _pack({"queue_id": 0, "queue_offset": 0, "sys_flag": 0, "store_ts": 1, "event_id": 1,
+                 "body": b"x" * 50, "topic": b"t", "properties": b"a\x01b\x02"})
+    for bad in [(0, len(rec) + 1), (1, len(rec)), (-1, 10), (0, fmt.HEADER_SIZE - 1),
+                (len(rec), 0)]:
+        with pytest.raises(ValueError):
+            body(rec, [(0, len(rec)), bad], _HOST)
+    with pytest.raises(ValueError):
+        body(rec, [(0, len(rec))], _HOST[:7])
+    with pytest.raises(TypeError):
+        body(rec, [(0,)], _HOST)
+    assert body(rec, [], _HOST) == b""
 
 
 # -- store record packing ---------------------------------------------------------------
