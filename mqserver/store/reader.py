@@ -1,6 +1,8 @@
 """The read path of the store: consume-queue entries, the records they point to, each
 checked as it comes off the disk, and eventId lookups."""
 
+import struct
+
 from mqserver.store import format as fmt
 from mqserver.store import native
 from mqserver.store.logs import store_logger
@@ -9,6 +11,24 @@ from mqserver.store.logs import store_logger
 #: The read-path record check (format.first_damaged, or its C speedup).
 _first_damaged = native.first_damaged
 _damage = fmt.record_damage
+#: Fields of one consume-queue entry (log offset, size, tag hash), and their struct codes.
+_ENTRY_FIELDS = len(fmt.CQ_ENTRY.unpack(bytes(fmt.CQ_ENTRY_SIZE)))
+_ENTRY_CODES = fmt.CQ_ENTRY.format.lstrip("@=<>!")
+_BYTE_ORDER = fmt.CQ_ENTRY.format[:len(fmt.CQ_ENTRY.format) - len(_ENTRY_CODES)]
+#: Structs of n entries at once (n up to _RUN_MAX), made as reads of n entries come.
+_RUN_STRUCTS = {}
+_RUN_MAX = 64
+
+
+def _unpack_entries(entries):
+    """Return the fields of packed C{entries}, flat: one C{unpack} call, not one per entry."""
+    n = len(entries) // fmt.CQ_ENTRY_SIZE
+    run = _RUN_STRUCTS.get(n)
+    if run is None:
+        run = struct.Struct(_BYTE_ORDER + _ENTRY_CODES * n)
+        if n <= _RUN_MAX:
+            _RUN_STRUCTS[n] = run
+    return run.unpack(entries)
 
 
 class Reader:
@@ -125,9 +145,12 @@ class Reader:
             ):
                 # Entries of one queue are appended in log order, so first..last holds
                 # them all.
-                locs = [(off - first, size) for off, size, _ in fmt.CQ_ENTRY.iter_unpack(entries)]
+                fields = _unpack_entries(entries)
+                logged = fields[0::_ENTRY_FIELDS]
                 if offsets is not None:
-                    offsets.extend(off for off, _, _ in fmt.CQ_ENTRY.iter_unpack(entries))
+                    offsets.extend(logged)
+                # (offset - first, size) of each entry, without a Python loop
+                locs = list(zip(map(first.__rsub__, logged), fields[1::_ENTRY_FIELDS]))
                 return log.read(first, span), locs
         parts, locs = [], []
         span_start = span_end = None

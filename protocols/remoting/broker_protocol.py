@@ -197,12 +197,17 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
     # -- pulling -------------------------------------------------------------------
 
     def pull(self, cmd):
-        group = field(cmd, "consumerGroup", "")
-        topic = field(cmd, "topic", "")
-        qid = int_field(cmd, "queueId")
-        offset = int_field(cmd, "queueOffset")
-        max_nums = int_field(cmd, "maxMsgNums", 32)
-        sys_flag = int_field(cmd, "sysFlag", 0)
+        ext = cmd.ext_fields
+        group = ext.get("consumerGroup", "")
+        topic = ext.get("topic", "")
+        try:
+            # the usual request: four decimal numbers, converted at once
+            qid, offset = int(ext["queueId"]), int(ext["queueOffset"])
+            max_nums, sys_flag = int(ext.get("maxMsgNums") or 32), int(ext.get("sysFlag") or 0)
+        except (KeyError, ValueError):
+            # one is missing or bad: the field-by-field path names it
+            qid, offset = int_field(cmd, "queueId"), int_field(cmd, "queueOffset")
+            max_nums, sys_flag = int_field(cmd, "maxMsgNums", 32), int_field(cmd, "sysFlag", 0)
         t = self.broker.topic(topic)
         if t is None:
             return error(cmd, codes.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
