@@ -16,6 +16,7 @@ from protocols.remoting import admin_stats
 from protocols.remoting.admin_stats import StatsHandlers
 from protocols.remoting.bodies import check_heartbeat, check_lock_body
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
+from protocols.remoting.codec import encode_response
 from protocols.remoting.consumers import parse_subscription
 from protocols.remoting.messages import make_response
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
@@ -390,7 +391,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
 
 
 def make_pull_response(cmd, r):
-    """Return the answer to a pull with result C{r}: its code, remark and records."""
-    return make_response(cmd, r.code, remark=r.remark, body=r.body, ext_fields={
+    """Return the answer frame to a pull with result C{r}: its code, remark and records."""
+    return encode_response(cmd, r.code, {
         "suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_offset),
-        "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)})
+        "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}, r.body, r.remark)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from json.encoder import encode_basestring
 
 from protocols.remoting import codes
-from protocols.remoting.messages import RemotingCommand
+from protocols.remoting.messages import RemotingCommand, make_response
 from protocols.remoting.wire import (
     BINARY_HEADER_FIXED,
     DEFAULT_MAX_FRAME,
@@ -347,6 +347,41 @@ def encode(command: RemotingCommand) -> bytes:
         raise RemotingProtocolError(f"frame of {length} bytes does not fit the length prefix")
     word = (command.serialize_type << SERIALIZE_TYPE_SHIFT) | len(header)
     return b"".join((FRAME_PREFIX_STRUCT.pack(length, word), header, body))
+
+
+# What every answer of ours carries (messages.make_response): the response bit, and the
+# language and version our servers announce.
+_ANSWER_LANGUAGE = _LANGUAGE_JSON[codes.SERVER_LANGUAGE]
+_ANSWER_FLAG = codes.FLAG_RESPONSE
+_ANSWER_VERSION = codes.SERVER_VERSION
+_JSON_TYPE_WORD = codes.SERIALIZE_JSON << SERIALIZE_TYPE_SHIFT
+
+
+def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, str],
+                    body: bytes = b"", remark: str | None = None) -> bytes:
+    """Return the frame of C{make_response(request, code, remark, ext_fields, body)}, the
+    same bytes C{encode} gives it, without building the command (the answers of the
+    per-message requests). C{ext_fields} maps strings to strings."""
+    if request.serialize_type != codes.SERIALIZE_JSON:
+        return encode(make_response(request, code, remark, ext_fields, body))
+    try:
+        header = (_HEADER_TEMPLATE % (
+            code,
+            ',"extFields":{%s}' % ",".join(map(_COLON_JOIN, zip(
+                map(_json_str, ext_fields), map(_json_str, ext_fields.values())))) if ext_fields else "",
+            _ANSWER_FLAG,
+            _ANSWER_LANGUAGE,
+            request.opaque,
+            "" if remark is None else ',"remark":' + _json_str(remark),
+            _ANSWER_VERSION,
+        )).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise RemotingProtocolError(f"cannot encode JSON header: {exc}") from None
+    n = len(header)
+    length = WORD_SIZE + n + len(body)
+    if n > MAX_HEADER_LENGTH or length > 0xFFFFFFFF:
+        raise RemotingProtocolError(f"answer of {length} bytes does not fit its frame")
+    return b"".join((FRAME_PREFIX_STRUCT.pack(length, _JSON_TYPE_WORD | n), header, body))
 
 
 class FrameDecoder:

@@ -1,8 +1,8 @@
 """A remoting connection: frames in, handlers by request code, responses out.
 
 Shared by the nameserver, the broker and the broker's registration client. Requests are
-handled as they arrive; a handler returns a L{RemotingCommand}, a Deferred firing with
-one, or None (nothing to answer). Answers go out whenever they are ready: the remoting
+handled as they arrive; a handler returns a L{RemotingCommand} (or its encoded frame,
+bytes), a Deferred firing with one, or None (nothing to answer). Answers go out whenever they are ready: the remoting
 protocol matches them by opaque. Requests with the one-way bit are never answered.
 """
 
@@ -168,7 +168,7 @@ class RemotingProtocol(IdleWatch, Protocol):
     def _reply(self, response, cmd):
         if response is None or cmd.is_oneway() or self.closed:
             return
-        self._send(encode(response))
+        self._send(response if type(response) is bytes else encode(response))
 
     def unsupported(self, cmd):
         """Answer an unknown request code (spec 2.1)."""

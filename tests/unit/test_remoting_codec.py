@@ -16,6 +16,7 @@ from protocols.remoting.codec import (
     encode,
     encode_binary_header,
     encode_json_header,
+    encode_response,
 )
 from protocols.remoting.messages import RemotingCommand, make_response
 from protocols.remoting.props import (
@@ -275,6 +276,21 @@ def test_json_header_template_gives_json_dumps_bytes(command):
             encode_json_header(command)
     else:
         assert encode_json_header(command) == expected
+
+
+@given(commands(codes.SERIALIZE_JSON) | commands(codes.SERIALIZE_ROCKETMQ), int16,
+       st.dictionaries(any_text, any_text, max_size=6), st.none() | any_text, st.binary(max_size=300))
+@settings(max_examples=300)
+def test_encode_response_gives_the_bytes_of_the_response_command(asked, code, ext, remark, body):
+    """encode_response (the answers of SEND and PULL) is byte for byte the frame of
+    make_response's command, in either header layout, or refused alike."""
+    try:
+        expected = encode(make_response(asked, code, remark, ext, body))
+    except RemotingProtocolError:
+        with pytest.raises(RemotingProtocolError):
+            encode_response(asked, code, ext, body, remark)
+    else:
+        assert encode_response(asked, code, ext, body, remark) == expected
 
 
 def test_encode_rejects_unrepresentable_commands():
