@@ -26,6 +26,7 @@ Asserts nothing.
 
 import argparse
 import collections
+import json
 import os
 import shutil
 import socket
@@ -43,8 +44,7 @@ reactor = install(spin=0)
 from mqserver import tap  # noqa: E402
 from mqserver.frontdoor import front_doors  # noqa: E402
 from protocols.remoting import codes  # noqa: E402
-from protocols.remoting.codec import encode  # noqa: E402
-from protocols.remoting.messages import RemotingCommand  # noqa: E402
+from protocols.remoting.wire import pack_frame_prefix  # noqa: E402
 from protocols.smss import client_codec as cc  # noqa: E402
 
 BODY = b"x" * 200
@@ -156,21 +156,23 @@ def nsq_session(port):
 
 
 def remoting_request(code, ext, opaque=1, body=b""):
-    """Return a remoting request frame with a JSON header as the C++ client writes it."""
-    return encode(RemotingCommand(code=code, language="CPP", version=63, opaque=opaque,
-                                  remark="", ext_fields=ext, body=body))
+    """Return a remoting request frame with a JSON header as the C++ client writes it:
+    some extFields values are JSON numbers (as in vectors/rocketmq/cpp-client-sessions.log)."""
+    header = json.dumps({"code": code, "extFields": ext, "flag": 0, "language": "CPP",
+                         "opaque": opaque, "remark": "", "version": 63}).encode()
+    return pack_frame_prefix(codes.SERIALIZE_JSON, len(header), len(body)) + header + body
 
 
 RMQ_SIGN = {"AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "r2KscApgmp4mTbXF2/WzOmrUVqw="}
 RMQ_SEND = {**RMQ_SIGN, "batch": "0", "bornTimestamp": "1795267749004", "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": "4", "flag": "0", "producerGroup": "PID_COST",
+            "defaultTopicQueueNums": 4, "flag": 0, "producerGroup": "PID_COST",
             "properties": "TAGS\x01TagA\x02UNIQ_KEY\x010100007F0000799700000C47416F0100\x02"
                           "WAIT\x01true\x02",
-            "queueId": "0", "reconsumeTimes": "0", "sysFlag": "0", "topic": "cost",
+            "queueId": 0, "reconsumeTimes": "0", "sysFlag": 0, "topic": "cost",
             "unitMode": "0"}
-RMQ_PULL = {**RMQ_SIGN, "commitOffset": "0", "consumerGroup": "GID_COST", "maxMsgNums": "1",
-            "queueId": "0", "queueOffset": "0", "subVersion": "0", "subscription": "*",
-            "suspendTimeoutMillis": "20000", "sysFlag": "4", "topic": "cost"}
+RMQ_PULL = {**RMQ_SIGN, "commitOffset": "0", "consumerGroup": "GID_COST", "maxMsgNums": 1,
+            "queueId": 0, "queueOffset": "0", "subVersion": "0", "subscription": "*",
+            "suspendTimeoutMillis": "20000", "sysFlag": 4, "topic": "cost"}
 
 
 def rmqsend_session(port):
@@ -189,7 +191,7 @@ def rmqpull32_session(port):
     bench/rocketmq_bench.py's raw catch-up pipelines): the per-message share of a pull."""
     sock, send, reply = rmqsend_session(port)
     round_trips(sock, send, reply, PULL_BATCH)  # enough to pull, whichever row ran before
-    pull = remoting_request(codes.PULL_MESSAGE, {**RMQ_PULL, "maxMsgNums": str(PULL_BATCH)})
+    pull = remoting_request(codes.PULL_MESSAGE, {**RMQ_PULL, "maxMsgNums": PULL_BATCH})
     return sock, pull, RemotingReply(b'{"code":0,')
 
 

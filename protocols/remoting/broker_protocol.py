@@ -18,7 +18,6 @@ from protocols.remoting.bodies import check_heartbeat, check_lock_body
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
 from protocols.remoting.codec import encode_response
 from protocols.remoting.consumers import parse_subscription
-from protocols.remoting.messages import make_response
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
 from protocols.remoting.pulling import pull_once
 from protocols.remoting.sending import (
@@ -37,8 +36,8 @@ SUSPEND_DEFAULT_MS = 20000
 
 
 def sent(cmd, msg_ids, qid, queue_offset):
-    """Return the SUCCESS answer to a send: what 4.9 writes, in our key order."""
-    return make_response(cmd, codes.SUCCESS, ext_fields={
+    """Return the frame of the SUCCESS answer to a send: what 4.9 writes, in our key order."""
+    return encode_response(cmd, codes.SUCCESS, {
         "MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "msgId": msg_ids,
         "queueId": str(qid), "queueOffset": str(queue_offset)})
 

@@ -9,6 +9,8 @@ client reads) or the ROCKETMQ binary layout (type 1).  Every decoding failure ra
 import json
 import struct
 from collections.abc import Mapping
+from itertools import compress, repeat
+from operator import is_not
 from json.encoder import encode_basestring
 
 from protocols.remoting import codes
@@ -128,9 +130,9 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
     elif type(ext_fields) is not dict:
         raise RemotingProtocolError("extFields is not an object")
     elif not {*map(type, ext_fields.values())} <= _STR_ONLY:
-        # C++ sends some values as numbers (spec 1.3); a fresh dict from the decoder,
-        # so the usual all-string one is kept as it is.
-        ext_fields = _ext_fields_in(ext_fields)
+        # C++ sends some values as numbers (spec 1.3): a fresh dict from the decoder,
+        # so only those are converted, in place.
+        _ext_fields_in(ext_fields)
     return RemotingCommand(
         code,
         language if type(language) is str else str(language),
@@ -144,13 +146,20 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
     )
 
 
-def _ext_fields_in(raw_ext: dict) -> dict[str, str]:
-    ext_fields = {}
-    for key, value in raw_ext.items():
+def _ext_fields_in(ext_fields: dict) -> None:
+    """Make every value of the decoded C{ext_fields} a string, in place (see
+    L{ext_value_to_str}); null-valued entries go, as Java drops them."""
+    # the keys whose values are not strings, found without a Python loop over them all
+    for key in [*compress(ext_fields, map(is_not, map(type, ext_fields.values()), repeat(str)))]:
+        value = ext_fields[key]
+        if type(value) is int:  # the usual one (C++ numbers); not bool, a subclass
+            ext_fields[key] = str(value)
+            continue
         text = ext_value_to_str(value)
-        if text is not None:  # Java drops null-valued entries
+        if text is None:
+            del ext_fields[key]
+        else:
             ext_fields[key] = text
-    return ext_fields
 
 
 def _ext_fields_out(ext_fields: Mapping) -> dict[str, str]:

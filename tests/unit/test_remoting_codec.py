@@ -17,6 +17,7 @@ from protocols.remoting.codec import (
     encode_binary_header,
     encode_json_header,
     encode_response,
+    ext_value_to_str,
 )
 from protocols.remoting.messages import RemotingCommand, make_response
 from protocols.remoting.props import (
@@ -238,6 +239,20 @@ def test_json_decoding_tolerates_client_dialects():
     command = decode_payload(len(header).to_bytes(4, "big") + header + b"body")
     assert (command.code, command.opaque, command.language, command.remark, command.body) == (10, 3, "JAVA", None, b"body")
     assert command.ext_fields == {"a": "1", "b": "true", "d": "[1]", "p": "K\x01v\x02"}
+
+
+_json_value = st.none() | st.booleans() | st.integers() | text | st.floats(allow_nan=False) | st.lists(st.integers(), max_size=2)
+
+
+@given(st.dictionaries(text, _json_value, max_size=12))
+def test_json_ext_values_of_any_type_decode_as_java_reads_them(ext):
+    """Whatever mix of JSON types extFields holds (C++ sends some numbers), every value
+    is read as its string form, in the sender's key order, and nulls are dropped."""
+    header = json.dumps({"code": 11, "extFields": ext, "opaque": 1}).encode()
+    command = decode_payload(len(header).to_bytes(4, "big") + header)
+    expected = {k: ext_value_to_str(v) for k, v in ext.items() if v is not None}
+    assert command.ext_fields == expected
+    assert list(command.ext_fields) == list(expected)
 
 
 def test_json_control_characters_are_escaped():

@@ -14,7 +14,7 @@ from mqserver.store.format import RecordView, decode_properties
 from mqserver.store.store import MessageStore
 from protocols.remoting import codes
 from protocols.remoting.broker_door import BrokerDoor
-from protocols.remoting.codec import FrameDecoder, encode
+from protocols.remoting.codec import FrameDecoder, decode_frame, encode
 from protocols.remoting.messages import RemotingCommand
 
 
@@ -104,8 +104,9 @@ def test_durable_send_is_answered_without_a_deferred(door):
     """At flush level 0 the write is done when it returns: the handler answers at once
     (Broker.publish_now), with the same answer the Deferred path gave."""
     first = send(door, "Now")  # creates the topic
-    answer = door.conn.send(_send_command("Now", 7))
-    assert isinstance(answer, RemotingCommand)
+    frame = door.conn.send(_send_command("Now", 7))
+    assert isinstance(frame, bytes)  # the answer's frame, encoded at once
+    answer = decode_frame(frame)
     assert (answer.code, answer.opaque, answer.flag) == (codes.SUCCESS, 7, codes.FLAG_RESPONSE)
     assert list(answer.ext_fields) == ["MSG_REGION", "TRACE_ON", "msgId", "queueId", "queueOffset"]
     assert answer.ext_fields["queueId"] == "0" and answer.ext_fields["queueOffset"] == "1"
