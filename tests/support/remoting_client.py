@@ -26,11 +26,17 @@ class RemotingClient:
         self.sock.close()
 
     def send(self, code, ext=None, body=b"", flag=0):
+        opaque, frame = self.request_frame(code, ext, body, flag)
+        self.sock.sendall(frame)
+        return opaque
+
+    def request_frame(self, code, ext=None, body=b"", flag=0):
+        """Return (opaque, frame) of the next request, not sent (L{send_raw} sends many
+        at once)."""
         self.opaque += 1
         cmd = RemotingCommand(code=code, language=self.language, version=self.version, opaque=self.opaque,
                               flag=flag, ext_fields={k: str(v) for k, v in (ext or {}).items()}, body=body)
-        self.sock.sendall(encode(cmd))
-        return self.opaque
+        return self.opaque, encode(cmd)
 
     def send_raw(self, frame):
         self.sock.sendall(frame)
@@ -49,6 +55,13 @@ class RemotingClient:
             if not data:
                 raise ConnectionError("closed")
             self.inbox.extend(self.decoder.feed(data))
+
+    def received_responses(self):
+        """Return (and forget) the responses already received, without waiting."""
+        out = [c for c in self.inbox if c.is_response()]
+        if out:
+            self.inbox = [c for c in self.inbox if not c.is_response()]
+        return out
 
     def call(self, code, ext=None, body=b"", timeout=10.0):
         return self.recv(self.send(code, ext, body), timeout)
