@@ -38,6 +38,7 @@ _json_decode = json.JSONDecoder(strict=False).decode
 _json_str = encode_basestring
 _COLON_JOIN = ":".join
 _STR_ONLY = frozenset((str,))
+_INT_ONLY = {int}
 _MISSING = object()
 _LANGUAGE_JSON = {name: json.dumps(name) for name in codes.LANGUAGE_NAMES}
 # The JSON header a Java 4.9 server writes, keys in fastjson's (alphabetical) order;
@@ -150,11 +151,12 @@ def _ext_fields_in(ext_fields: dict) -> None:
     """Make every value of the decoded C{ext_fields} a string, in place (see
     L{ext_value_to_str}); null-valued entries go, as Java drops them."""
     # the keys whose values are not strings, found without a Python loop over them all
-    for key in [*compress(ext_fields, map(is_not, map(type, ext_fields.values()), repeat(str)))]:
-        value = ext_fields[key]
-        if type(value) is int:  # the usual one (C++ numbers); not bool, a subclass
-            ext_fields[key] = str(value)
-            continue
+    keys = [*compress(ext_fields, map(is_not, map(type, ext_fields.values()), repeat(str)))]
+    values = [*map(ext_fields.__getitem__, keys)]
+    if {*map(type, values)} == _INT_ONLY:  # the usual case: C++ numbers (not bools)
+        ext_fields.update(zip(keys, map(str, values)))
+        return
+    for key, value in zip(keys, values):
         text = ext_value_to_str(value)
         if text is None:
             del ext_fields[key]
