@@ -192,20 +192,27 @@ def encode_json_header(command: RemotingCommand) -> bytes:
             and type(ext) is dict and {*map(type, ext), *map(type, ext.values())} <= _STR_ONLY):
         # The usual answer: ints and strings only, written straight from a template
         # (the same bytes json.dumps gives for the dict the general path builds).
-        try:
-            return (_HEADER_TEMPLATE % (
-                code,
-                ',"extFields":{%s}' % ",".join(map(_COLON_JOIN, zip(
-                    map(_json_str, ext), map(_json_str, ext.values())))) if ext else "",
-                flag,
-                _LANGUAGE_JSON.get(language) or _json_str(language),
-                opaque,
-                "" if remark is None else ',"remark":' + _json_str(remark),
-                version,
-            )).encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            raise RemotingProtocolError(f"cannot encode JSON header: {exc}") from None
+        return _templated_header(code, ext, flag, _LANGUAGE_JSON.get(language) or _json_str(language),
+                                 opaque, remark, version)
     return _encode_json_header_slow(command)
+
+
+def _templated_header(code, ext, flag, language_json, opaque, remark, version):
+    """Return L{_HEADER_TEMPLATE} filled: ints, a str-to-str C{ext}, the language already
+    a JSON string, C{remark} a str or None."""
+    try:
+        return (_HEADER_TEMPLATE % (
+            code,
+            ',"extFields":{%s}' % ",".join(map(_COLON_JOIN, zip(
+                map(_json_str, ext), map(_json_str, ext.values())))) if ext else "",
+            flag,
+            language_json,
+            opaque,
+            "" if remark is None else ',"remark":' + _json_str(remark),
+            version,
+        )).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise RemotingProtocolError(f"cannot encode JSON header: {exc}") from None
 
 
 def _encode_json_header_slow(command: RemotingCommand) -> bytes:
@@ -375,19 +382,8 @@ def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, s
     per-message requests). C{ext_fields} maps strings to strings."""
     if request.serialize_type != codes.SERIALIZE_JSON:
         return encode(make_response(request, code, remark, ext_fields, body))
-    try:
-        header = (_HEADER_TEMPLATE % (
-            code,
-            ',"extFields":{%s}' % ",".join(map(_COLON_JOIN, zip(
-                map(_json_str, ext_fields), map(_json_str, ext_fields.values())))) if ext_fields else "",
-            _ANSWER_FLAG,
-            _ANSWER_LANGUAGE,
-            request.opaque,
-            "" if remark is None else ',"remark":' + _json_str(remark),
-            _ANSWER_VERSION,
-        )).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise RemotingProtocolError(f"cannot encode JSON header: {exc}") from None
+    header = _templated_header(code, ext_fields, _ANSWER_FLAG, _ANSWER_LANGUAGE, request.opaque,
+                               remark, _ANSWER_VERSION)
     n = len(header)
     length = WORD_SIZE + n + len(body)
     if n > MAX_HEADER_LENGTH or length > 0xFFFFFFFF:
