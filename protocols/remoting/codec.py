@@ -33,7 +33,11 @@ _LENGTH_SIZE = LENGTH_STRUCT.size
 _JSON_TYPE_NAME = codes.SERIALIZE_TYPE_NAMES[codes.SERIALIZE_JSON]
 _OTHER_LANGUAGE_CODE = codes.LANGUAGE_CODES[codes.LANGUAGE_OTHER]
 # One decoder for every header: json.loads(..., strict=False) would build one per call.
-_json_decode = json.JSONDecoder(strict=False).decode
+_JSON_DECODER = json.JSONDecoder(strict=False)
+_json_decode = _JSON_DECODER.decode
+_json_scan = _JSON_DECODER.scan_once
+#: What JSON counts as whitespace around a value (json.decoder.WHITESPACE).
+_JSON_SPACE = " \t\n\r"
 #: A JSON string as json.dumps(..., ensure_ascii=False) writes it (the very function).
 _json_str = encode_basestring
 _COLON_JOIN = ":".join
@@ -104,7 +108,14 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
     non-string extFields values (stringified with ``ext_value_to_str``).
     """
     try:
-        obj = _json_decode(str(header, "utf-8"))
+        text = str(header, "utf-8")
+        try:
+            # the scanner decode() runs, called directly: a header is one JSON value
+            obj, end = _json_scan(text, 0)
+        except StopIteration:
+            obj = end = None  # leading whitespace, or nothing: decode() says which
+        if end != len(text) and (end is None or text[end:].strip(_JSON_SPACE)):
+            obj = _json_decode(text)  # what is around the value: decode() judges it
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RemotingProtocolError(f"undecodable JSON header: {exc}") from None
     except RecursionError:

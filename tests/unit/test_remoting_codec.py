@@ -255,6 +255,27 @@ def test_json_ext_values_of_any_type_decode_as_java_reads_them(ext):
     assert list(command.ext_fields) == list(expected)
 
 
+@settings(max_examples=300)
+@given(st.sampled_from(["", " ", "\n", "\t\r\n ", "x", "\u00a0"]),
+       st.sampled_from(['{"code":11,"opaque":2}', '{"code":11', '[1]', '"s"', '', '{}{}']),
+       st.sampled_from(["", "\n", " \t", "x", "{}", " ,", "\u00a0", "\x00"]))
+def test_json_header_accepts_what_json_decode_accepts(before, value, after):
+    """The header is read with the JSON scanner directly: it accepts and refuses exactly
+    what json's decode() (strict=False) does with any text around the value."""
+    text = before + value + after
+    try:
+        obj = json.JSONDecoder(strict=False).decode(text)
+    except json.JSONDecodeError:
+        obj = None
+    header = text.encode()
+    frame = (len(header) + 4).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+    if type(obj) is dict and "code" in obj:
+        assert decode_frame(frame).code == obj["code"]
+    else:
+        with pytest.raises(RemotingProtocolError):
+            decode_frame(frame)
+
+
 def test_json_control_characters_are_escaped():
     """Property separators are written as \\u0001/\\u0002 escapes, like jsoncpp and fastjson do."""
     command = RemotingCommand(code=10, ext_fields={"properties": "TAGS\x01TagA\x02"})
