@@ -50,11 +50,18 @@ class LazyModule(types.ModuleType):
     """A module whose code runs at the first lookup of an attribute it lacks."""
 
     def __getattr__(self, name):
+        self._run()
+        return types.ModuleType.__getattribute__(self, name)
+
+    def __dir__(self):
+        self._run()
+        return types.ModuleType.__dir__(self)
+
+    def _run(self):
         with _lock:
             spec = _pending.pop(self.__name__, None)
             if spec is not None:
                 _load(self, spec)
-        return types.ModuleType.__getattribute__(self, name)
 
 
 def _load(module, spec):

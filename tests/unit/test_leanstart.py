@@ -70,6 +70,7 @@ def test_deferred_modules_work_at_first_use():
         assert isinstance(ssl.create_default_context(), SSLContext)
         assert asyncio.sslproto.ssl is ssl and asyncio.base_events.ssl is ssl
         assert asyncio.sslproto.SSLProtocol.__module__ == 'asyncio.sslproto'
+        assert 'CookieJar' in dir(cookiejar)  # dir() runs the module too
         assert len(cookiejar.CookieJar()) == 0
         assert issubclass(pdb.Pdb, __import__('bdb').Bdb)
         for name, module in held.items():
