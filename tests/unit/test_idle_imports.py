@@ -146,3 +146,33 @@ def test_msgout_door_loads_no_http_client_until_a_push():
         "assert 'twisted.web.client' in sys.modules\n"
         "svc.stopService()\n"
     )
+
+
+def test_metrics_and_admin_doors_load_at_their_first_connection():
+    """A started broker with the metrics and admin doors listening has imported neither
+    door nor twisted.web.server nor prometheus_client (about 12 MB resident); the first
+    connection to a door builds its site."""
+    _run(
+        "import sys, tempfile\n"
+        "from mqserver import tap\n"
+        "from twisted.internet.address import IPv4Address\n"
+        "from tests.support.server import _door_names\n"
+        "on = ('metrics', 'admin')\n"
+        "args = ['--data', tempfile.mkdtemp()]\n"
+        "for name in _door_names():\n"
+        "    args += ['--listen', f'{name}=' + ('tcp:0:interface=127.0.0.1' if name in on else 'off')]\n"
+        "o = tap.Options()\n"
+        "o.parseOptions(args)\n"
+        "svc = tap.makeService(o)\n"
+        "svc.privilegedStartService()\n"
+        "svc.startService()\n"
+        "heavy = ('twisted.web.server', 'prometheus_client', 'protocols.metrics.door',\n"
+        "         'protocols.admin.door')\n"
+        "loaded = [m for m in heavy if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "listener = svc.getServiceNamed('listen-metrics')\n"
+        "p = listener.factory.buildProtocol(IPv4Address('TCP', '127.0.0.1', 1))\n"
+        "assert type(listener.factory.factory).__name__ == 'MetricsSite', listener.factory.factory\n"
+        "assert 'prometheus_client' in sys.modules and 'protocols.admin.door' not in sys.modules\n"
+        "svc.stopService()\n"
+    )

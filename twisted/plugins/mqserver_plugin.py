@@ -54,7 +54,9 @@ msgout = FrontDoor("msgout", "protocols.msgout.http", "tcp:8280:interface=127.0.
                    order=40, config="protocols.msgout.config")
 console = FrontDoor("console", "protocols.console.factory", "tcp:12300:interface=127.0.0.1",
                     order=41, config="protocols.console.config")
+# built at their first connection: twisted.web and prometheus_client are about 12 MB
+# resident an idle broker does not use (mqserver.frontdoor.FirstUseFactory)
 metrics = FrontDoor("metrics", "protocols.metrics.door", "tcp:9464:interface=127.0.0.1",
-                    order=90, config="protocols.metrics.config")
+                    order=90, config="protocols.metrics.config", first_use="MetricsSite")
 admin = FrontDoor("admin", "protocols.admin.door", "tcp:9465:interface=127.0.0.1",
-                  order=91, config="protocols.admin.config")
+                  order=91, config="protocols.admin.config", first_use="AdminSite")
