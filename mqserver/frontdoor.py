@@ -74,17 +74,31 @@ class FirstUseFactory:
 
     Listening ports log it as C{log_prefix} (the real factory's class name, as they log
     a factory without one), and it passes C{doStart}/C{doStop} on once the factory exists,
-    so the factory sees as many starts as the ports listening for it.
+    so the factory sees as many starts as the ports listening for it. C{services} are
+    the door's services to run from start-up (L{mqserver.service.BrokerService.
+    add_door_services}), which its factory would otherwise give, and C{listening} what
+    learns the port once bound (L{mqserver.service.ListenerService}).
     """
 
-    def __init__(self, build, log_prefix):
+    def __init__(self, build, log_prefix, services=(), listening=None):
         self._build = build
         self._log_prefix = log_prefix
+        self._services = list(services)
+        self._listening = listening
         self._ports = 0
         self.factory = None
 
     def logPrefix(self):
         return self._log_prefix
+
+    def services(self):
+        return self._services
+
+    def listening(self, port):
+        """The listener is bound: C{listening(port)} given at creation learns it (what
+        the door's factory would have)."""
+        if self._listening is not None:
+            self._listening(port)
 
     def doStart(self):
         self._ports += 1

@@ -185,3 +185,10 @@ class PushManager:
         if self.pool is not None:
             pool, self.pool = self.pool, None  # a restart makes a new one, as before
             return pool.closeCachedConnections()
+
+
+def push_manager(broker, config, reactor):
+    """The L{PushManager} of C{broker}'s msgout door, as C{config} sets it."""
+    return PushManager(broker.queues, reactor,
+                       timeout=config["msgout.pushTimeoutMs"] / 1000.0,
+                       max_backoff=config["msgout.pushMaxBackoffMs"] / 1000.0)

@@ -77,3 +77,14 @@ def test_front_door_defers_only_when_asked_and_checks_its_module_at_start():
 
 def make_factory(broker, config, reactor):  # the door module of the test above
     return Counting()
+
+
+def test_services_and_listening_are_there_from_the_start():
+    """A door's services run from start-up and its port is learnt when bound, before
+    any connection builds the factory."""
+    ports = []
+    f = FirstUseFactory(Counting, "XSite", services=["svc"], listening=ports.append)
+    assert f.services() == ["svc"]
+    f.listening("port")
+    assert ports == ["port"] and f.factory is None
+    FirstUseFactory(Counting, "YSite").listening("port")  # nothing to tell: no error
