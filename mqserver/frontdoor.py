@@ -9,6 +9,7 @@ loaded only when the front door is enabled, so imports still point one way
 import importlib.util
 
 from twisted.internet.interfaces import ILoggingContext, IProtocolFactory
+from twisted.logger import Logger
 from twisted.plugin import IPlugin, getPlugins
 from twisted.python.reflect import namedAny
 from zope.interface import Attribute, Interface, implementer
@@ -66,6 +67,8 @@ class FrontDoor:
         stream)."""
         return namedAny(self.follower + ".make_follower")(broker, config, reactor)
 
+log = Logger()
+
 
 @implementer(IProtocolFactory, ILoggingContext)
 class FirstUseFactory:
@@ -112,7 +115,14 @@ class FirstUseFactory:
 
     def buildProtocol(self, addr):
         if self.factory is None:
-            factory = self._build()
+            try:
+                factory = self._build()
+            except Exception:
+                # refuse this connection, keep listening, try again at the next one (an
+                # error out of buildProtocol would close the listening port)
+                log.failure("front door {door}: its factory could not be built",
+                            door=self._log_prefix)
+                return None
             for _ in range(self._ports):
                 factory.doStart()
             self.factory = factory

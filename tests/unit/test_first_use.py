@@ -88,3 +88,31 @@ def test_services_and_listening_are_there_from_the_start():
     f.listening("port")
     assert ports == ["port"] and f.factory is None
     FirstUseFactory(Counting, "YSite").listening("port")  # nothing to tell: no error
+
+
+def test_a_factory_that_cannot_be_built_refuses_the_connection_and_is_retried():
+    """When building fails, the connection is refused (None: the port closes that socket
+    and keeps listening) and the error logged; the next connection tries again."""
+    from twisted.logger import globalLogPublisher
+
+    attempts = []
+
+    def build():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("not this time")
+        return Counting()
+
+    events = []
+    globalLogPublisher.addObserver(events.append)
+    try:
+        f = FirstUseFactory(build, "FlakySite")
+        f.doStart()
+        assert f.buildProtocol(ADDR) is None and f.factory is None
+        p = f.buildProtocol(ADDR)
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+    assert p is not None and len(attempts) == 2 and f.factory.numPorts == 1
+    failures = [e for e in events if e.get("log_failure") is not None]
+    assert len(failures) == 1 and failures[0]["door"] == "FlakySite"
+    assert failures[0]["log_failure"].check(RuntimeError)
