@@ -14,6 +14,8 @@ from twisted.plugin import IPlugin, getPlugins
 from twisted.python.reflect import namedAny
 from zope.interface import Attribute, Interface, implementer
 
+log = Logger()
+
 
 class IFrontDoor(Interface):
     """A wire protocol the broker can listen for."""
@@ -66,8 +68,6 @@ class FrontDoor:
         """Return the service following a master (this door speaks the replication
         stream)."""
         return namedAny(self.follower + ".make_follower")(broker, config, reactor)
-
-log = Logger()
 
 
 @implementer(IProtocolFactory, ILoggingContext)
