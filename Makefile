@@ -33,7 +33,7 @@ java:
 
 # The broker on the defaults: data in ./data, smss on 127.0.0.1:12301.
 run: $(STAMP) java
-	PYTHONPATH=$(CURDIR) $(VENV)/bin/twistd -n --pidfile= mqserver $(ARGS)
+	PYTHONPATH=$(CURDIR) $(PY) -m mqserver -n --pidfile= mqserver $(ARGS)
 
 test: $(STAMP) java
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest tests -q -p no:cacheprovider

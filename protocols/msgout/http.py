@@ -13,7 +13,7 @@ from mqserver.security import BearerTokenResource, bearer_authorized
 from mqserver.service import HookService
 
 from protocols.msgout.api import ApiError, Messages, MsgoutApi, dumps, split_path, status_of
-from protocols.msgout.push import PushManager
+from protocols.msgout.push import push_manager
 
 _JSON_TYPE = b"application/json; charset=utf-8"
 
@@ -193,12 +193,12 @@ class MsgoutSite(server.Site):
         return [HookService(self.pushes.start, self.pushes.stop, "msgout-pushes")]
 
 
-def make_factory(broker, config, reactor):
-    """Return the msgout HTTP site over C{broker}."""
+def make_factory(broker, config, reactor, pushes=None):
+    """Return the msgout HTTP site over C{broker} (with C{pushes}, or a new push
+    manager)."""
     api = MsgoutApi(broker, reactor, max_body=config["msgout.maxBodySize"],
                     max_fetch=config["msgout.maxFetch"],
                     max_wait_ms=config["msgout.maxWaitMs"])
-    pushes = PushManager(broker.queues, reactor,
-                         timeout=config["msgout.pushTimeoutMs"] / 1000.0,
-                         max_backoff=config["msgout.pushMaxBackoffMs"] / 1000.0)
+    if pushes is None:
+        pushes = push_manager(broker, config, reactor)
     return MsgoutSite(api, pushes, token=config["msgout.token"])

@@ -9,10 +9,8 @@ So delivery is at least once, and an ordered queue (one message in flight) keeps
 order.
 """
 
-import treq
 from twisted.internet import defer
 from twisted.logger import Logger
-from twisted.web.client import HTTPConnectionPool
 
 from protocols.msgout.api import Messages
 
@@ -20,6 +18,15 @@ _HEADERS = {b"Content-Type": [b"application/json; charset=utf-8"]}
 FIRST_BACKOFF = 0.1
 #: Batches a subscription of an unordered queue may have in flight at once.
 PARALLEL = 4
+
+
+def _treq():
+    """treq, imported by the first push: it imports C{twisted.web.client}, which imports
+    C{twisted.internet.endpoints} and with it the TLS stack (about 13 MB resident) that
+    a msgout door without push subscriptions never uses."""
+    import treq
+
+    return treq
 
 
 class PushRunner:
@@ -55,8 +62,8 @@ class PushRunner:
         body = Messages(deliveries, queue=s.queue, sub_id=s.sub_id).json()
         receipts = [d.receipt for d in deliveries if d.receipt]
         m = self.manager
-        d = treq.post(s.url, data=body, headers=_HEADERS, pool=m.pool, timeout=m.timeout,
-                      reactor=m.reactor)
+        d = _treq().post(s.url, data=body, headers=_HEADERS, pool=m.connection_pool(),
+                         timeout=m.timeout, reactor=m.reactor)
         self._posts.add(d)
         d.addBoth(self._forget, d)
         d.addCallback(self._answered)
@@ -69,7 +76,7 @@ class PushRunner:
 
     @staticmethod
     def _answered(resp):
-        d = treq.content(resp)  # read it whole so the connection goes back to the pool
+        d = _treq().content(resp)  # read it whole so the connection goes back to the pool
         if 200 <= resp.code < 300:
             return d
         return d.addCallback(lambda _: defer.fail(RuntimeError(f"HTTP {resp.code}")))
@@ -123,7 +130,8 @@ class PushRunner:
 class PushManager:
     """Runs every push subscription of a L{QueueService} while the msgout door is up.
 
-    @ivar pool: the treq connection pool (persistent connections).
+    @ivar pool: the treq connection pool (persistent connections), made by the first
+        push (L{connection_pool}), or C{None}.
     """
 
     log = Logger()
@@ -137,12 +145,19 @@ class PushManager:
 
     def start(self):
         """Start the stored subscriptions and every one made from now on."""
-        self.pool = HTTPConnectionPool(self.reactor, persistent=True)
-        self.pool.maxPersistentPerHost = 4
-        self.pool.retryAutomatically = False
         self.queues.push_runner = self.run
         for s in list(self.queues.subscriptions.values()):
             self.run(s)
+
+    def connection_pool(self):
+        """The pool the pushes share, made at the first call (see L{_treq})."""
+        if self.pool is None:
+            from twisted.web.client import HTTPConnectionPool
+
+            self.pool = HTTPConnectionPool(self.reactor, persistent=True)
+            self.pool.maxPersistentPerHost = 4
+            self.pool.retryAutomatically = False
+        return self.pool
 
     def run(self, sub):
         """Start pushing C{sub}."""
@@ -168,4 +183,12 @@ class PushManager:
             if s.runner is not None:
                 s.runner.stop()
         if self.pool is not None:
-            return self.pool.closeCachedConnections()
+            pool, self.pool = self.pool, None  # a restart makes a new one, as before
+            return pool.closeCachedConnections()
+
+
+def push_manager(broker, config, reactor):
+    """The L{PushManager} of C{broker}'s msgout door, as C{config} sets it."""
+    return PushManager(broker.queues, reactor,
+                       timeout=config["msgout.pushTimeoutMs"] / 1000.0,
+                       max_backoff=config["msgout.pushMaxBackoffMs"] / 1000.0)

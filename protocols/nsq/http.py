@@ -14,7 +14,6 @@ from mqserver.store.store import Message
 
 from protocols.nsq.codec import is_valid_name, is_valid_topic
 from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, result_body
-from protocols.nsq.node import get_node
 from protocols.nsq.stats import stats_json, stats_text
 from protocols.nsq.version import VERSION
 from protocols.nsq.wire import U32
@@ -312,10 +311,3 @@ class NsqdHttpSite(server.Site):
     def listening(self, port):
         """The listener is bound (called by the broker's service tree)."""
         self.node.http_port = port.getHost().port
-
-
-def make_factory(broker, config, reactor):
-    """Return the nsqd HTTP site of C{broker}'s shared node."""
-    node = get_node(broker, config, reactor)
-    node.http_tls = (getattr(config, "listen", {}).get("nsqd_http") or "").startswith("ssl:")
-    return NsqdHttpSite(node, config["nsq.httpIdleTimeout"] / 1000.0)

@@ -26,6 +26,16 @@ def terminate(proc, log=None):
         log.close()
 
 
+def twistd_command(root=None):
+    """The command starting twistd from source tree C{root} (default L{ROOT}):
+    C{python -m mqserver}, twistd with the lean start-up of the broker's own C{make run}
+    (mqserver/leanstart.py), or, for a tree from before it (benchmarks compare trees),
+    twistd as its script starts."""
+    if os.path.exists(os.path.join(root or ROOT, "mqserver", "__main__.py")):
+        return [sys.executable, "-m", "mqserver"]
+    return [sys.executable, "-c", "from twisted.scripts.twistd import run; run()"]
+
+
 def _door_names():
     from mqserver.frontdoor import front_doors
 
@@ -88,8 +98,8 @@ class ServerProcess:
         self._log = open(self.log_path, "ab")
         self._log_start = os.path.getsize(self.log_path)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from twisted.scripts.twistd import run; run()",
-             "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path, *self.extra_args],
+            [*twistd_command(), "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path,
+             *self.extra_args],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
 

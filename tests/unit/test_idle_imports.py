@@ -117,3 +117,68 @@ def test_deferred_tls_fallback_puts_the_real_modules_back():
         "assert _newtls.TLSMemoryBIOFactory is tls.TLSMemoryBIOFactory\n"
         "assert not isinstance(sys.modules['twisted.protocols.tls'], lazytls._StandIn)\n"
     )
+
+
+def test_msgout_door_loads_no_http_client_until_a_push():
+    """A started msgout door without push subscriptions imports neither treq nor
+    twisted.web.client (which import twisted.internet.endpoints and the TLS stack, about
+    13 MB resident); its push manager makes the connection pool at the first push."""
+    _run(
+        "import sys, tempfile\n"
+        "from mqserver import tap\n"
+        "from tests.support.server import _door_names\n"
+        "args = ['--data', tempfile.mkdtemp()]\n"
+        "for name in _door_names():\n"
+        "    args += ['--listen', f'{name}=' + ('tcp:0:interface=127.0.0.1' if name == 'msgout' else 'off')]\n"
+        "o = tap.Options()\n"
+        "o.parseOptions(args)\n"
+        "svc = tap.makeService(o)\n"
+        "svc.privilegedStartService()\n"
+        "svc.startService()\n"
+        "loaded = [m for m in ('treq', 'twisted.web.client', 'twisted.internet.endpoints',\n"
+        "          'OpenSSL', 'cryptography') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "from protocols.msgout.push import PushManager\n"
+        "from twisted.internet import reactor\n"
+        "pushes = PushManager(None, reactor)\n"
+        "pool = pushes.connection_pool()\n"
+        "assert pushes.connection_pool() is pool and pool.maxPersistentPerHost == 4\n"
+        "assert 'twisted.web.client' in sys.modules\n"
+        "svc.stopService()\n"
+    )
+
+
+def test_http_doors_load_at_their_first_connection():
+    """A started broker with every HTTP door listening (nsqd and lookupd HTTP, msgout,
+    metrics, admin) has imported neither those doors' sites nor twisted.web.server nor
+    prometheus_client (about 12 MB resident), yet what they do at start is done: the
+    NSQ node knows its HTTP port, msgout's push service runs. The first connection to a
+    door builds its site."""
+    _run(
+        "import sys, tempfile\n"
+        "from mqserver import tap\n"
+        "from twisted.internet.address import IPv4Address\n"
+        "from tests.support.server import _door_names\n"
+        "on = ('nsqd_http', 'lookupd_http', 'msgout', 'metrics', 'admin')\n"
+        "args = ['--data', tempfile.mkdtemp()]\n"
+        "for name in _door_names():\n"
+        "    args += ['--listen', f'{name}=' + ('tcp:0:interface=127.0.0.1' if name in on else 'off')]\n"
+        "o = tap.Options()\n"
+        "o.parseOptions(args)\n"
+        "svc = tap.makeService(o)\n"
+        "svc.privilegedStartService()\n"
+        "svc.startService()\n"
+        "heavy = ('twisted.web.server', 'prometheus_client', 'protocols.metrics.door',\n"
+        "         'protocols.admin.door', 'protocols.nsq.http', 'protocols.nsq.lookupd_http',\n"
+        "         'protocols.msgout.http')\n"
+        "loaded = [m for m in heavy if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "node = svc.storage.broker.extensions['nsq']\n"
+        "http = svc.getServiceNamed('listen-nsqd_http')\n"
+        "assert node.http_port == http.port.getHost().port and node.http_tls is False\n"
+        "assert svc.getServiceNamed('msgout-pushes').running\n"
+        "p = svc.getServiceNamed('listen-metrics').factory.buildProtocol(IPv4Address('TCP', '127.0.0.1', 1))\n"
+        "assert type(svc.getServiceNamed('listen-metrics').factory.factory).__name__ == 'MetricsSite'\n"
+        "assert 'prometheus_client' in sys.modules and 'protocols.admin.door' not in sys.modules\n"
+        "svc.stopService()\n"
+    )

@@ -43,18 +43,21 @@ mqlookupd = ServiceMaker(
 _NSQ_KEYS = "protocols.nsq.config"
 nsqd_tcp = FrontDoor("nsqd_tcp", "protocols.nsq.factory", "tcp:4150:interface=127.0.0.1",
                      order=30, config=_NSQ_KEYS)
-nsqd_http = FrontDoor("nsqd_http", "protocols.nsq.http", "tcp:4151:interface=127.0.0.1",
+nsqd_http = FrontDoor("nsqd_http", "protocols.nsq.http_door", "tcp:4151:interface=127.0.0.1",
                       order=31, config=_NSQ_KEYS)
 lookupd_tcp = FrontDoor("lookupd_tcp", "protocols.nsq.lookupd", "tcp:4160:interface=127.0.0.1",
                         order=32, config=_NSQ_KEYS)
-lookupd_http = FrontDoor("lookupd_http", "protocols.nsq.lookupd_http",
+lookupd_http = FrontDoor("lookupd_http", "protocols.nsq.lookupd_http_door",
                          "tcp:4161:interface=127.0.0.1", order=33, config=_NSQ_KEYS)
 
-msgout = FrontDoor("msgout", "protocols.msgout.http", "tcp:8280:interface=127.0.0.1",
+msgout = FrontDoor("msgout", "protocols.msgout.door", "tcp:8280:interface=127.0.0.1",
                    order=40, config="protocols.msgout.config")
 console = FrontDoor("console", "protocols.console.factory", "tcp:12300:interface=127.0.0.1",
                     order=41, config="protocols.console.config")
+# built at their first connection: twisted.web and prometheus_client are about 12 MB
+# resident an idle broker does not use (mqserver.frontdoor.FirstUseFactory; the NSQ
+# HTTP and msgout doors' own door modules do the same for their sites)
 metrics = FrontDoor("metrics", "protocols.metrics.door", "tcp:9464:interface=127.0.0.1",
-                    order=90, config="protocols.metrics.config")
+                    order=90, config="protocols.metrics.config", first_use="MetricsSite")
 admin = FrontDoor("admin", "protocols.admin.door", "tcp:9465:interface=127.0.0.1",
-                  order=91, config="protocols.admin.config")
+                  order=91, config="protocols.admin.config", first_use="AdminSite")

@@ -1,0 +1,19 @@
+"""The embedded lookupd's HTTP front door as twistd starts it: the shared NSQ node is
+made at start, and the site (L{protocols.nsq.lookupd_http}: twisted.web, several MB
+resident) is imported and built at the door's first connection
+(L{mqserver.frontdoor.FirstUseFactory})."""
+
+from mqserver.frontdoor import FirstUseFactory
+from protocols.nsq.node import get_node
+
+
+def make_factory(broker, config, reactor):
+    """The lookupd HTTP door's factory: its site is built at its first connection."""
+    get_node(broker, config, reactor)
+
+    def build():
+        from protocols.nsq import lookupd_http
+
+        return lookupd_http.make_factory(broker, config, reactor)
+
+    return FirstUseFactory(build, "LookupdHttpSite")
