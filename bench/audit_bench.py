@@ -78,7 +78,9 @@ class TreeCpu:
             try:
                 t = p.cpu_times()
                 key = (p.pid, p.create_time())
-                if key not in self.kind:
+                if self.kind.get(key) != "jvm":
+                    # spark-submit is a shell script that execs the JVM in the same
+                    # process: what a process is can change after it is first seen.
                     self.kind[key] = _kind(p)
                 self.seen[key] = t.user + t.system  # children are sampled themselves
             except psutil.Error:

@@ -80,6 +80,13 @@ def parse_args(argv):
 
 #: JVM option: exit on the first OutOfMemoryError rather than run on with a dead thread.
 OOM_EXIT = "-XX:+ExitOnOutOfMemoryError"
+#: JVM option: compile with the quick C1 compiler only. The audit's JVM runs some sixty
+#: short Spark jobs over small tables and exits; the optimising C2 compiler spent about
+#: 22 of its 48 CPU seconds on a 0.5 GiB log (bench/audit_bench.py), and its code
+#: never paid that back before the job ended (docs/audit.md, "Memory and speed").
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+#: The options of the JVMs the audit starts, unless the user gave their own.
+JAVA_OPTIONS = f"{OOM_EXIT} {QUICK_JIT}"
 #: How long stopping Spark may take after a failure before the process exits anyway.
 STOP_TIMEOUT_S = 60
 
@@ -98,9 +105,9 @@ def build_session(args):
         b = b.master(args.master or "local[*]").config("spark.driver.memory", args.driver_memory)
         # A JVM out of heap may leave a thread dead and the job waiting forever; end
         # the JVM instead, so the driver sees the failure and exits with 2.
-        b = b.config("spark.driver.extraJavaOptions", OOM_EXIT)
+        b = b.config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
     if not conf.contains("spark.executor.extraJavaOptions"):
-        b = b.config("spark.executor.extraJavaOptions", OOM_EXIT)
+        b = b.config("spark.executor.extraJavaOptions", JAVA_OPTIONS)
     if not conf.contains("spark.ui.showConsoleProgress"):
         b = b.config("spark.ui.showConsoleProgress", "true" if console_progress(args) else "false")
     for item in args.conf:  # after the defaults above: the user's --conf wins

@@ -91,17 +91,21 @@ class Reader:
             self.file = filesystem.open_input_file(path)
 
     def read_at(self, offset, n):
-        """Return up to C{n} bytes at C{offset}."""
+        """Return up to C{n} bytes at C{offset}: a C{bytearray} for local files, read in
+        place (a range is tens of MiB: reading into one buffer, rather than joining
+        C{pread} results and copying them into the scan's buffer, saves two copies)."""
         if self.fd is not None:
-            parts = []
-            while n > 0:
-                b = os.pread(self.fd, n, offset)
-                if not b:
-                    break
-                parts.append(b)
-                n -= len(b)
-                offset += len(b)
-            return b"".join(parts)
+            buf = bytearray(n)
+            got = 0
+            with memoryview(buf) as view:
+                while got < n:
+                    k = os.preadv(self.fd, [view[got:]], offset + got)
+                    if not k:
+                        break
+                    got += k
+            if got < n:
+                del buf[got:]
+            return buf
         return self.file.read_at(n, offset)
 
     def read_all(self):

@@ -49,7 +49,9 @@ class Chunk:
         self.seg_start = seg_start
         self.length = length
         self.lo = lo
-        self.buf = bytearray(read_at(lo, hi - lo)) if hi > lo else bytearray()
+        data = read_at(lo, hi - lo) if hi > lo else bytearray()
+        # A bytearray is taken as it is (L{spark.audit.ranges.Reader} reads into one).
+        self.buf = data if type(data) is bytearray else bytearray(data)
 
     @property
     def hi(self):

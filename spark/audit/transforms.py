@@ -425,8 +425,7 @@ def queue_stats_from_parts(items):
         F.sum("n_level").alias("delay_level_messages"),
         F.sum("n_delay").alias("delayed_fired"),
     )
-    minutes = F.greatest(F.lit(1.0), (F.col("last_store_ts") - F.col("first_store_ts")) / 60000.0)
-    return out.withColumn("per_minute", F.round(F.col("messages") / minutes, 3))
+    return with_per_minute(out)
 
 
 def throughput_from_parts(items):

@@ -174,3 +174,62 @@ def swap_cq_entries(data, topic, a, b):
         f.write(eb)
         f.seek(b * 20)
         f.write(ea)
+
+
+def nth_record(path, n):
+    """The file position of the C{n}th record (from 0) of the segment file C{path}."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    pos = 0
+    for _ in range(n):
+        pos += int.from_bytes(buf[pos : pos + 4], "big")
+    return pos
+
+
+def damage(data, kind):
+    """Damage the copy C{data} of a broker directory in the way named C{kind} (one of
+    L{DAMAGES}, or C{"all"}: crc, relabel, cq and torn together; C{"others"}: cq_torn,
+    rewrite and corrupt together; C{"none"}: leave it sound)."""
+    second = segments(data)[1]
+    if kind == "none":
+        return
+    if kind == "all":
+        for k in ("crc", "relabel", "cq", "torn"):
+            damage(data, k)
+    elif kind == "others":
+        for k in ("cq_torn", "rewrite", "corrupt"):
+            damage(data, k)
+    elif kind == "crc":
+        flip_body_byte(data, 100)
+    elif kind == "relabel":
+        set_event_id(data, 200, 201)
+    elif kind == "torn":
+        truncate_tail(data, 10)
+    elif kind == "rewrite":
+        rewrite_body(data, 300)
+    elif kind == "cq":
+        swap_cq_entries(data, "orders", 10, 11)
+        drop_last_cq_entry(data, "orders")
+    elif kind == "cq_torn":
+        with open(cq_file(data, "orders"), "ab") as f:
+            f.write(b"\1\2\3")
+    elif kind == "corrupt":  # the second segment's first record gets a bad magic
+        _patch(second, 4, b"\0\0\0\1")
+    elif kind == "bad_magic":
+        _patch(second, nth_record(second, 40) + 4, b"\0\0\0\1")
+    elif kind == "bad_size":
+        _patch(second, nth_record(second, 7), (50).to_bytes(4, "big"))
+    elif kind == "physical_offset":
+        _patch(second, nth_record(second, 90) + fmt.OFF_PHYSICAL_OFFSET, (12345).to_bytes(8, "big"))
+    elif kind == "zero_tail":
+        _patch(second, nth_record(second, 100), bytes(5000))
+    elif kind == "not_a_segment":
+        with open(os.path.join(data, "commitlog", "12345"), "wb") as f:
+            f.write(b"junk")
+    else:
+        raise ValueError(kind)
+
+
+#: The kinds of damage L{damage} makes, one at a time.
+DAMAGES = ("crc", "relabel", "torn", "rewrite", "cq", "cq_torn", "corrupt", "bad_magic", "bad_size",
+           "physical_offset", "zero_tail", "not_a_segment")

@@ -48,34 +48,6 @@ def assert_same_as_full(spark, data, tmp_path, *extra):
     return code
 
 
-def _damage(data, kind):
-    second = dd.segments(data)[1]
-    if kind == "crc":
-        dd.flip_body_byte(data, 100)
-    elif kind == "relabel":
-        dd.set_event_id(data, 200, 201)
-    elif kind == "torn":
-        dd.truncate_tail(data, 10)
-    elif kind == "cq":
-        dd.swap_cq_entries(data, "orders", 10, 11)
-        dd.drop_last_cq_entry(data, "orders")
-    elif kind == "cq_torn":
-        with open(dd.cq_file(data, "orders"), "ab") as f:
-            f.write(b"\1\2\3")
-    elif kind == "rewrite":
-        dd.rewrite_body(data, 300)
-    elif kind == "corrupt":
-        with open(second, "r+b") as f:
-            f.seek(4)
-            f.write(b"\0\0\0\1")
-    elif kind == "all":
-        for k in ("crc", "relabel", "cq", "torn"):
-            _damage(data, k)
-    elif kind == "others":
-        for k in ("cq_torn", "rewrite", "corrupt"):
-            _damage(data, k)
-
-
 @pytest.mark.parametrize("damage", ["none", "all", "others"])
 def test_compact_matches_full(spark, broker_dir, tmp_path, damage):
     """The broker's directory, sound and with every kind of damage (a CRC failure, a
@@ -84,7 +56,7 @@ def test_compact_matches_full(spark, broker_dir, tmp_path, damage):
     another), judged when the 1 h delay is overdue and ttl expired."""
     data, facts = broker_dir
     copy = dd.copy_dir(data, str(tmp_path / "data"))
-    _damage(copy, damage)
+    dd.damage(copy, damage)
     as_of = str(facts["ttl_expire"] + 30 * 60 * 1000)
     code = assert_same_as_full(spark, copy, tmp_path, "--as-of-ms", as_of)
     assert code == (0 if damage == "none" else 1)

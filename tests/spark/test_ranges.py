@@ -66,21 +66,6 @@ def _same(data):
         assert range_items(data, split) == ref, split
 
 
-def _nth_record(path, n):
-    with open(path, "rb") as f:
-        buf = f.read()
-    pos = 0
-    for _ in range(n):
-        pos += int.from_bytes(buf[pos : pos + 4], "big")
-    return pos
-
-
-def _patch(path, pos, data):
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        f.write(data)
-
-
 def test_clean_broker_directory(broker_dir):
     """The broker's own directory decodes to the same items at every split."""
     _same(broker_dir[0])
@@ -94,24 +79,7 @@ def test_damaged_copies(broker_dir, tmp_path, damage):
     """Each kind of damage, anywhere in a segment, gives the reference's items: records
     after a corrupt one are not counted even where a later range could read them."""
     data = dd.copy_dir(broker_dir[0], str(tmp_path / "data"))
-    second = dd.segments(data)[1]
-    if damage == "crc":
-        dd.flip_body_byte(data, 100)
-    elif damage == "relabel":
-        dd.set_event_id(data, 200, 201)
-    elif damage == "torn":
-        dd.truncate_tail(data, 10)
-    elif damage == "bad_magic":
-        _patch(second, _nth_record(second, 40) + 4, b"\0\0\0\1")
-    elif damage == "bad_size":
-        _patch(second, _nth_record(second, 7), (50).to_bytes(4, "big"))
-    elif damage == "physical_offset":
-        _patch(second, _nth_record(second, 90) + 28, (12345).to_bytes(8, "big"))
-    elif damage == "zero_tail":
-        _patch(second, _nth_record(second, 100), bytes(5000))
-    else:
-        with open(os.path.join(data, "commitlog", "12345"), "wb") as f:
-            f.write(b"junk")
+    dd.damage(data, damage)
     _same(data)
 
 
