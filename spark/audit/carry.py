@@ -24,8 +24,9 @@ class Carry:
     With no manifest (a first run, or a full audit) nothing is carried and every hook
     returns what was read, so the job has one flow; L{save} still writes the state."""
 
-    def __init__(self, spark, root, manifest=None, gen=None, carried=None, changed=(), info=None, reason=None):
-        self.spark, self.root = spark, root
+    def __init__(self, spark, root, manifest=None, gen=None, carried=None, changed=(), info=None, reason=None,
+                 form=st.RECORDS):
+        self.spark, self.root, self.form = spark, root, form
         self.manifest, self.gen = manifest, gen
         self.carried = carried or {}
         self.changed = list(changed)
@@ -35,21 +36,25 @@ class Carry:
         self.listing = []
 
     @classmethod
-    def open(cls, spark, root, listing, full_reason=None):
-        """Load the state under C{root} and plan the carry over C{listing}. Raises
-        L{StateError} when the state is damaged."""
+    def open(cls, spark, root, listing, full_reason=None, form=st.RECORDS):
+        """Load the state under C{root} and plan the carry over C{listing} for an audit
+        in C{form} (L{st.COMPACT} or L{st.RECORDS}: the parts a state keeps are those
+        of the form that wrote it). Raises L{StateError} when the state is damaged."""
         manifest, gen = st.load(spark, root)
         if manifest is None:
-            c = cls(spark, root, reason="no state yet")
+            c = cls(spark, root, reason="no state yet", form=form)
             c.listing = listing
             return c
         # A changed segment is a finding whether or not anything is carried.
         carried, changed, info = st.plan(spark, manifest, listing)
         if not full_reason and manifest.get("cq") is None:
             full_reason = "the state's run had consume-queue findings"
+        kept = manifest.get("form", st.RECORDS)
+        if not full_reason and kept != form:
+            full_reason = f"the state holds the parts of the {kept} form, this audit runs in the {form} form"
         if full_reason:
             carried = {}
-        c = cls(spark, root, manifest, gen, carried, changed, info, full_reason)
+        c = cls(spark, root, manifest, gen, carried, changed, info, full_reason, form)
         c.listing = listing
         return c
 
@@ -62,6 +67,33 @@ class Carry:
         df = self.spark.read.parquet(f"{self.gen}/parts/{part}")
         starts = [s["segment"] for s in self.carried.values()]
         return df.where(F.col("segment").isin(starts))
+
+    # -- the compact form: the carried segments' items ------------------------------------
+
+    def absorb_items(self, items):
+        """The compact form's C{items} (what was read) with the items of the carried
+        segments (their partial aggregates, eventId runs, segment rows and the records
+        checked one by one), so every table and check of the compact form covers the
+        whole log; the result is also the part the state keeps. Cached."""
+        if self.carried:
+            old = self._old("items").select(*[F.col(f.name).cast(f.dataType) for f in items.schema])
+            items = items.unionByName(old)
+        items = items.persist()
+        self.parts = {"items": items}
+        return items
+
+    def totals_of_items(self, items):
+        """Per segment of the compact form's C{items}: the totals the manifest keeps."""
+        from spark.audit.summary import totals_of_parts
+
+        rows = T.totals_from_parts(items, by=("segment",)).collect()
+        return {r["segment"]: dict(totals_of_parts(r.asDict()), segment=r["segment"]) for r in rows}
+
+    def need_records(self, what):
+        """Raise L{FullAudit} when a check of the compact form needs the records (C{what}
+        it found) and some segments were carried, not decoded."""
+        if self.carried:
+            raise st.FullAudit(f"{what}: the check needs the records of every segment")
 
     # -- parts of what was read ----------------------------------------------------------
 
@@ -159,11 +191,16 @@ class Carry:
 
     def check_topics(self, topics):
         """Raise L{FullAudit} when a topic the state knew was created again since: its
-        records in the carried segments no longer belong in its queues."""
+        records in the carried segments no longer belong in its queues. In the compact
+        form also when it was deleted: the carried signatures still expect its entries."""
         known = self.manifest["cq"].get("topics", {})
-        for r in topics.select("topic", "create_event_id").collect():
-            if r["topic"] in known and known[r["topic"]] != r["create_event_id"]:
-                raise st.FullAudit(f"topic {r['topic']} was created again (eventId {r['create_event_id']})")
+        now = {r["topic"]: r["create_event_id"] for r in topics.select("topic", "create_event_id").collect()}
+        for topic, created in now.items():
+            if topic in known and known[topic] != created:
+                raise st.FullAudit(f"topic {topic} was created again (eventId {created})")
+        gone = sorted(set(known) - set(now))
+        if self.form == st.COMPACT and gone:
+            raise st.FullAudit(f"topic {gone[0]} was deleted")
 
     # -- consume queues -------------------------------------------------------------------
 
@@ -278,5 +315,5 @@ class Carry:
             if e["digest"] is None:
                 e["digest"] = sums[e["name"]][0]
         cq = None if cq_state is None else {"checked": cq_state, "topics": topics}
-        st.write_generation(self.spark, self.root, entries, self.parts, cq)
+        st.write_generation(self.spark, self.root, entries, self.parts, cq, self.form)
         return {"digested_segments": len(to_digest), "bytes_digested": sum(v[1] for v in sums.values())}

@@ -463,13 +463,16 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     The records are decoded in the compact form (partial aggregates, see
     L{spark.audit.columns.compact_batches}) when the checkpoint names the live topics
     and no comparison needs every record's digest; otherwise (C{--full}, C{--compare},
-    C{--since-state}, no checkpoint) one item per record. Both give the same tables:
-    where the compact form shows a duplicate eventId or a consume-queue block that
-    differs, the records are decoded again in full for that check.
+    no checkpoint) one item per record. Both give the same tables: where the compact
+    form shows a duplicate eventId or a consume-queue block that differs, the records
+    are decoded again in full for that check.
 
     With C{state_dir} (C{--since-state}) the segments the state carries are not read,
-    the tables cover them through their kept parts, and C{facts["carry"]} is the
-    L{spark.audit.carry.Carry} (C{full_reason}: carry nothing)."""
+    the tables cover them through their kept parts (in the compact form, their items
+    join the items read, so every table and check covers them as if decoded; a check
+    that needs their records makes the run a full one, L{spark.audit.state.FullAudit}),
+    and C{facts["carry"]} is the L{spark.audit.carry.Carry} (C{full_reason}: carry
+    nothing)."""
 
     from spark.audit import summary as S
 
@@ -479,8 +482,7 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     # torn tail of a write in progress): with --live only what the checkpoint made
     # durable is read, the checkpoint being read first.
     limit = int(meta.get("logOffset") or 0) if args.live and meta else None
-    # --since-state carries per-segment parts of the per-record tables: it reads in full.
-    compact = meta is not None and not args.compare and not getattr(args, "full", False) and not state_dir
+    compact = meta is not None and not args.compare and not getattr(args, "full", False)
     # Digests are only compared with another directory's.
     split = max(4096, int(args.split_mb * (1 << 20)))
     carry = None
@@ -488,7 +490,8 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         listing = log_listing(spark, data_dir, limit)[0]
         from spark.audit.carry import Carry
 
-        carry = Carry.open(spark, state_dir, listing, full_reason)
+        form = state_mod().COMPACT if compact else state_mod().RECORDS
+        carry = Carry.open(spark, state_dir, listing, full_reason, form)
     skip = carry.skip if carry else frozenset()
     live = live_topics(meta) if compact else None
     items, skipped, full = read_items(
@@ -498,12 +501,16 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         # A few rows per range are left: one task reads them all, where one per range
         # (and per check) cost more in scheduling than the rows themselves.
         items = items.coalesce(1)
+        if carry:  # the carried segments' items join what was read: whole-log tables
+            items = carry.absorb_items(items)
     progress.step("decode", "commit-log segments")
     recs = T.records(items)  # compact: only admin records, fired delays, CRC failures
     segs = S.collect_rows(T.segments(items).orderBy("segment"))
     totals_df = T.totals_from_parts(items) if compact else None
     totals = None
-    if carry:
+    if carry and compact:
+        carry.totals = carry.totals_of_items(items)
+    elif carry:
         carry.absorb(items, recs)
         segs = carry.segments(segs)
         carry.totals = carry.segment_totals(recs)
@@ -513,7 +520,9 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     facts["carry"], facts["compact"] = carry, compact
     if limit is not None:
         facts["read_up_to"] = {"offset": limit, "source": "checkpoint logOffset (--live)", "bytes_not_read": skipped}
-    merged = carry is not None and bool(carry.carried)
+    # Per-record form: the tables merge the carried parts with the records read. (The
+    # compact form's items hold the carried segments' already.)
+    merged = carry is not None and bool(carry.carried) and not compact
     tables = {
         "segments": spark.createDataFrame(segs, T.segments(items).schema) if carry else T.segments(items),
         "problems": T.problems(items).unionByName(carry.changed_problems()) if carry else T.problems(items),
@@ -528,11 +537,15 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     intervals = T.duplicate_intervals(runs)
     if merged:
         carry.check_duplicates(intervals)
-    every = full() if compact and intervals.take(1) else recs
+    every = recs
+    if compact and intervals.take(1):
+        if carry:
+            carry.need_records("an eventId is held twice")
+        every = full()
     tables["event_duplicates"] = T.event_id_duplicates_in(every, intervals)
     whole = carry.skeleton(recs) if merged else recs  # what the carried segments add to topics and delays
     topics = topics_frame(spark, meta, whole)
-    if merged:
+    if carry and carry.carried:
         carry.check_topics(topics)
     tables["topics"] = topics
     if with_cq:
@@ -544,7 +557,11 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
             cq = read_cq_compact(spark, data_dir, durable, limit)
             tables["cq_problems"] = T.cq_problems_from_parts(cq)
             ends = T.queue_ends_from_parts(cq)
+            if carry:
+                carry.ends = ends
             if T.differing_blocks_from_parts(items, cq).take(1):
+                if carry:
+                    carry.need_records("the consume queues differ from the log")
                 tables["cq_mismatches"] = T.cq_mismatches(
                     T.records(full()), _durable_cq(spark, read_cq(spark, data_dir), durable, limit), topics,
                     facts["log_min_offset"],
@@ -597,7 +614,7 @@ def series(tables, facts, items, recs, carry, other_recs):
     """The report's time series (L{spark.audit.charts}): small aggregations in Spark."""
     from spark.audit import charts as C
 
-    if carry and carry.parts:
+    if carry and carry.parts and "lag" in carry.parts:
         lags = carry.parts["lag"]
     else:
         lags = C.lag_parts_from_items(items) if facts["compact"] else C.lag_parts(recs)

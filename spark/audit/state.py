@@ -30,8 +30,11 @@ from spark.audit import ranges as R
 
 VERSION = 1
 MANIFEST = "manifest.json"
-#: The per-segment parts kept as Parquet, each with a C{segment} column.
-PARTS = ("queue", "throughput", "runs", "admin", "fired", "lag")
+#: The forms of an audit (L{spark.audit.job.audit_directory}); a state keeps the parts of
+#: the form that wrote it (manifest C{form}; a manifest without one is C{RECORDS}).
+COMPACT, RECORDS = "compact", "per-record"
+#: The per-segment parts kept as Parquet, each with a C{segment} column: per form.
+PARTS = {COMPACT: ("items",), RECORDS: ("queue", "throughput", "runs", "admin", "fired", "lag")}
 _CHUNK = 8 << 20
 
 #: How the per-segment totals merge into the log's totals (L{summary.log_facts}).
@@ -210,15 +213,16 @@ def plan(spark, manifest, listing):
     return carried, sorted(changed), info
 
 
-def write_generation(spark, root, entries, parts, cq):
+def write_generation(spark, root, entries, parts, cq, form=RECORDS):
     """Write a new generation under C{root}: the C{parts} (DataFrames by name) of the
-    segments of C{entries}, then the manifest (under a temporary name, renamed), then
-    remove the older generations."""
+    segments of C{entries}, then the manifest (under a temporary name, renamed, saying
+    the audit's C{form}), then remove the older generations."""
     gen = f"{root.rstrip('/')}/gen-{int(time.time() * 1000)}"
     keep = [e["segment"] for e in entries]
     for name, df in parts.items():
         df.where(F.col("segment").isin(keep)).write.mode("overwrite").parquet(f"{gen}/parts/{name}")
-    manifest = {"version": VERSION, "written_ms": int(time.time() * 1000), "segments": entries, "cq": cq}
+    manifest = {"version": VERSION, "written_ms": int(time.time() * 1000), "segments": entries, "cq": cq,
+                "form": form}
     _write_atomically(spark, f"{gen}/{MANIFEST}", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     name = gen.rsplit("/", 1)[1]
     for old in _generations(spark, root):

@@ -68,18 +68,25 @@ def totals(recs):
     return recs.agg(*totals_columns())
 
 
+def totals_of_parts(t):
+    """The totals (as L{totals} names them) of a row of
+    L{spark.audit.transforms.totals_from_parts}, which counts messages and admin records
+    apart."""
+    return {
+        "records": (t["messages"] or 0) + t["admin_records"], "messages": t["messages"],
+        "admin_records": t["admin_records"], "bytes": (t["msg_bytes"] or 0) + (t["admin_bytes"] or 0),
+        **{k: t[k] for k in ("first_event_id", "last_event_id", "first_store_ts", "last_store_ts")},
+    }  # fmt: skip
+
+
 def log_facts(recs, segs, meta, meta_mtime, args, totals_df=None, known=None):
     """Return the directory-wide facts: totals (C{known} when already known: an
     incremental audit merges them; else from every record of C{recs}, or the one row of
     C{totals_df}, the compact form's), segment size, log bounds, eventId floor, the
     reference time, and what the checkpoint says against what the log holds."""
     t = known or (totals(recs) if totals_df is None else totals_df).first().asDict()
-    if known is None and totals_df is not None:  # from partial aggregates: messages and admin records apart
-        t = {
-            "records": (t["messages"] or 0) + t["admin_records"], "messages": t["messages"],
-            "admin_records": t["admin_records"], "bytes": (t["msg_bytes"] or 0) + (t["admin_bytes"] or 0),
-            **{k: t[k] for k in ("first_event_id", "last_event_id", "first_store_ts", "last_store_ts")},
-        }  # fmt: skip
+    if known is None and totals_df is not None:
+        t = totals_of_parts(t)
     for k in ("messages", "admin_records", "bytes"):
         t[k] = t[k] or 0
     size, size_source = _segment_size(segs, args.segment_size)

@@ -437,11 +437,14 @@ def throughput_from_parts(items):
     )
 
 
-def totals_from_parts(items):
+def totals_from_parts(items, by=()):
     """The whole log's totals (as L{spark.audit.summary.log_facts} computes them from
-    every record) from the partial aggregates and the admin records of C{items}."""
+    every record) from the partial aggregates and the admin records of C{items}; per
+    C{by} (e.g. C{("segment",)}) when given."""
     part = F.col("kind") == "qstat"
     admin = (F.col("kind") == "record") & (F.col("magic") == "admin")
+    if by:
+        items = items.where(part | admin).groupBy(*by)
     return items.agg(
         F.sum(F.when(part, F.col("n"))).alias("messages"),
         F.count(F.when(admin, 1)).alias("admin_records"),

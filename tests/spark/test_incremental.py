@@ -44,23 +44,30 @@ def table(spark, out, name, order):
 
 
 @pytest.mark.timeout(1200)  # three audits and a broker run, on a shared 2-core machine
-def test_grown_log_audited_from_state_finds_what_a_full_audit_finds(spark, broker_dir, tmp_path):
+@pytest.mark.parametrize("form", [(), ("--full",)], ids=["compact", "per-record"])
+def test_grown_log_audited_from_state_finds_what_a_full_audit_finds(spark, broker_dir, tmp_path, form):
     """Audit, grow the log by the broker (the last segment and a new one), audit again
     with the state: the summary and tables equal a full audit's of the grown log, and
-    only the open and new segments were read; the sealed ones were carried."""
+    only the open and new segments were read; the sealed ones were carried. In both
+    forms: the compact one carries the segments' items, the per-record one their parts
+    of the per-record tables."""
     data = dd.copy_dir(broker_dir[0], str(tmp_path / "data"))
     st = str(tmp_path / "state")
-    first, code = audit(spark, data, tmp_path / "o1", "--since-state", st)
+    first, code = audit(spark, data, tmp_path / "o1", "--since-state", st, *form)
     assert code == 0
     assert (first["incremental"]["mode"], first["incremental"]["full_reason"]) == ("full", "no state yet")
+    (gen,) = [p for p in os.listdir(st) if p.startswith("gen-")]
+    assert os.listdir(os.path.join(st, gen, "parts")) and sorted(
+        p for p in os.listdir(os.path.join(st, gen, "parts")) if not p.startswith(".")
+    ) == sorted(state.PARTS[state.RECORDS if form else state.COMPACT])
     before = [os.path.getsize(p) for p in dd.segments(data)]
 
     grow(data, 300)
     after = [os.path.getsize(p) for p in dd.segments(data)]
     assert len(after) > len(before) and after[len(before) - 1] > before[-1]  # the open one grew, new ones came
 
-    inc, inc_code = audit(spark, data, tmp_path / "o2", "--since-state", st)
-    full, full_code = audit(spark, data, tmp_path / "o3")
+    inc, inc_code = audit(spark, data, tmp_path / "o2", "--since-state", st, *form)
+    full, full_code = audit(spark, data, tmp_path / "o3", *form)
     info = inc.pop("incremental")
     assert (inc_code, full_code) == (0, 0)
     assert inc == full
@@ -73,6 +80,39 @@ def test_grown_log_audited_from_state_finds_what_a_full_audit_finds(spark, broke
     for name, order in [("throughput", ["topic", "minute"]), ("segments", ["segment"]),
                         ("queue_stats", ["topic", "queue_id"]), ("cq_mismatches", ["topic", "queue_offset"])]:
         assert table(spark, tmp_path / "o2", name, order) == table(spark, tmp_path / "o3", name, order), name
+
+
+def test_a_check_that_needs_carried_records_makes_a_full_audit(spark, broker_dir, tmp_path):
+    """Compact form: consume-queue entries that point into a carried segment are
+    swapped after an audit with the state. The signatures differ, and listing the
+    mismatches needs the carried segment's records: the run reads every segment (saying
+    why) and finds exactly what a full audit finds."""
+    data = dd.copy_dir(broker_dir[0], str(tmp_path / "data"))
+    st = str(tmp_path / "state")
+    assert audit(spark, data, tmp_path / "o1", "--since-state", st)[1] == 0
+    dd.swap_cq_entries(data, "orders", 10, 11)  # their records are in the first segment
+    inc, code = audit(spark, data, tmp_path / "o2", "--since-state", st)
+    full, full_code = audit(spark, data, tmp_path / "o3")
+    info = inc.pop("incremental")
+    assert (code, full_code) == (1, 1)
+    assert inc == full
+    assert inc["integrity"]["cq_wrong"] == 2
+    assert info["mode"] == "full" and info["full_reason"].startswith("the consume queues differ from the log")
+    order = ["topic", "queue_id", "queue_offset"]
+    assert table(spark, tmp_path / "o2", "cq_mismatches", order) == table(spark, tmp_path / "o3", "cq_mismatches", order)
+
+
+def test_state_of_the_other_form_is_not_carried(spark, broker_dir, tmp_path):
+    """A state kept by a compact audit is not carried by a --full one (its parts are
+    not what that form merges): the run reads every segment and says why."""
+    data = dd.copy_dir(broker_dir[0], str(tmp_path / "data"))
+    st = str(tmp_path / "state")
+    assert audit(spark, data, tmp_path / "o1", "--since-state", st)[1] == 0
+    summary, code = audit(spark, data, tmp_path / "o2", "--since-state", st, "--full")
+    assert code == 0
+    info = summary["incremental"]
+    assert (info["mode"], info["segments_carried"]) == ("full", 0)
+    assert info["full_reason"] == "the state holds the parts of the compact form, this audit runs in the per-record form"
 
 
 def test_changed_old_segment_is_a_finding(spark, broker_dir, tmp_path):
