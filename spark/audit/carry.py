@@ -10,13 +10,6 @@ from spark.audit import charts
 from spark.audit import state as st
 from spark.audit import transforms as T
 
-#: How each column of L{transforms.queue_stats} merges across segments.
-_QUEUE_MERGE = {
-    "messages": F.sum, "bytes": F.sum, "body_bytes": F.sum, "first_store_ts": F.min, "last_store_ts": F.max,
-    "first_event_id": F.min, "last_event_id": F.max, "min_queue_offset": F.min, "max_queue_offset": F.max,
-    "delay_level_messages": F.sum, "delayed_fired": F.sum,
-}  # fmt: skip
-
 
 class Carry:
     """The carried part of one audit and the merging of it with what was read.
@@ -142,7 +135,7 @@ class Carry:
     def queue_stats(self):
         """L{transforms.queue_stats} of the whole log, merged from the parts."""
         q = self.parts["queue"].groupBy("topic", "queue_id").agg(
-            *[f(c).alias(c) for c, f in _QUEUE_MERGE.items()]
+            *T.queue_stats_columns("parts", named=True)
         )
         return T.with_per_minute(q)
 

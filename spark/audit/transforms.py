@@ -66,25 +66,41 @@ def problems(items):
     return decoded.unionByName(crc)
 
 
+#: The columns of L{queue_stats}: (name, how it is computed from the records, how from
+#: partial aggregates: the compact form's C{"qstat"} rows, or per-segment queue_stats
+#: themselves when the partial column is the name). Aggregates as (function, column).
+QUEUE_STATS = (
+    ("messages", ("count", "*"), ("sum", "n")),
+    ("bytes", ("sum", "size"), ("sum", "sum_size")),
+    ("body_bytes", ("sum", "body_len"), ("sum", "sum_body")),
+    ("first_store_ts", ("min", "store_ts"), ("min", "min_ts")),
+    ("last_store_ts", ("max", "store_ts"), ("max", "max_ts")),
+    ("first_event_id", ("min", "event_id"), ("min", "min_eid")),
+    ("last_event_id", ("max", "event_id"), ("max", "max_eid")),
+    ("min_queue_offset", ("min", "queue_offset"), ("min", "min_qo")),
+    ("max_queue_offset", ("max", "queue_offset"), ("max", "max_qo")),
+    ("delay_level_messages", ("count", "delay_level"), ("sum", "n_level")),
+    ("delayed_fired", ("count", "delay_id"), ("sum", "n_delay")),
+)
+
+
+def queue_stats_columns(source, named=False):
+    """The aggregate columns of L{QUEUE_STATS} from C{source}: C{"records"} or
+    C{"parts"}; with C{named}, the parts' function over each column's own name (to
+    merge per-segment queue_stats)."""
+    out = []
+    for name, from_recs, from_parts in QUEUE_STATS:
+        fn, col = from_recs if source == "records" else from_parts
+        out.append(getattr(F, fn)(name if named else col).alias(name))
+    return out
+
+
 def queue_stats(recs, by=()):
     """Per (topic, queue id): messages, bytes, body bytes, first/last store time and
     eventId, the queue offsets seen, RocketMQ delay-level messages, and the average
     messages per minute between the first and the last store time. C{by}: more
     grouping columns first (C{("segment",)} for the parts of an incremental audit)."""
-    msgs = messages(recs)
-    out = msgs.groupBy(*by, "topic", "queue_id").agg(
-        F.count("*").alias("messages"),
-        F.sum("size").alias("bytes"),
-        F.sum("body_len").alias("body_bytes"),
-        F.min("store_ts").alias("first_store_ts"),
-        F.max("store_ts").alias("last_store_ts"),
-        F.min("event_id").alias("first_event_id"),
-        F.max("event_id").alias("last_event_id"),
-        F.min("queue_offset").alias("min_queue_offset"),
-        F.max("queue_offset").alias("max_queue_offset"),
-        F.count("delay_level").alias("delay_level_messages"),
-        F.count("delay_id").alias("delayed_fired"),
-    )
+    out = messages(recs).groupBy(*by, "topic", "queue_id").agg(*queue_stats_columns("records"))
     return with_per_minute(out)
 
 
@@ -412,19 +428,7 @@ def compare_records(mine, other, floor):
 
 def queue_stats_from_parts(items):
     """L{queue_stats} from the C{"qstat"} partial aggregates of C{items}."""
-    out = items.where(F.col("kind") == "qstat").groupBy("topic", "queue_id").agg(
-        F.sum("n").alias("messages"),
-        F.sum("sum_size").alias("bytes"),
-        F.sum("sum_body").alias("body_bytes"),
-        F.min("min_ts").alias("first_store_ts"),
-        F.max("max_ts").alias("last_store_ts"),
-        F.min("min_eid").alias("first_event_id"),
-        F.max("max_eid").alias("last_event_id"),
-        F.min("min_qo").alias("min_queue_offset"),
-        F.max("max_qo").alias("max_queue_offset"),
-        F.sum("n_level").alias("delay_level_messages"),
-        F.sum("n_delay").alias("delayed_fired"),
-    )
+    out = items.where(F.col("kind") == "qstat").groupBy("topic", "queue_id").agg(*queue_stats_columns("parts"))
     return with_per_minute(out)
 
 
