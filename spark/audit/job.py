@@ -383,7 +383,7 @@ def read_cq(spark, data_dir, low=None):
 
 def read_cq_compact(spark, data_dir, durable=None, limit=None):
     """The consume queues of C{data_dir} in their compact form (C{CQ_COMPACT_DDL}:
-    problems, and per-block signatures, L{spark.audit.columns.cq_compact}), cached;
+    problems, and per-block signatures, L{spark.audit.columns.cq_compact_file}), cached;
     with C{durable} (C{[(topic, queue_id, length)]}) and C{limit}, only the entries a
     checkpoint made durable (C{--live})."""
     from pyspark import StorageLevel
@@ -494,6 +494,15 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         carry = Carry.open(spark, state_dir, listing, full_reason, form)
     skip = carry.skip if carry else frozenset()
     live = live_topics(meta) if compact else None
+    durable = None
+    if limit is not None:  # entries past the checkpoint's queue lengths are not durable yet
+        durable = [(t, int(q), int(n)) for t, qs in (meta.get("queues") or {}).items() for q, n in qs.items()]
+    cq_compact = None
+    if with_cq and compact:
+        # The compact consume queues do not depend on the log's decode: read them in a
+        # job of their own from another thread, whose tasks fill the cores the decode's
+        # last tasks leave idle instead of running after it (docs/audit.md).
+        cq_compact = _in_background(lambda: _materialized(read_cq_compact(spark, data_dir, durable, limit)))
     items, skipped, full = read_items(
         spark, data_dir, split, digest=bool(args.compare), limit=limit, skip=skip, live=live
     )  # fmt: skip
@@ -537,12 +546,12 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     intervals = T.duplicate_intervals(runs)
     if merged:
         carry.check_duplicates(intervals)
-    every = recs
-    if compact and intervals.take(1):
+    every, held_twice = recs, bool(intervals.take(1))
+    if compact and held_twice:
         if carry:
             carry.need_records("an eventId is held twice")
         every = full()
-    tables["event_duplicates"] = T.event_id_duplicates_in(every, intervals)
+    tables["event_duplicates"] = T.event_id_duplicates_in(every, intervals, held_twice)
     whole = carry.skeleton(recs) if merged else recs  # what the carried segments add to topics and delays
     topics = topics_frame(spark, meta, whole)
     if carry and carry.carried:
@@ -550,11 +559,8 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     tables["topics"] = topics
     if with_cq:
         progress.step("consume queues")
-        durable = None
-        if limit is not None:  # entries past the checkpoint's queue lengths are not durable yet
-            durable = [(t, int(q), int(n)) for t, qs in (meta.get("queues") or {}).items() for q, n in qs.items()]
         if compact:
-            cq = read_cq_compact(spark, data_dir, durable, limit)
+            cq = cq_compact.result()
             tables["cq_problems"] = T.cq_problems_from_parts(cq)
             ends = T.queue_ends_from_parts(cq)
             if carry:
@@ -588,6 +594,22 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     # Each table feeds both its Parquet file and the summary: compute it once.
     tables = {name: df.persist() for name, df in tables.items()}
     return items, recs, tables, facts
+
+
+def _in_background(work):
+    """Run C{work()} in a thread of its own; returns its C{Future}. (Spark runs the jobs
+    of several threads at once; pyspark pins each Python thread to a JVM thread.)"""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-background")
+    try:
+        return pool.submit(work)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _materialized(df):
+    """Compute the cached C{df} now; returns it."""
+    df.count()
+    return df
 
 
 def audit_main(spark, data_dir, args, progress):

@@ -181,33 +181,33 @@ def decode_ranges(batches):
                 reader.close()
 
 
-def _cq_files(uris):
-    for uri in uris:
-        reader = Reader(uri)
-        try:
-            content = reader.read_all()
-        finally:
-            reader.close()
-        yield C.cq_batch(uri, content)
+def _read_whole(uri):
+    reader = Reader(uri)
+    try:
+        return reader.read_all()
+    finally:
+        reader.close()
 
 
 def decode_cq_groups(batches):
     """The C{mapInArrow} function for consume queues: lists of URIs in, entries out."""
     for rb in batches:
         for r in rb.to_pylist():
-            yield from _cq_files(r["uris"])
+            for uri in r["uris"]:
+                yield C.cq_batch(uri, _read_whole(uri))
 
 
 def decode_cq_compact(batches):
     """The C{mapInArrow} function for the compact consume queues
-    (L{spark.audit.columns.cq_compact}): lists of URIs in, problems and per-block
-    signatures out."""
+    (L{spark.audit.columns.cq_compact_file}): lists of URIs in, problems and per-block
+    signatures out, file by file."""
     for rb in batches:
         for r in rb.to_pylist():
             durable = None
             if r.get("durable") is not None:
                 durable = {(t, int(q)): int(n) for t, q, n in json.loads(r["durable"])}
-            yield from C.cq_compact(_cq_files(r["uris"]), durable, r.get("log_limit"))
+            for uri in r["uris"]:
+                yield from C.cq_compact_file(uri, _read_whole(uri), durable, r.get("log_limit")).to_batches()
 
 
 def consolidate(rows):

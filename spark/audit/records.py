@@ -90,7 +90,7 @@ CQ_DDL = (
 )
 #: The compact form of the consume queues: C{CQ_DDL} rows for problems, and one row per
 #: block of entries of a queue (C{n} set: entries, C{queue_offset} the block's largest,
-#: C{sig_lo}/C{sig_hi} the signature; see L{spark.audit.columns.cq_compact}).
+#: C{sig_lo}/C{sig_hi} the signature; see L{spark.audit.columns.cq_compact_file}).
 CQ_COMPACT_DDL = CQ_DDL + ", key bigint, n bigint, sig_lo bigint, sig_hi bigint"
 
 _N_ITEM = ITEM_DDL.count(",") + 1

@@ -189,10 +189,13 @@ def duplicate_intervals(runs):
     return within.unionByName(across)
 
 
-def event_id_duplicates_in(recs, intervals):
+def event_id_duplicates_in(recs, intervals, any_interval=None):
     """L{event_id_duplicates} over only the records whose eventId lies in one of
-    C{intervals} (from L{duplicate_intervals}); nothing is scanned when there are none."""
-    if not intervals.take(1):
+    C{intervals} (from L{duplicate_intervals}); nothing is scanned when there are none
+    (C{any_interval}: whether there are any, when the caller knows already)."""
+    if any_interval is None:
+        any_interval = bool(intervals.take(1))
+    if not any_interval:
         return recs.sparkSession.createDataFrame([], "event_id bigint, copies bigint, offsets array<bigint>")
     cand = recs.join(
         F.broadcast(intervals), (F.col("event_id") >= F.col("lo")) & (F.col("event_id") <= F.col("hi")), "left_semi"

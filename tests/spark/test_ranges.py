@@ -133,3 +133,79 @@ def test_hadoop_s3_uris_open_with_pyarrow_s3():
     assert R.arrow_uri("S3N://b/k") == "s3://b/k"
     for uri in ("file:///data/commitlog/00000000000000000000", "hdfs://nn:8020/mq/x", "/plain/path"):
         assert R.arrow_uri(uri) == uri
+
+
+def _reference_cq_compact(files, durable, limit):
+    """The compact form of consume-queue C{files} (C{[(path, content)]}) from today's
+    entry-by-entry decoder: problems, and per block entries, largest offset and
+    signature sums."""
+    from spark.audit import columns as C
+
+    probs, blocks = [], {}
+    for path, content in files:
+        for t in rec.decode_cq_file(path, content):
+            topic, qid, qo, off = t[:4]
+            if durable is not None:
+                if topic is None or qo >= durable.get((topic, qid), -1) or (off is not None and off >= limit):
+                    continue
+            if t[6] is not None:
+                probs.append(t)
+                continue
+            lo, hi = C.entry_hash([qo], [off], [t[4]], [t[5]])
+            b = blocks.setdefault((topic, qid, qo // C.CQ_BLOCK), [0, -1, 0, 0])
+            b[0], b[1], b[2], b[3] = b[0] + 1, max(b[1], qo), b[2] + int(lo[0]), b[3] + int(hi[0])
+    return sorted(probs, key=repr), blocks
+
+
+def _file_cq_compact(files, durable, limit):
+    """The same from L{spark.audit.columns.cq_compact_file}, file by file, with the rows
+    of a block that spans files summed as the job's checks sum them."""
+    from spark.audit import columns as C
+
+    probs, blocks = [], {}
+    for path, content in files:
+        for r in C.cq_compact_file(path, content, durable, limit).to_pylist():
+            if r["n"] is None:
+                probs.append(tuple(r[c] for c in C.CQ_SCHEMA.names))
+                continue
+            b = blocks.setdefault((r["topic"], r["queue_id"], r["key"]), [0, -1, 0, 0])
+            b[0], b[1] = b[0] + r["n"], max(b[1], r["queue_offset"])
+            b[2], b[3] = b[2] + r["sig_lo"], b[3] + r["sig_hi"]
+    return sorted(probs, key=repr), blocks
+
+
+def test_compact_consume_queues_file_by_file(broker_dir, tmp_path):
+    """The compact consume queues, decoded file by file with numpy, hold the entries of
+    the entry-by-entry decoder: holes skipped, torn tails and foreign names as problems,
+    blocks of entries that span two files, and with C{--live}'s durable lengths and log
+    limit only what they allow."""
+    import numpy as np
+
+    from mqserver.store import format as fmt
+
+    data = dd.copy_dir(broker_dir[0], str(tmp_path / "data"))
+    dd.damage(data, "cq")
+    dd.damage(data, "cq_torn")
+    files = []
+    for path in sorted(glob.glob(os.path.join(data, "consumequeue", "*", "*", "*"))):
+        with open(path, "rb") as f:
+            files.append((path, f.read()))
+    rng = np.random.default_rng(20)
+    entries = rng.integers(1, 1 << 40, size=(300, 3))
+    entries[[3, 150, 151]] = 0  # holes
+    big = b"".join(fmt.CQ_ENTRY.pack(int(o), int(s) & 0x7FFFFFFF, int(t)) for o, s, t in entries)
+    first = 4000  # entries 4000..4299 cross the block boundary at 4096
+    files.append((f"/x/consumequeue/big/3/{first * fmt.CQ_ENTRY_SIZE:020d}", big[:2000]))
+    files.append((f"/x/consumequeue/big/3/{(first + 100) * fmt.CQ_ENTRY_SIZE:020d}", big[2000:] + b"\1\2"))
+    files.append(("/x/consumequeue/big/3/junk", b"junk"))
+    limit = int(np.median(entries[:, 0]))
+    durable = {("orders", 0): 30, ("big", 3): 4250}
+    found = []
+    for d, lim in ((None, None), (durable, limit)):
+        ref = _reference_cq_compact(files, d, lim)
+        assert _file_cq_compact(files, d, lim) == ref
+        found.append(ref)
+    (probs, blocks), (live_probs, live_blocks) = found
+    assert [p[6][:9] for p in probs] == ["cq_torn", "cq_torn", "not a con"] and live_probs == []
+    assert blocks[("big", 3, 1)][0] == 300 - 96 - 2  # both files' entries past 4095, less the holes
+    assert blocks[("big", 3, 1)][0] > live_blocks[("big", 3, 1)][0] > 0
