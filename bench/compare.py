@@ -112,6 +112,40 @@ class Ref:
         self.server.stop()
 
 
+class Floor:
+    """The null smss server (C{bench/null_smss.py}): mqserver's system calls per PUB and
+    nothing else, spinning as mqserver's reactor does; C{pwrite} False leaves out the
+    write of the payload."""
+
+    def __init__(self, name, tmp, pwrite=True):
+        self.name, self.tmp, self.pwrite = name, tmp, pwrite
+        self.proc = None
+
+    def start(self):
+        argv = [sys.executable, os.path.join(HERE, "null_smss.py"), "--dir", self.tmp]
+        if not self.pwrite:
+            argv.append("--no-pwrite")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening "):
+            self.stop()
+            raise RuntimeError(f"null_smss.py did not start: {line!r}")
+        self.smss_port = int(line.split()[1])
+        self.pid = self.proc.pid
+        return self
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.proc is not None:
+            self.proc.stdout.close()
+
+
 # -- measurements: each takes a started system and returns a dict of figures ---------------
 
 
@@ -142,7 +176,7 @@ def smss_publish(sysm, a, conns):
     cpu = cpu_seconds(sysm.pid) - c0
     n = sum(r[0] for r in out)
     t = max(r[2] for r in out) - min(r[1] for r in out)
-    return {"rate": n / t, "cpu_us": 1e6 * cpu / n}
+    return {"rate": n / t, "cpu_us": 1e6 * cpu / n, "client_us": 1e6 * sum(r[4] for r in out) / n}
 
 
 def smss_catchup(sysm, a, batch):
@@ -384,6 +418,7 @@ def _record(table, sysm, fig, res, ld):
     table.add(f"{fig} server CPU us/msg", sysm.name, res["cpu_us"], ld)
     if "client_us" in res:
         table.add(f"{fig} client CPU us/msg", sysm.name, res["client_us"], ld)
+    if "broker_client" in res:
         table.add(f"{fig} server/client CPU", sysm.name, res["broker_client"], ld)
 
 
@@ -448,6 +483,10 @@ def run(a):
     door = {"rocket": True} if a.rocketmq_door else {}
     mq_sys = [lambda m=m: m(**door) for m in mqs]
     smss_sys = mq_sys + ([lambda: Ref("Go smss", "smss", smss_bin, tmp)] if smss_bin else [])
+    floors = []
+    if a.floor:
+        # null smss servers: the publish rows only (they store nothing to catch up on)
+        floors = [lambda: Floor("floor", tmp), lambda: Floor("floor-nowrite", tmp, False)]
     nsq_sys = mq_sys + ([lambda: Ref("nsqd 1.3", "nsqd", nsqd_bin, tmp)] if nsqd_bin else [])
     rmq_sys = [lambda m=m: m(rocket=True) for m in mqs]
 
@@ -455,7 +494,8 @@ def run(a):
     only = set(a.only or ONLY)
     if "smss" in only:
         for c in a.conns:
-            plan.append((smss_sys, f"smss publish {c} conn", lambda s, c=c: smss_publish(s, a, c)))
+            plan.append((smss_sys + floors, f"smss publish {c} conn",
+                         lambda s, c=c: smss_publish(s, a, c)))
         for b in a.batches:
             plan.append((smss_sys, f"smss catch-up batch {b}",
                          lambda s, b=b: smss_catchup(s, a, b)))
@@ -490,7 +530,8 @@ def run(a):
             table.add("peak RSS MB (any run)", name, peak, load())
         refs = [n for n in ("Go smss", "nsqd 1.3") if any(
             n in table.rows[f] for f in table.order)]
-        table.print(names + refs, refs, skipped)
+        shown = names + refs + [n for n in ("floor", "floor-nowrite") if a.floor]
+        table.print(shown, refs, skipped)
         steal = steal_seconds() - steal0
         print(f"host steal during the run: {100 * steal / (time.monotonic() - wall0):.0f}% "
               f"of one core; load average now {load():.1f}")
@@ -534,6 +575,10 @@ def parse_args(argv=None):
                     help="start the RocketMQ nameserver and broker doors in the smss and NSQ "
                          "rows too, as the default configuration does (their store dispatch "
                          "listeners then see every publish)")
+    ap.add_argument("--floor", action="store_true",
+                    help="add null smss servers (bench/null_smss.py: mqserver's system calls "
+                         "per PUB and nothing else, with and without the pwrite) to the smss "
+                         "publish rows: the floor under the broker's own work")
     ap.add_argument("--smss-bin")
     ap.add_argument("--nsqd-bin")
     ap.add_argument("--bench-writer")
