@@ -12,6 +12,7 @@ SPEEDUPS = [
     # is not built and the store checks records in Python.
     ("mqserver.store._check", "mqserver/store/_check.c", ["z"]),
     ("protocols.smss._push", "protocols/smss/_push.c", []),
+    ("protocols.smss._pub", "protocols/smss/_pub.c", []),
     ("protocols.nsq._frames", "protocols/nsq/_frames.c", []),
     ("protocols.remoting._pull", "protocols/remoting/_pull.c", []),
 ]

@@ -12,6 +12,8 @@ No I/O and no Twisted imports: the Twisted protocol owns the transport.
 
 import enum
 
+from mqserver import speedups
+
 from . import wire
 from .errors import InvalidPayload, SmssProtocolError
 from .messages import (
@@ -78,6 +80,8 @@ _unpack_header = wire.REQUEST_HEADER_STRUCT.unpack_from
 _unpack_u16 = wire.U16.unpack_from
 _unpack_u32 = wire.U32.unpack_from
 _unpack_i64 = wire.I64.unpack_from
+_PREFIX = wire.MESSAGE_PREFIX_STRUCT
+_unpack_prefix = _PREFIX.unpack_from
 
 # Commands with no body after topic + trace, mapped to their event builders.
 _NO_BODY = {
@@ -254,6 +258,17 @@ class RequestDecoder:
             else:  # Mode.SINK
                 return end
 
+    def bare_pub(self, data):
+        """Return (topic, body) when C{data} (bytes) is exactly one complete PUB that
+        L{feed} would accept, whose payload is one message record without headers
+        (what the smss SDKs send), and the decoder holds nothing; else None.
+
+        The body is the message as L{protocols.smss.views.payload_to_messages} gives it
+        for such a payload. L{bare_pub} declines whatever L{whole_pub} declines."""
+        if self._buf or self._skip or self._paused or self._mode is not Mode.HEADERS:
+            return None
+        return _bare_pub(data, self.max_topic, self.max_payload)
+
     def whole_pub(self, data):
         """Return the fields of the L{Pub} event, a tuple (topic, trace, payload), when
         C{data} (bytes) is exactly one complete PUB that L{feed} would accept and the
@@ -365,6 +380,33 @@ class RequestDecoder:
 
 
 # -- response encoders (section 4) -----------------------------------------------
+
+def py_bare_pub(data, max_topic, max_payload):
+    """Return (topic, body) when C{data} is bytes holding exactly one PUB (topic within
+    C{max_topic}, payload over 8 bytes and within C{max_payload}) whose payload is one
+    message record without headers; else None. The reference of the C speedup
+    (C{_pub.c}); L{RequestDecoder.bare_pub} adds the decoder's own state."""
+    if type(data) is not bytes or len(data) <= _HDR:
+        return None
+    code, topic_len, arg, trace_len = _unpack_header(data, 0)
+    body = _HDR + topic_len + trace_len
+    if (code != wire.CMD_PUB or topic_len > max_topic or arg <= 8 or arg > max_payload
+            or body + arg != len(data)):
+        return None
+    size, count = _unpack_prefix(data, body)
+    if count != 0 or size + _PREFIX.size != arg:
+        return None
+    return data[_HDR:_HDR + topic_len], data[body + _PREFIX.size:]
+
+
+_pub = speedups.load("protocols.smss._pub")
+if _pub is not None:
+    _pub.configure(
+        _HDR, wire.PUB_HEADER_SPANS, _PREFIX.size, wire.MESSAGE_PREFIX_SPANS, wire.CMD_PUB)
+    _bare_pub = _pub.bare_pub
+else:
+    _bare_pub = py_bare_pub
+
 
 _OK = wire.STATUS_HEADER_STRUCT.pack(wire.STATUS_OK)
 _ALIVE = wire.STATUS_HEADER_STRUCT.pack(wire.STATUS_ALIVE)

@@ -25,6 +25,7 @@ from mqserver.errors import (
 from mqserver.broker.topics import validate_topic_name
 from mqserver.idle import IdleWatch
 from mqserver.sendnow import Cork, send_now
+from mqserver.store.message import PutResult
 
 from protocols.smss import codec, messages as m
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
@@ -53,9 +54,10 @@ _OK = codec.ok()
 def _ok_when_done(stored):
     """Return OK at once for a write that is already complete (L{Broker.publish_now}
     gave its PutResult: flush levels 0 and 1), or a Deferred of it."""
-    if isinstance(stored, defer.Deferred):
-        return stored.addCallback(lambda _: _OK)
-    return _OK
+    # type() first: isinstance of Deferred (an ABC's subclass) runs abc's check in Python
+    if type(stored) is PutResult:
+        return _OK
+    return stored.addCallback(lambda _: _OK)
 
 
 class SmssServerProtocol(IdleWatch, Protocol):
@@ -107,13 +109,19 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def dataReceived(self, data):
         self.active = True
         if not self._answers and self.subscription is None:
-            pub = self.decoder.whole_pub(data)
+            # One PUB in one read and nothing to answer before it: the usual traffic,
+            # handled without the decoder's buffering or the cork, and answered as
+            # _handle and _answer would, in fewer steps. Most often its payload is one
+            # message without headers, whose body the decoder hands over at once.
+            pub = self.decoder.bare_pub(data)
             if pub is not None:
-                # One PUB in one read and nothing to answer before it: the usual
-                # traffic, handled without the decoder's buffering or the cork, and
-                # answered as _handle and _answer would, in fewer steps.
+                publish, arg = self._publish, [pub[1]]
+            else:
+                pub = self.decoder.whole_pub(data)
+                publish, arg = self._pub, pub and pub[2]
+            if pub is not None:
                 try:
-                    result = self._pub(pub[0], pub[2])
+                    result = publish(pub[0], arg)
                 except BrokerError as e:
                     result = codec.err(self._error_text(e))
                 if type(result) is bytes:
@@ -280,9 +288,17 @@ class SmssServerProtocol(IdleWatch, Protocol):
             msgs = payload_to_messages(payload)
         except InvalidPayload:
             return codec.err("invalid pub payload")
+        return self._publish(topic, msgs)
+
+    def _publish(self, topic, msgs):
+        """Publish C{msgs} (what L{payload_to_messages} gives) to the topic named by
+        the raw name C{topic}; return the answer, or a Deferred of it."""
         if not self.broker.is_master:
             raise NotMaster("pub message")
-        return _ok_when_done(self.broker.publish_now(self._topic_name(topic), msgs))
+        name = self.factory.names.get(topic)  # the names cache, looked up inline
+        if name is None:
+            name = self._topic_name(topic)
+        return _ok_when_done(self.broker.publish_now(name, msgs))
 
     def do_Delay(self, ev):
         if not self.broker.is_master:

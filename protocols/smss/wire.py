@@ -307,8 +307,9 @@ BATCH_HEADER_STRUCT = layout(BATCH_HEADER).struct
 ERR_HEADER_STRUCT = layout(ERR_HEADER).struct
 #: REPLICA_FRAME_HEADER: (status, block_len).
 REPLICA_FRAME_HEADER_STRUCT = layout(REPLICA_FRAME_HEADER).struct
+_MESSAGE_PREFIX = layout(MESSAGE_RECORD, prefix=True)
 #: First 8 bytes of MESSAGE_RECORD: (size, header_count).
-MESSAGE_PREFIX_STRUCT = layout(MESSAGE_RECORD, prefix=True).struct
+MESSAGE_PREFIX_STRUCT = _MESSAGE_PREFIX.struct
 #: First 32 bytes of PUSHED_RECORD: (ts, event_id, next_file_id, next_pos).
 PUSHED_PREFIX_STRUCT = _PUSHED_HEAD.select("ts", "event_id", "next_file_id", "next_pos")
 #: PUSHED_RECORD up to and including S and H: (ts, event_id, next_file_id, next_pos, S, H).
@@ -323,6 +324,15 @@ REQUEST_HEADER_SIZE = _PUB_REQUEST.size
 RESPONSE_HEADER_SIZE = STATUS_HEADER_STRUCT.size
 MESSAGE_PREFIX_SIZE = MESSAGE_PREFIX_STRUCT.size
 PUSHED_PREFIX_SIZE = PUSHED_PREFIX_STRUCT.size
+
+#: (offset, size) of code, topic_len, payload_len and trace_len in the PUB request
+#: header, and of S and H in a message record's prefix: what C{_pub.c} reads.
+PUB_HEADER_SPANS = tuple((_PUB_REQUEST.offset(n), _PUB_REQUEST.field_size(n))
+                         for n in ("code", "topic_len", "args.payload_len", "trace_len"))
+MESSAGE_PREFIX_SPANS = tuple((_MESSAGE_PREFIX.offset(n), _MESSAGE_PREFIX.field_size(n))
+                             for n in ("size", "header_count"))
+# _pub.c reads these fields little-endian, as the schemas write them.
+assert _PUB_REQUEST.order == "<" and _MESSAGE_PREFIX.order == "<"
 
 #: Where C{_push.c} writes each field of a pushed record's head (see views.py), in the
 #: order of PUSHED_RECORD_HEAD_STRUCT: ts, event_id, next_file_id, next_pos, S, H.

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols.smss import client_codec as cc
-from protocols.smss import codec, wire
+from protocols.smss import codec, views, wire
 from protocols.smss.client_codec import Expect, ResponseDecoder
 from protocols.smss.codec import Mode, RequestDecoder
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
@@ -802,6 +802,60 @@ def test_whole_pub_declines_while_the_decoder_holds_bytes_or_waits():
     acks.ack_mode = True
     assert acks.whole_pub(pub) is None
     assert RequestDecoder().whole_pub(bytearray(pub)) is None  # only bytes, as Twisted reads
+
+
+# -- bare_pub: one PUB of one message without headers --------------------------------------
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    code=st.sampled_from([wire.CMD_PUB, wire.CMD_PUB, wire.CMD_PUB, wire.CMD_DELAY,
+                          wire.CMD_CREATE]),
+    topic=st.binary(max_size=14),
+    trace=st.binary(max_size=4),
+    body=st.binary(max_size=40),
+    size_delta=st.integers(-1, 1),
+    count=st.sampled_from([0, 0, 0, 1]),
+    announced_delta=st.integers(-1, 1),
+    extra=st.binary(max_size=2),
+)
+def test_bare_pub_agrees_with_feed_and_payload_to_messages(
+        code, topic, trace, body, size_delta, count, announced_delta, extra):
+    """Whatever the bytes, bare_pub either declines or gives the topic of the one Pub
+    that feed decodes and the one message payload_to_messages makes of its payload (so
+    the store gets the same bytes); it never declines a PUB that whole_pub takes whose
+    payload is one record without headers."""
+    payload = struct.pack("<II", max(0, len(body) + size_delta), count) + body
+    announced = max(0, len(payload) + announced_delta)
+    data = cc.encode_request(code, topic, trace, announced, payload) + extra
+    bare = RequestDecoder(**_WHOLE_LIMITS).bare_pub(data)
+    whole = RequestDecoder(**_WHOLE_LIMITS).whole_pub(data)
+    one_record = (whole is not None
+                  and struct.unpack_from("<II", whole[2]) == (len(whole[2]) - 8, 0))
+    if bare is None:
+        assert not one_record
+        return
+    assert one_record
+    assert bare == (whole[0], views.payload_to_messages(whole[2])[0])
+    assert views.payload_to_messages(whole[2]) == [bare[1]]
+    assert type(bare) is tuple and all(type(x) is bytes for x in bare)
+
+
+def test_bare_pub_declines_while_the_decoder_holds_bytes_or_waits():
+    pub = cc.encode_pub(b"t", struct.pack("<II", 4, 0) + b"body")
+    assert RequestDecoder().bare_pub(pub) == (b"t", b"body")
+    half = RequestDecoder()
+    assert half.feed(pub[:5]) == []
+    assert half.bare_pub(pub) is None  # bytes of an earlier request are waiting
+    paused = RequestDecoder()
+    assert isinstance(paused.feed(cc.encode_sub(b"t", 0, 1, who=b"w"))[0], Sub)
+    assert paused.paused and paused.bare_pub(pub) is None  # the SUB's answer decides
+    acks = RequestDecoder()
+    acks.ack_mode = True
+    assert acks.bare_pub(pub) is None
+    skipping = RequestDecoder(max_payload=10)
+    assert isinstance(skipping.feed(pub[:-4])[0], TooLarge)  # its body is being skipped
+    assert skipping.bare_pub(pub) is None
 
 
 # -- the schemas are the one definition: golden vectors parsed with them ------------------

@@ -19,12 +19,16 @@ from mqserver.layout import layout
 from mqserver.store.store import Message, MessageStore
 from protocols.nsq import frames
 from protocols.remoting import pulling
+from protocols.smss import client_codec as smss_client
+from protocols.smss import codec as smss_codec
 from protocols.smss import views
+from protocols.smss import wire as smss_wire
 
-_SPEEDUPS = ["protocols.smss._push", "protocols.nsq._frames", "mqserver.store._pack",
+_SPEEDUPS = ["protocols.smss._push", "protocols.smss._pub", "protocols.nsq._frames", "mqserver.store._pack",
              "mqserver.broker._inflight", "mqserver.store._check", "protocols.remoting._pull"]
 #: (module, what the hot path calls, the Python reference)
 _PAIRS = [(views, "encode_records", "py_encode_records"),
+          (smss_codec, "_bare_pub", "py_bare_pub"),
           (frames, "delivery_frames", "py_delivery_frames"),
           (channels, "_take_fresh", "_take_fresh_py"), (channels, "_finish", "_finish_py"),
           (pulling, "records_body", "py_records_body")]
@@ -112,6 +116,62 @@ def test_smss_push_rejects_records_past_the_buffer():
     with pytest.raises(ValueError):
         encode(rec, [(-1, 0)], ())
     assert encode(rec, [(0, len(rec))], ()) == views.py_encode_records(rec, [(0, len(rec))])
+
+
+def _smss_request(code, topic, trace, announced, payload, extra):
+    return smss_client.encode_request(code, topic, trace, announced, payload) + extra
+
+
+_smss_payload = st.one_of(
+    # one record without headers, its S right or a little off
+    st.tuples(st.binary(max_size=40), st.integers(-2, 2)).map(
+        lambda t: smss_wire.MESSAGE_PREFIX_STRUCT.pack(max(0, len(t[0]) + t[1]), 0) + t[0]),
+    # a record with a header count, or anything at all
+    st.tuples(st.binary(max_size=30), st.integers(0, 3)).map(
+        lambda t: smss_wire.MESSAGE_PREFIX_STRUCT.pack(len(t[0]), t[1]) + t[0]),
+    st.binary(max_size=50),
+)
+
+
+@settings(max_examples=500)
+@given(code=st.sampled_from([smss_wire.CMD_PUB] * 4 + [smss_wire.CMD_DELAY, smss_wire.CMD_SUB]),
+       topic=st.binary(max_size=14), trace=st.binary(max_size=4), payload=_smss_payload,
+       announced_delta=st.integers(-2, 2), extra=st.binary(max_size=3),
+       max_topic=st.integers(0, 16), max_payload=st.integers(0, 60))
+def test_smss_bare_pub_matches_python(code, topic, trace, payload, announced_delta, extra,
+                                      max_topic, max_payload):
+    """Any request bytes and limits: the C PUB fast path returns what the Python one does
+    (the same topic and body, or None)."""
+    data = _smss_request(code, topic, trace, max(0, len(payload) + announced_delta), payload,
+                         extra)
+    bare_pub = _c_module("protocols.smss._pub").bare_pub
+    assert bare_pub(data, max_topic, max_payload) == smss_codec.py_bare_pub(
+        data, max_topic, max_payload)
+
+
+def test_smss_bare_pub_takes_only_bytes_and_int_limits():
+    """Not bytes (Twisted reads bytes): declined as by the Python code; limits that are
+    not ints: TypeError; a module used before configure(): RuntimeError, not a guess."""
+    bare_pub = _c_module("protocols.smss._pub").bare_pub
+    pub = smss_client.encode_pub(b"t", smss_wire.MESSAGE_PREFIX_STRUCT.pack(2, 0) + b"hi")
+    assert bare_pub(pub, 10, 100) == (b"t", b"hi")
+    for other in (bytearray(pub), memoryview(pub), pub.decode("latin-1")):
+        assert bare_pub(other, 10, 100) is None is smss_codec.py_bare_pub(other, 10, 100)
+    with pytest.raises(TypeError):
+        bare_pub(pub, "10", 100)
+    with pytest.raises(TypeError):
+        bare_pub(pub, 10)
+    configure = _c_module("protocols.smss._pub").configure
+    try:
+        with pytest.raises(ValueError):  # a field of another width than the C reads
+            configure(20, ((0, 1), (1, 2), (3, 2), (19, 1)), 8, ((0, 4), (4, 4)), 1)
+        with pytest.raises(RuntimeError):  # a failed configure() leaves it off
+            bare_pub(pub, 10, 100)
+    finally:
+        configure(smss_wire.REQUEST_HEADER_SIZE, smss_wire.PUB_HEADER_SPANS,
+                  smss_wire.MESSAGE_PREFIX_SIZE, smss_wire.MESSAGE_PREFIX_SPANS,
+                  smss_wire.CMD_PUB)
+    assert bare_pub(pub, 10, 100) == (b"t", b"hi")
 
 
 _delivery = st.tuples(
