@@ -13,7 +13,7 @@ sched_yield counts). The reference servers are measured too when their binaries 
 given (``SMSS_BIN``, ``NSQD_BIN`` or the options, as for ``bench/compare.py``).
 Asserts nothing.
 
-    python bench/syscalls.py [--only smss,nsq] [--requests 20000] [--tree NAME:PATH]
+    python bench/syscalls.py [--only smss,nsq] [--requests 20000] [--conns 1] [--tree NAME:PATH]
 """
 
 import argparse
@@ -92,33 +92,40 @@ def parse_strace(path):
     return calls
 
 
-def measure(pid, port, proto, n, tmp):
-    """Warm up, time C{n} round trips, then count the calls of C{n} more under strace.
-    Returns (round trips/s, {syscall: calls per round trip})."""
+def measure(pid, port, proto, n, tmp, conns=1):
+    """Warm up, time C{n} round trips on each of C{conns} connections at once, then
+    count the calls of C{n} more each under strace. Returns (round trips/s, {syscall:
+    calls per round trip})."""
     q, go = MP.Queue(), MP.Queue()
-    p = MP.Process(target=client, args=(port, proto, [2000, n, n], q, go), daemon=True)
-    p.start()
+    procs = [MP.Process(target=client, args=(port, proto, [2000, n, n], q, go), daemon=True)
+             for _ in range(conns)]
+    for p in procs:
+        p.start()
+
+    def run_all():
+        for _ in procs:
+            go.put(1)
+        return max(_next(q) for _ in procs)
+
     try:
-        go.put(1)
-        _next(q)  # warm-up
-        go.put(1)
-        rate = n / _next(q)
+        run_all()  # warm-up
+        rate = n * conns / run_all()
         out = os.path.join(tmp, f"strace-{pid}.txt")
         st = subprocess.Popen(["strace", "-c", "-f", "-o", out, "-p", str(pid)],
                               stderr=subprocess.DEVNULL)
         try:
             time.sleep(1.0)  # strace attaches to every thread before the traced run
-            go.put(1)
-            _next(q)
+            run_all()
             time.sleep(0.5)  # the last replies' calls are counted
         finally:
             st.terminate()
             st.wait(30)
-        return rate, {k: v / n for k, v in parse_strace(out).items()}
+        return rate, {k: v / (n * conns) for k, v in parse_strace(out).items()}
     finally:
-        p.join(30)
-        if p.is_alive():
-            p.kill()
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
 
 
 def start_mq(name, tree, tmp):
@@ -151,6 +158,8 @@ def main():
     p.add_argument("--requests", type=int, default=20000, help="round trips per run")
     p.add_argument("--tree", action="append", default=[], metavar="NAME:PATH",
                    help="also measure mqserver run from another source tree")
+    p.add_argument("--conns", type=int, default=1,
+                   help="connections publishing at once, each one message per round trip")
     p.add_argument("--smss-bin", default=None)
     p.add_argument("--nsqd-bin", default=None)
     a = p.parse_args()
@@ -173,19 +182,20 @@ def main():
             for name, start in systems:
                 pid, ports, stop = start()
                 try:
-                    rows.append((name, *measure(pid, ports[proto], proto, a.requests, tmp)))
+                    rows.append((name, *measure(pid, ports[proto], proto, a.requests, tmp,
+                                                a.conns)))
                 finally:
                     stop()
-            report(proto, rows, a.requests)
+            report(proto, rows, a.requests, a.conns)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def report(proto, rows, n):
+def report(proto, rows, n, conns=1):
     names = sorted({k for _, _, calls in rows for k, v in calls.items() if v >= 0.01},
                    key=lambda k: -max(calls.get(k, 0) for _, _, calls in rows))
-    print(f"\n{proto} PUB, one message per round trip, 1 connection ({n} round trips);"
-          " system calls per round trip (strace -c -f)")
+    print(f"\n{proto} PUB, one message per round trip, {conns} connection(s) ({n} round trips"
+          " each); system calls per round trip (strace -c -f)")
     print(f"{'system':14s} {'rt/s':>8s} {'total':>7s}  " + " ".join(f"{k[:12]:>12s}" for k in names))
     for name, rate, calls in rows:
         total = sum(calls.values())
