@@ -112,40 +112,6 @@ class Ref:
         self.server.stop()
 
 
-class Floor:
-    """The null smss server (C{bench/null_smss.py}): mqserver's system calls per PUB and
-    nothing else, spinning as mqserver's reactor does; C{pwrite} False leaves out the
-    write of the payload."""
-
-    def __init__(self, name, tmp, pwrite=True):
-        self.name, self.tmp, self.pwrite = name, tmp, pwrite
-        self.proc = None
-
-    def start(self):
-        argv = [sys.executable, os.path.join(HERE, "null_smss.py"), "--dir", self.tmp]
-        if not self.pwrite:
-            argv.append("--no-pwrite")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("listening "):
-            self.stop()
-            raise RuntimeError(f"null_smss.py did not start: {line!r}")
-        self.smss_port = int(line.split()[1])
-        self.pid = self.proc.pid
-        return self
-
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if self.proc is not None:
-            self.proc.stdout.close()
-
-
 # -- measurements: each takes a started system and returns a dict of figures ---------------
 
 
@@ -486,7 +452,8 @@ def run(a):
     floors = []
     if a.floor:
         # null smss servers: the publish rows only (they store nothing to catch up on)
-        floors = [lambda: Floor("floor", tmp), lambda: Floor("floor-nowrite", tmp, False)]
+        floors = [lambda: Ref("floor", "null", None, tmp),
+                  lambda: Ref("floor-nowrite", "null-nowrite", None, tmp)]
     nsq_sys = mq_sys + ([lambda: Ref("nsqd 1.3", "nsqd", nsqd_bin, tmp)] if nsqd_bin else [])
     rmq_sys = [lambda m=m: m(rocket=True) for m in mqs]
 

@@ -11,13 +11,19 @@ temporary directory that goes with it.
 - C{NSQD_BIN}: nsqd 1.3 (C{--tcp-address}, C{--http-address} and C{--data-path} given).
 - C{NSQ_BENCH_WRITER}, C{NSQ_BENCH_READER}: nsq's own C{bench/bench_writer} and
   C{bench/bench_reader} programs.
+
+Kinds C{"null"} and C{"null-nowrite"} start C{bench/null_smss.py} (no binary), the floor
+under a broker's smss publish rows.
 """
 
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
+
+NULL_SMSS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "null_smss.py")
 
 SMSS_CONFIG = """\
 port: {port}
@@ -102,6 +108,10 @@ class RefServer:
             with open(os.path.join(self.dir, "config", "config.yaml"), "w") as f:
                 f.write(SMSS_CONFIG.format(port=self.port))
             argv = [self.path, "-role", "master"]
+        elif self.kind in ("null", "null-nowrite"):
+            argv = [sys.executable, NULL_SMSS, "--port", str(self.port), "--dir", self.dir]
+            if self.kind == "null-nowrite":
+                argv.append("--no-pwrite")
         else:
             data = os.path.join(self.dir, "data")
             os.makedirs(data)

@@ -789,21 +789,6 @@ def test_whole_pub_agrees_with_feed(code, topic, trace, payload, announced_delta
     assert type(fast) is tuple and all(type(x) is bytes for x in fast)
 
 
-def test_whole_pub_declines_while_the_decoder_holds_bytes_or_waits():
-    pub = cc.encode_pub(b"t", struct.pack("<II", 4, 0) + b"body")
-    assert RequestDecoder().whole_pub(pub) == (b"t", b"", pub[-12:])
-    half = RequestDecoder()
-    assert half.feed(pub[:5]) == []
-    assert half.whole_pub(pub) is None  # bytes of an earlier request are waiting
-    paused = RequestDecoder()
-    assert isinstance(paused.feed(cc.encode_sub(b"t", 0, 1, who=b"w"))[0], Sub)
-    assert paused.paused and paused.whole_pub(pub) is None  # the SUB's answer decides
-    acks = RequestDecoder()
-    acks.ack_mode = True
-    assert acks.whole_pub(pub) is None
-    assert RequestDecoder().whole_pub(bytearray(pub)) is None  # only bytes, as Twisted reads
-
-
 # -- bare_pub: one PUB of one message without headers --------------------------------------
 
 
@@ -841,21 +826,28 @@ def test_bare_pub_agrees_with_feed_and_payload_to_messages(
     assert type(bare) is tuple and all(type(x) is bytes for x in bare)
 
 
-def test_bare_pub_declines_while_the_decoder_holds_bytes_or_waits():
+@pytest.mark.parametrize("method, expected", [
+    ("whole_pub", (b"t", b"", struct.pack("<II", 4, 0) + b"body")),
+    ("bare_pub", (b"t", b"body")),
+])
+def test_one_read_shortcuts_decline_while_the_decoder_holds_bytes_or_waits(method, expected):
+    """whole_pub and bare_pub take a read only when the decoder holds nothing and waits
+    for nothing, and only bytes (what Twisted reads)."""
     pub = cc.encode_pub(b"t", struct.pack("<II", 4, 0) + b"body")
-    assert RequestDecoder().bare_pub(pub) == (b"t", b"body")
+    assert getattr(RequestDecoder(), method)(pub) == expected
     half = RequestDecoder()
     assert half.feed(pub[:5]) == []
-    assert half.bare_pub(pub) is None  # bytes of an earlier request are waiting
+    assert getattr(half, method)(pub) is None  # bytes of an earlier request are waiting
     paused = RequestDecoder()
     assert isinstance(paused.feed(cc.encode_sub(b"t", 0, 1, who=b"w"))[0], Sub)
-    assert paused.paused and paused.bare_pub(pub) is None  # the SUB's answer decides
+    assert paused.paused and getattr(paused, method)(pub) is None  # the SUB's answer decides
     acks = RequestDecoder()
     acks.ack_mode = True
-    assert acks.bare_pub(pub) is None
+    assert getattr(acks, method)(pub) is None
     skipping = RequestDecoder(max_payload=10)
     assert isinstance(skipping.feed(pub[:-4])[0], TooLarge)  # its body is being skipped
-    assert skipping.bare_pub(pub) is None
+    assert getattr(skipping, method)(pub) is None
+    assert getattr(RequestDecoder(), method)(bytearray(pub)) is None
 
 
 # -- the schemas are the one definition: golden vectors parsed with them ------------------
