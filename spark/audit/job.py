@@ -169,6 +169,28 @@ def tune(spark):
     spark.sparkContext.setLogLevel("ERROR")
 
 
+#: Spark SQL settings for the compact form's small tables: expressions interpreted, not
+#: compiled to Java. After the decode, every query runs over a few thousand rows, and
+#: generating and compiling code for each of the ~60 queries (Janino, class loading)
+#: cost more than the rows: 2-3 of the JVM's ~17 CPU s on a 0.5 GiB log
+#: (docs/audit.md, "Memory and speed"). C{factoryMode} is an internal setting of
+#: Spark SQL, honoured by the pinned pyspark (tests/spark/test_audit_job.py checks it).
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+def interpreted(spark, on):
+    """Run the session's queries with expressions interpreted (C{on}) or compiled, as
+    L{INTERPRETED} says; settings the user gave are left alone."""
+    conf = spark.sparkContext.getConf()
+    for key, value in INTERPRETED.items():
+        if conf.contains(key):
+            continue
+        if on:
+            spark.conf.set(key, value)
+        else:
+            spark.conf.unset(key)
+
+
 def ship_code(spark):
     """Add the zip of L{spark.audit.package} to the job, unless spark-submit was given
     C{--py-files} already: executors on a cluster then import the format module."""
@@ -223,21 +245,23 @@ def _abs(path):
 
 
 def read_json_file(spark, path):
-    """Read a small JSON file with the binaryFile reader; returns C{(data, mtime_ms)}
-    or C{(None, None)} when it is missing or unreadable."""
-    from pyspark.sql import functions as F
-
-    if not exists(spark, path):
+    """Read a small JSON file on the driver through Hadoop's file system (the one Spark
+    lists the directory with: local, HDFS, S3...); returns C{(data, mtime_ms)}, or
+    C{(None, None)} when it is missing, C{(None, mtime_ms)} when it is not JSON. (The
+    C{binaryFile} reader ran a Spark job of its own for each file.)"""
+    p, fs = _hpath(spark, path)
+    if not fs.exists(p):
         return None, None
-    row = (
-        spark.read.format("binaryFile").load(path)
-        .select("content", F.expr("unix_millis(modificationTime)").alias("mtime"))
-        .first()
-    )  # fmt: skip
+    mtime = int(fs.getFileStatus(p).getModificationTime())
+    stream = fs.open(p)
     try:
-        return json.loads(bytes(row.content)), row.mtime
+        content = bytes(spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+    finally:
+        stream.close()
+    try:
+        return json.loads(content), mtime
     except ValueError:
-        return None, row.mtime
+        return None, mtime
 
 
 def list_files(spark, path):
@@ -494,6 +518,7 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         carry = Carry.open(spark, state_dir, listing, full_reason, form)
     skip = carry.skip if carry else frozenset()
     live = live_topics(meta) if compact else None
+    interpreted(spark, compact)
     durable = None
     if limit is not None:  # entries past the checkpoint's queue lengths are not durable yet
         durable = [(t, int(q), int(n)) for t, qs in (meta.get("queues") or {}).items() for q, n in qs.items()]
@@ -514,9 +539,22 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
             items = carry.absorb_items(items)
     progress.step("decode", "commit-log segments")
     recs = T.records(items)  # compact: only admin records, fired delays, CRC failures
-    segs = S.collect_rows(T.segments(items).orderBy("segment"))
     totals_df = T.totals_from_parts(items) if compact else None
-    totals = None
+    totals = early = None
+    if compact:
+        # Small independent questions, each a Spark job of one task on a few rows: asked
+        # at once from threads, so their scheduling and planning overlap.
+        ask = {
+            "segs": lambda: S.collect_rows(T.segments(items).orderBy("segment")),
+            "totals": lambda: S.totals_of_parts(totals_df.first().asDict()),
+            "held_twice": lambda: bool(T.duplicate_intervals(T.event_runs(items)).take(1)),
+        }
+        if cq_compact is not None:
+            ask["cq_differs"] = lambda: bool(T.differing_blocks_from_parts(items, cq_compact.result()).take(1))
+        early = _at_once(**ask)
+        segs, totals = early["segs"], early["totals"]
+    else:
+        segs = S.collect_rows(T.segments(items).orderBy("segment"))
     if carry and compact:
         carry.totals = carry.totals_of_items(items)
     elif carry:
@@ -546,11 +584,11 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     intervals = T.duplicate_intervals(runs)
     if merged:
         carry.check_duplicates(intervals)
-    every, held_twice = recs, bool(intervals.take(1))
+    every, held_twice = recs, (early["held_twice"] if early else bool(intervals.take(1)))
     if compact and held_twice:
         if carry:
             carry.need_records("an eventId is held twice")
-        every = full()
+        every = every_record(spark, full)
     tables["event_duplicates"] = T.event_id_duplicates_in(every, intervals, held_twice)
     whole = carry.skeleton(recs) if merged else recs  # what the carried segments add to topics and delays
     topics = topics_frame(spark, meta, whole)
@@ -565,13 +603,12 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
             ends = T.queue_ends_from_parts(cq)
             if carry:
                 carry.ends = ends
-            if T.differing_blocks_from_parts(items, cq).take(1):
+            if early["cq_differs"]:
                 if carry:
                     carry.need_records("the consume queues differ from the log")
-                tables["cq_mismatches"] = T.cq_mismatches(
-                    T.records(full()), _durable_cq(spark, read_cq(spark, data_dir), durable, limit), topics,
-                    facts["log_min_offset"],
-                )  # fmt: skip
+                every = T.records(every_record(spark, full))
+                entries = _durable_cq(spark, read_cq(spark, data_dir), durable, limit)
+                tables["cq_mismatches"] = T.cq_mismatches(every, entries, topics, facts["log_min_offset"])
             else:  # every block's signature matches: no mismatch, nothing to join
                 empty = spark.createDataFrame([], rec.CQ_DDL)
                 tables["cq_mismatches"] = T.cq_mismatches(recs.limit(0), empty, topics, facts["log_min_offset"])
@@ -594,6 +631,21 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     # Each table feeds both its Parquet file and the summary: compute it once.
     tables = {name: df.persist() for name, df in tables.items()}
     return items, recs, tables, facts
+
+
+def _at_once(**work):
+    """Run each of C{work}'s functions in a thread of its own; returns their results by
+    name (the first exception raised, if any)."""
+    with ThreadPoolExecutor(max_workers=len(work), thread_name_prefix="audit-ask") as pool:
+        futures = {name: pool.submit(fn) for name, fn in work.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def every_record(spark, full):
+    """The compact form's C{full()}: every record again, one row each, compiled (the
+    rows are as many as the log's)."""
+    interpreted(spark, False)
+    return full()
 
 
 def _in_background(work):

@@ -265,3 +265,27 @@ def test_console_shows_findings_found_only_by_the_comparison(spark, broker_dir, 
     assert printed["findings"] == {"compare.different": 1}
     assert (printed["compare"]["first_divergent_event_id"], printed["compare"]["different"]) == (300, 1)
     assert json.loads(json.dumps(printed)) == printed
+
+
+def test_interpreted_queries_compile_no_code(spark):
+    """L{job.interpreted} makes the session's queries interpret their expressions: a
+    query that compiles several Java classes by default compiles at most one (turning
+    a Python RDD's rows into Spark's is always compiled). The setting is internal to
+    Spark SQL: this fails if the pinned pyspark stops honouring it."""
+    from pyspark.sql import functions as F
+
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+
+    def compiles(salt):
+        before = metrics.METRIC_COMPILATION_TIME().getCount()
+        df = spark.createDataFrame([(i, f"t{i % 3}") for i in range(50)], "a int, t string")
+        df.where(F.col("a") > salt).groupBy("t").agg(F.max("a") + salt, F.count("*")).collect()
+        return metrics.METRIC_COMPILATION_TIME().getCount() - before
+
+    try:
+        job.interpreted(spark, True)
+        assert spark.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
+        fewer = compiles(7)
+    finally:
+        job.interpreted(spark, False)
+    assert fewer <= 1 < 3 <= compiles(11)
