@@ -21,6 +21,19 @@ vain for the next PUB, which nearly doubled the broker's CPU per message;
 docs/benchmarks.md.) While it spins it yields the CPU (C{sched_yield}) between
 polls, so a client scheduled on the same CPU is never kept waiting by the spinning.
 
+A caught spin is not enough: it must also pay. It pays when the peers wait for the
+broker (one request per round trip: a wake-up saved is a round trip sooner, so more
+requests come); it does not when they send at their own pace (a publisher at a steady
+rate: the next PUB comes when it comes, and a spin that waits 100 µs for it burns the
+CPU a wake-up would have cost a fraction of; at 10,000 PUBs/s with a consumer attached
+the spin kept a core busy, 95 µs per message against nsqd's 65, docs/benchmarks.md).
+So from time to time, once traffic flows, the reactor measures: it counts the events it
+handles for C{probe_window} seconds with the spin allowed, then as long with it off,
+and allows it for the next C{probe_every} seconds only when the first count was over
+L{_PROBE_GAIN} times the second per second (too few events in either says nothing: the
+miss rule alone decides). The events a paced sender makes do not grow with the spin,
+so it stays off for them but for the probes' windows.
+
 It also dispatches events without Twisted's legacy log context (C{callWithLogger}): that
 context only names the "system" of old-style C{log.msg} calls, which mqserver does not
 use, and costs about as much as the rest of a small request's dispatch. A plain read
@@ -57,17 +70,31 @@ DEFAULT_SPIN = 0.0002
 _MISS_WEIGHT = 0.125
 #: Spin only while fewer than this share of recent events came later than the spin.
 _MISS_LIMIT = 0.25
+#: Seconds of each probe window (spin allowed, then off); see the module docstring.
+PROBE_WINDOW = 0.05
+#: Seconds between the end of one probe and the start of the next.
+PROBE_EVERY = 2.0
+#: The spin stays allowed when it raised the events handled per second by this factor.
+_PROBE_GAIN = 1.25
+#: Fewer events than this in a probe window give no verdict.
+_PROBE_MIN_EVENTS = 32
+# probe phases
+_HOLD, _ON, _OFF = range(3)
 
 
 class SpinningEPollReactor(EPollReactor):
     """L{EPollReactor} with adaptive busy-polling (see the module docstring).
 
     @ivar spin: seconds to keep polling after the last event; 0 turns spinning off.
+    @ivar probe_window: seconds of each window of a probe (spin allowed, then off).
+    @ivar probe_every: seconds a probe's verdict holds.
     """
 
     def __init__(self, spin=DEFAULT_SPIN):
         super().__init__()
         self._last_event = 0.0
+        self.probe_window = PROBE_WINDOW
+        self.probe_every = PROBE_EVERY
         self.spin = spin
 
     @property
@@ -80,6 +107,11 @@ class SpinningEPollReactor(EPollReactor):
         self._spin_now = seconds  # the current spin: C{spin}, or 0 while it would not pay
         self._missed = 0.0  # running share of events that came later than the spin
         self._idle_since = monotonic()  # when the last events were handled
+        self._spin_pays = True  # the last probe's verdict (or the window being probed)
+        self._phase = _HOLD
+        self._phase_start = self._phase_end = 0.0  # a probe starts with the next events
+        self._events = 0  # events handled in this phase
+        self._probed_on = (0, 0.0)  # events and seconds of the last window with the spin
 
     def doPoll(self, timeout):
         poll = self._poller.poll
@@ -119,7 +151,10 @@ class SpinningEPollReactor(EPollReactor):
             else:
                 missed += (1.0 - missed) * _MISS_WEIGHT
             self._missed = missed
-            self._spin_now = spin if missed < _MISS_LIMIT else 0.0
+            self._events += len(events)
+            if now >= self._phase_end:
+                self._next_phase(now)
+            self._spin_now = spin if missed < _MISS_LIMIT and self._spin_pays else 0.0
         selectables = self._selectables
         dispatch = self._doReadOrWrite
         for fd, event in events:
@@ -146,6 +181,24 @@ class SpinningEPollReactor(EPollReactor):
 
     doIteration = doPoll
 
+    def _next_phase(self, now):
+        """End the probe phase due at C{now} and start the next (see the module
+        docstring): hold, then a window with the spin allowed, one without, hold."""
+        phase = self._phase
+        counted = (self._events, now - self._phase_start)
+        if phase == _HOLD:
+            self._phase, self._spin_pays = _ON, True
+            self._phase_end = now + self.probe_window
+        elif phase == _ON:
+            self._probed_on = counted
+            self._phase, self._spin_pays = _OFF, False
+            self._phase_end = now + self.probe_window
+        else:
+            self._phase, self._spin_pays = _HOLD, spin_pays(self._probed_on, counted)
+            self._phase_end = now + self.probe_every
+        self._phase_start = now
+        self._events = 0
+
     def runUntilCurrent(self):
         if not (self.threadCallQueue or self._newTimedCalls or self._justStopped
                 or self._cancellations > 50):
@@ -153,6 +206,17 @@ class SpinningEPollReactor(EPollReactor):
             if not pending or pending[0].time > self.seconds():
                 return  # nothing due: what the base class would find, found sooner
         super().runUntilCurrent()
+
+
+def spin_pays(with_spin, without):
+    """The verdict of a probe: C{with_spin} and C{without} are (events, seconds) of its
+    two windows. True when the spin raised the events handled per second by
+    L{_PROBE_GAIN}, or when either window saw too few events to tell."""
+    on_events, on_secs = with_spin
+    off_events, off_secs = without
+    if on_events < _PROBE_MIN_EVENTS or off_events < _PROBE_MIN_EVENTS:
+        return True
+    return on_events * off_secs > _PROBE_GAIN * off_events * on_secs
 
 
 def install(spin=DEFAULT_SPIN):
