@@ -20,6 +20,7 @@ from operator import itemgetter
 
 from mqserver import speedups
 from mqserver.broker.cursor import TopicCursor
+from mqserver.soon import call_soon
 from mqserver.store import format as fmt
 
 _FIELDS = fmt.CHANNEL_FIELDS.unpack_from
@@ -204,7 +205,7 @@ class Channel:
     def schedule_pump(self):
         """Deliver soon (coalesces many triggers in one reactor turn into one pass)."""
         if self._pump_call is None and not self.deleted and not self.registry.stopped:
-            self._pump_call = self.reactor.callLater(0, self.pump)
+            self._pump_call = call_soon(self.reactor, self.pump)
 
     def cancel_pump(self):
         """Cancel the pump L{schedule_pump} armed, if any."""
