@@ -37,6 +37,7 @@ from construct import (
     this,
 )
 
+from mqserver import speedups
 from mqserver.layout import layout
 
 MESSAGE_MAGIC = 0xDAA320A7
@@ -556,8 +557,9 @@ for _ in range(_HASH_BLOCK):
 _POW31_DESC = _POW31[_HASH_BLOCK - 1 :: -1]  # 31**(BLOCK-1) ... 31**0
 
 
-def java_string_hash(s):
-    """Return Java's String.hashCode of C{s} as a signed 32-bit int.
+def java_string_hash_py(s):
+    """Return Java's String.hashCode of C{s} as a signed 32-bit int (the reference of
+    the C speedup C{_hash.java_string_hash}, which L{java_string_hash} is when built).
 
     Java hashes UTF-16 code units, so a non-BMP character counts as two (its surrogate
     pair); lone surrogates are hashed as the single unit they are."""
@@ -575,6 +577,11 @@ def java_string_hash(s):
         size = len(chunk)
         h = (h * _POW31[size] + sum(map(operator.mul, chunk, _POW31_DESC[_HASH_BLOCK - size :]))) & _MASK32
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+_hash = speedups.load("mqserver.store._hash")
+#: Java's String.hashCode of a str: the C speedup, or L{java_string_hash_py}.
+java_string_hash = java_string_hash_py if _hash is None else _hash.java_string_hash
 
 
 def tag_hash_of(properties):
