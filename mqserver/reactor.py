@@ -122,7 +122,8 @@ class SpinningEPollReactor(EPollReactor):
         poll = self._poller.poll
         most = len(self._selectables)
         start = monotonic()
-        self._busy += start - self._polled
+        if self._phase:  # probing: add up the time since the last poll returned
+            self._busy += start - self._polled
         until = self._last_event + self._spin_now
         if timeout is not None and until > start + timeout:
             until = start + timeout
