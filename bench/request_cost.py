@@ -161,20 +161,10 @@ class WithConsumer:
 
 def consumed_round_trips(sock, request, reply, count):
     """L{round_trips} of a PUB with a consumer attached (see L{WithConsumer})."""
-    send, recv, iterate = sock.send, sock.recv, reactor.iterate
+    iterate = reactor.iterate
     consumer, buf = reply.consumer, reply.buf
-    size = len(NSQ_OK)
     for _ in range(count):
-        send(request)
-        got = b""
-        while len(got) < size:
-            iterate(0)
-            try:
-                got += recv(size - len(got), socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                pass
-        if got != NSQ_OK:
-            raise SystemExit(f"unexpected answer {got!r}")
+        round_trips(sock, request, NSQ_OK, 1)
         iterate(0)  # the pump the PUB scheduled
         try:
             buf += consumer.recv(1 << 20, socket.MSG_DONTWAIT)
@@ -200,17 +190,13 @@ def nsqsub_session(port):
     consumer.sendall(b"  V2SUB cost c\nRDY 2500\n")
     got = b""
     while len(got) < len(NSQ_OK):
-        iterate_once()
+        reactor.iterate(0)
         try:
             got += consumer.recv(len(NSQ_OK) - len(got), socket.MSG_DONTWAIT)
         except BlockingIOError:
             pass
     sock, request, _ = nsq_session(port)
     return sock, request, WithConsumer(consumer)
-
-
-def iterate_once():
-    reactor.iterate(0)
 
 
 def smss_session(port):
