@@ -586,13 +586,33 @@ java_string_hash = java_string_hash_py if _hash is None else _hash.java_string_h
 
 def tag_hash_of(properties):
     """Return the consume-queue tag hash of a message: Java hashCode of its TAGS property,
-    or 0 when it has none (RocketMQ's rule for untagged messages)."""
-    if b"TAGS\x01" not in properties:
+    or 0 when it has none (RocketMQ's rule for untagged messages).
+
+    The property is the first item (as L{decode_properties} splits them) whose key is
+    TAGS, found without decoding the others: a SEND pays this for every message."""
+    data = bytes(properties)
+    if data.startswith(b"TAGS\x01"):  # the first item: how the clients write it
+        stop = data.find(PROP_END, 5)
+        value = data[5:] if stop < 0 else data[5:stop]
+        return java_string_hash(value.decode("utf-8", "replace"))
+    if b"TAGS\x01" not in data:
         return 0
-    for k, v in decode_properties(properties):
-        if k == b"TAGS":
-            return java_string_hash(v.decode("utf-8", "replace"))
-    return 0
+    end, pos, size = -1, 0, len(data)
+    while True:
+        at = data.find(b"TAGS", pos)
+        if at < 0:
+            return 0
+        end = at + 4
+        # an item's key: at the start or after PROP_END, ended by PROP_SEP, PROP_END or
+        # the end of the string
+        if (at == 0 or data[at - 1] == 2) and (end == size or data[end] in (1, 2)):
+            break
+        pos = at + 1
+    if end == size or data[end] == 2:
+        return 0  # the key without a value: the hash of ""
+    stop = data.find(PROP_END, end + 1)
+    value = data[end + 1:] if stop < 0 else data[end + 1:stop]
+    return java_string_hash(value.decode("utf-8", "replace"))
 
 
 def properties_safe(pairs):
