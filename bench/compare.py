@@ -474,10 +474,12 @@ def run(a):
         plan.append((rmq_sys, "rocketmq C++ client", lambda s: {"rows": crm.client_rows(s, a)}))
     if "steady" in only:
         for proto, systems in (("smss", smss_sys), ("nsq", nsq_sys)):
+            if proto not in a.steady_protos:
+                continue
             for rate in a.rates:
                 plan.append((systems, f"{proto} steady {rate}/s + consumer",
                              lambda s, p=proto, r=rate: steady(s, a, p, r)))
-        for rate in a.rates:
+        for rate in a.rates if "rocketmq" in a.steady_protos else ():
             plan.append((rmq_sys, f"rocketmq steady {rate}/s + consumer",
                          lambda s, r=rate: crm.steady(s, a, r, _rmq_paced(a))))
     if "rss" in only:
@@ -529,6 +531,9 @@ def parse_args(argv=None):
     ap.add_argument("--steady-seconds", type=float, default=5.0)
     ap.add_argument("--steady-per-write", type=int, default=1,
                     help="messages per write in the steady rows (1: each PUB sent alone)")
+    ap.add_argument("--steady-protos", type=lambda t: t.split(","),
+                    default=["smss", "nsq", "rocketmq"],
+                    help="protocols of the steady rows (smss,nsq,rocketmq)")
     ap.add_argument("--idle-wait", type=float, default=2.0)
     ap.add_argument("--only", action="append", choices=ONLY)
     ap.add_argument("--rmq-sends", type=int, default=10_000,

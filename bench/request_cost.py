@@ -10,6 +10,8 @@ of smss_bench and nsq_bench would approach on a machine where waking a process w
 free, and the server CPU that bounds their many-connection rows.
 
 Requests: smss PUB and NSQ PUB, one 200-byte message each, as the benchmarks send;
+the NSQ PUB with a consumer attached (``nsqsub``: one more reactor turn for the channel's
+pump per PUB, and the consumer FINs what the broker flushes to it, as the steady rows);
 RocketMQ SEND_MESSAGE (code 10, JSON header as the C++ client writes it) of one 200-byte
 message, RocketMQ PULL_MESSAGE of one stored message, and of 32 (these three with
 ``--only rmqsend,rmqpull,rmqpull32``).
@@ -20,7 +22,8 @@ executed per round trip, in all and by function: a count that, unlike time, does
 with the load of a shared machine, for comparing two versions of the request path.
 Asserts nothing.
 
-    python bench/request_cost.py [--requests 20000] [--repeat 5] [--only smss,nsq,rmqsend,rmqpull,rmqpull32]
+    python bench/request_cost.py [--requests 20000] [--repeat 5]
+                                 [--only smss,nsq,nsqsub,rmqsend,rmqpull,rmqpull32]
                                  [--also broker] [--opcodes 500]
 """
 
@@ -94,6 +97,8 @@ def round_trips(sock, request, reply, count):
     very bytes, or a L{RemotingReply} for a remoting frame whose size varies."""
     if isinstance(reply, RemotingReply):
         return framed_round_trips(sock, request, reply, count)
+    if isinstance(reply, WithConsumer):
+        return consumed_round_trips(sock, request, reply, count)
     # the loop the smss and NSQ figures were always counted with: keep it as it is, so
     # their bytecode counts stay comparable with earlier runs
     send, recv, iterate = sock.send, sock.recv, reactor.iterate
@@ -140,6 +145,58 @@ class RemotingReply:
 
     def matches(self, frame):
         return frame.startswith(self.head, 8)
+
+
+class WithConsumer:
+    """An NSQ PUB answered with OK while a consumer is attached to the topic: after each
+    OK the reactor runs one more turn (the channel's pump), and the consumer reads what
+    the broker flushed to it and FINs it all in one write, as bench/nsq_bench.py's
+    reader (and the steady rows' consumer) does."""
+
+    def __init__(self, consumer):
+        self.consumer = consumer
+        self.buf = bytearray()
+        self.received = 0
+
+
+def consumed_round_trips(sock, request, reply, count):
+    """L{round_trips} of a PUB with a consumer attached (see L{WithConsumer})."""
+    iterate = reactor.iterate
+    consumer, buf = reply.consumer, reply.buf
+    for _ in range(count):
+        round_trips(sock, request, NSQ_OK, 1)
+        iterate(0)  # the pump the PUB scheduled
+        try:
+            buf += consumer.recv(1 << 20, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            continue
+        fins, pos = [], 0
+        while len(buf) - pos >= 8:
+            fsize, ftype = struct.unpack_from(">ii", buf, pos)
+            if len(buf) - pos - 4 < fsize:
+                break
+            if ftype == 2:
+                fins.append(b"FIN " + bytes(buf[pos + 18:pos + 34]) + b"\n")
+            pos += 4 + fsize
+        del buf[:pos]
+        if fins:
+            consumer.sendall(b"".join(fins))
+            reply.received += len(fins)
+
+
+def nsqsub_session(port):
+    """An NSQ PUB with a consumer attached (channel "c", RDY 2500)."""
+    consumer = connect(port)
+    consumer.sendall(b"  V2SUB cost c\nRDY 2500\n")
+    got = b""
+    while len(got) < len(NSQ_OK):
+        reactor.iterate(0)
+        try:
+            got += consumer.recv(len(NSQ_OK) - len(got), socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            pass
+    sock, request, _ = nsq_session(port)
+    return sock, request, WithConsumer(consumer)
 
 
 def smss_session(port):
@@ -250,7 +307,8 @@ def main():
     p.add_argument("--requests", type=int, default=20000, help="round trips per run")
     p.add_argument("--repeat", type=int, default=5, help="runs; the best is printed")
     p.add_argument("--only", default="smss,nsq",
-                   help="comma-separated: smss, nsq, rmqsend, rmqpull, rmqpull32 (default smss,nsq)")
+                   help="comma-separated: smss, nsq, nsqsub, rmqsend, rmqpull, rmqpull32 "
+                        "(default smss,nsq)")
     p.add_argument("--also", default="", metavar="DOORS",
                    help="comma-separated doors to start as well, unmeasured (e.g. broker: the"
                         " RocketMQ door, on in the default configuration, with its dispatch"
@@ -263,6 +321,7 @@ def main():
     try:
         sessions = {"smss": (smss_session, "smss", "smss PUB"),
                     "nsq": (nsq_session, "nsqd_tcp", "nsq PUB"),
+                    "nsqsub": (nsqsub_session, "nsqd_tcp", "nsq PUB+sub"),
                     "rmqsend": (rmqsend_session, "broker", "rmq SEND"),
                     "rmqpull": (rmqpull_session, "broker", "rmq PULL"),
                     "rmqpull32": (rmqpull32_session, "broker", "rmq PULL32")}

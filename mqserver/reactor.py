@@ -21,6 +21,22 @@ vain for the next PUB, which nearly doubled the broker's CPU per message;
 docs/benchmarks.md.) While it spins it yields the CPU (C{sched_yield}) between
 polls, so a client scheduled on the same CPU is never kept waiting by the spinning.
 
+A caught spin is not enough: it must also pay. It pays when the peers wait for the
+broker (one request per round trip: a wake-up saved is a round trip sooner, so more
+requests come); it does not when they send at their own pace (a publisher at a steady
+rate: the next PUB comes when it comes, and a spin that waits 100 µs for it burns the
+CPU a wake-up would have cost a fraction of; at 10,000 PUBs/s with a consumer attached
+the spin kept a core busy, 95 µs per message against nsqd's 65, docs/benchmarks.md).
+So from time to time, once traffic flows, the reactor measures: it adds up the time it
+spends working (outside its polls: handling events and timers) for C{probe_window}
+seconds with the spin allowed, then as long with it off, and allows the spin for the
+next C{probe_every} seconds only when the first share was over L{_PROBE_GAIN} times
+the second (a window nearly idle says nothing: the miss rule alone decides, and the
+next probe comes a window later). The work a paced sender brings does not grow with
+the spin, so the spin stays off for it but for the probes' windows. (Counting events
+instead would credit the spin: without it the reactor wakes later and reads a paced
+sender's messages in fewer reads.)
+
 It also dispatches events without Twisted's legacy log context (C{callWithLogger}): that
 context only names the "system" of old-style C{log.msg} calls, which mqserver does not
 use, and costs about as much as the rest of a small request's dispatch. A plain read
@@ -40,6 +56,7 @@ from select import EPOLLIN
 from time import monotonic
 
 from mqserver.lazytls import defer_tls_import
+from mqserver.soon import SoonCall
 
 # before Twisted's reactor modules are imported, so they leave the TLS stack for later
 defer_tls_import()
@@ -57,17 +74,32 @@ DEFAULT_SPIN = 0.0002
 _MISS_WEIGHT = 0.125
 #: Spin only while fewer than this share of recent events came later than the spin.
 _MISS_LIMIT = 0.25
+#: Seconds of each probe window (spin allowed, then off); see the module docstring.
+PROBE_WINDOW = 0.05
+#: Seconds between the end of one probe and the start of the next.
+PROBE_EVERY = 2.0
+#: The spin stays allowed when it raised the share of time spent working by this factor.
+_PROBE_GAIN = 1.25
+#: A probe window busy for less than this share of its time gives no verdict.
+_PROBE_MIN_BUSY = 0.02
+# probe phases
+_HOLD, _ON, _OFF = range(3)
 
 
 class SpinningEPollReactor(EPollReactor):
     """L{EPollReactor} with adaptive busy-polling (see the module docstring).
 
     @ivar spin: seconds to keep polling after the last event; 0 turns spinning off.
+    @ivar probe_window: seconds of each window of a probe (spin allowed, then off).
+    @ivar probe_every: seconds a probe's verdict holds.
     """
 
     def __init__(self, spin=DEFAULT_SPIN):
         super().__init__()
-        self._last_event = 0.0
+        self._last_event = self._polled = 0.0
+        self._soon = []  # SoonCalls for the next turn (mqserver.soon)
+        self.probe_window = PROBE_WINDOW
+        self.probe_every = PROBE_EVERY
         self.spin = spin
 
     @property
@@ -80,11 +112,18 @@ class SpinningEPollReactor(EPollReactor):
         self._spin_now = seconds  # the current spin: C{spin}, or 0 while it would not pay
         self._missed = 0.0  # running share of events that came later than the spin
         self._idle_since = monotonic()  # when the last events were handled
+        self._spin_pays = True  # the last probe's verdict (or the window being probed)
+        self._phase = _HOLD
+        self._phase_start = self._phase_end = 0.0  # a probe starts with the next events
+        self._busy = 0.0  # seconds spent outside polls (handling events, timers) this phase
+        self._probed_on = (0.0, 0.0)  # busy and whole seconds of the last spin window
 
     def doPoll(self, timeout):
         poll = self._poller.poll
         most = len(self._selectables)
         start = monotonic()
+        if self._phase:  # probing: add up the time since the last poll returned
+            self._busy += start - self._polled
         until = self._last_event + self._spin_now
         if timeout is not None and until > start + timeout:
             until = start + timeout
@@ -108,9 +147,10 @@ class SpinningEPollReactor(EPollReactor):
             if err.errno == errno.EINTR:
                 return
             raise
+        self._polled = now = monotonic()
         if not events:
             return
-        self._last_event = now = monotonic()
+        self._last_event = now
         spin = self._spin
         if spin:
             missed = self._missed
@@ -119,7 +159,9 @@ class SpinningEPollReactor(EPollReactor):
             else:
                 missed += (1.0 - missed) * _MISS_WEIGHT
             self._missed = missed
-            self._spin_now = spin if missed < _MISS_LIMIT else 0.0
+            if now >= self._phase_end:
+                self._next_phase(now)
+            self._spin_now = spin if missed < _MISS_LIMIT and self._spin_pays else 0.0
         selectables = self._selectables
         dispatch = self._doReadOrWrite
         for fd, event in events:
@@ -146,13 +188,74 @@ class SpinningEPollReactor(EPollReactor):
 
     doIteration = doPoll
 
+    def _next_phase(self, now):
+        """End the probe phase due at C{now} and start the next (see the module
+        docstring): hold, then a window with the spin allowed, one without, hold."""
+        phase = self._phase
+        counted = (self._busy, now - self._phase_start)
+        if phase == _HOLD:
+            self._phase, self._spin_pays = _ON, True
+            self._phase_end = now + self.probe_window
+        elif phase == _ON:
+            self._probed_on = counted
+            self._phase, self._spin_pays = _OFF, False
+            self._phase_end = now + self.probe_window
+        else:
+            pays = spin_pays(self._probed_on, counted)
+            self._phase = _HOLD
+            if pays is None:  # too few events (traffic starting or stopping): soon again
+                self._spin_pays = True
+                self._phase_end = now + self.probe_window
+            else:
+                self._spin_pays = pays
+                self._phase_end = now + self.probe_every
+        self._phase_start = now
+        self._busy = 0.0
+
+    def call_soon(self, f, args):
+        """Queue C{f(*args)} for the start of the next turn (L{mqserver.soon.call_soon});
+        return its L{SoonCall}."""
+        call = SoonCall(f, args)
+        self._soon.append(call)
+        return call
+
+    def _run_soon(self):
+        calls, self._soon = self._soon, []
+        for call in calls:
+            if call.done:
+                continue  # cancelled
+            call.done = True
+            try:
+                call.f(*call.args)
+            except BaseException:
+                log.err()
+
+    def timeout(self):
+        # a call queued by a timer or by another soon call: the next poll must not wait
+        return 0.0 if self._soon else super().timeout()
+
     def runUntilCurrent(self):
+        if self._soon:
+            self._run_soon()
         if not (self.threadCallQueue or self._newTimedCalls or self._justStopped
                 or self._cancellations > 50):
             pending = self._pendingTimedCalls
             if not pending or pending[0].time > self.seconds():
                 return  # nothing due: what the base class would find, found sooner
         super().runUntilCurrent()
+
+
+def spin_pays(with_spin, without):
+    """The verdict of a probe: C{with_spin} and C{without} are (busy seconds, seconds) of
+    its two windows, busy being the time spent handling events and timers. True when the
+    spin raised the share of time spent working by L{_PROBE_GAIN} (more requests came
+    because they were answered sooner), None when either window was nearly idle (too
+    little to tell: the miss rule alone decides until the next probe, a window later)."""
+    on_busy, on_secs = with_spin
+    off_busy, off_secs = without
+    if on_busy < _PROBE_MIN_BUSY * on_secs or off_busy < _PROBE_MIN_BUSY * off_secs:
+        return None
+    return on_busy * off_secs > _PROBE_GAIN * off_busy * on_secs
 
 
 def install(spin=DEFAULT_SPIN):

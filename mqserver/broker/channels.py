@@ -20,6 +20,7 @@ from operator import itemgetter
 
 from mqserver import speedups
 from mqserver.broker.cursor import TopicCursor
+from mqserver.soon import call_soon
 from mqserver.store import format as fmt
 
 _FIELDS = fmt.CHANNEL_FIELDS.unpack_from
@@ -204,7 +205,7 @@ class Channel:
     def schedule_pump(self):
         """Deliver soon (coalesces many triggers in one reactor turn into one pass)."""
         if self._pump_call is None and not self.deleted and not self.registry.stopped:
-            self._pump_call = self.reactor.callLater(0, self.pump)
+            self._pump_call = call_soon(self.reactor, self.pump)
 
     def cancel_pump(self):
         """Cancel the pump L{schedule_pump} armed, if any."""
@@ -222,7 +223,19 @@ class Channel:
         if (self.paused or self.deleted or self.registry.stopped
                 or self.topic in self.registry.paused_topics):
             return
-        ready = [c for c in self.consumers if c.can_receive and c.rdy > c.in_flight]
+        consumers = self.consumers
+        if len(consumers) == 1:
+            # one consumer (the usual channel): what the round robin below does for one
+            c = consumers[0]
+            free = c.rdy - c.in_flight
+            if free > 0 and c.can_receive:
+                items = self._take(c, free)
+                if items:
+                    c.in_flight += len(items)
+                    self.delivered_count += len(items)
+                    c.deliver(items)
+            return
+        ready = [c for c in consumers if c.can_receive and c.rdy > c.in_flight]
         if not ready:
             return
         self._rr = start = (self._rr + 1) % len(ready)

@@ -37,6 +37,7 @@ from construct import (
     this,
 )
 
+from mqserver import speedups
 from mqserver.layout import layout
 
 MESSAGE_MAGIC = 0xDAA320A7
@@ -556,8 +557,9 @@ for _ in range(_HASH_BLOCK):
 _POW31_DESC = _POW31[_HASH_BLOCK - 1 :: -1]  # 31**(BLOCK-1) ... 31**0
 
 
-def java_string_hash(s):
-    """Return Java's String.hashCode of C{s} as a signed 32-bit int.
+def java_string_hash_py(s):
+    """Return Java's String.hashCode of C{s} as a signed 32-bit int (the reference of
+    the C speedup C{_hash.java_string_hash}, which L{java_string_hash} is when built).
 
     Java hashes UTF-16 code units, so a non-BMP character counts as two (its surrogate
     pair); lone surrogates are hashed as the single unit they are."""
@@ -577,15 +579,40 @@ def java_string_hash(s):
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+_hash = speedups.load("mqserver.store._hash")
+#: Java's String.hashCode of a str: the C speedup, or L{java_string_hash_py}.
+java_string_hash = java_string_hash_py if _hash is None else _hash.java_string_hash
+
+
 def tag_hash_of(properties):
     """Return the consume-queue tag hash of a message: Java hashCode of its TAGS property,
-    or 0 when it has none (RocketMQ's rule for untagged messages)."""
-    if b"TAGS\x01" not in properties:
+    or 0 when it has none (RocketMQ's rule for untagged messages).
+
+    The property is the first item (as L{decode_properties} splits them) whose key is
+    TAGS, found without decoding the others: a SEND pays this for every message."""
+    data = bytes(properties)
+    if data.startswith(b"TAGS\x01"):  # the first item: how the clients write it
+        stop = data.find(PROP_END, 5)
+        value = data[5:] if stop < 0 else data[5:stop]
+        return java_string_hash(value.decode("utf-8", "replace"))
+    if b"TAGS\x01" not in data:
         return 0
-    for k, v in decode_properties(properties):
-        if k == b"TAGS":
-            return java_string_hash(v.decode("utf-8", "replace"))
-    return 0
+    end, pos, size = -1, 0, len(data)
+    while True:
+        at = data.find(b"TAGS", pos)
+        if at < 0:
+            return 0
+        end = at + 4
+        # an item's key: at the start or after PROP_END, ended by PROP_SEP, PROP_END or
+        # the end of the string
+        if (at == 0 or data[at - 1] == 2) and (end == size or data[end] in (1, 2)):
+            break
+        pos = at + 1
+    if end == size or data[end] == 2:
+        return 0  # the key without a value: the hash of ""
+    stop = data.find(PROP_END, end + 1)
+    value = data[end + 1:] if stop < 0 else data[end + 1:stop]
+    return java_string_hash(value.decode("utf-8", "replace"))
 
 
 def properties_safe(pairs):

@@ -132,6 +132,14 @@ class Reader:
         # commit-log offset of each loc.
         log = self.commitlog
         n = len(entries)
+        if n == fmt.CQ_ENTRY_SIZE:
+            # one record (a consumer keeping up with a publisher): no span to find
+            off, size, _ = fmt.CQ_ENTRY.unpack(entries)
+            if off < log.min_offset:
+                return b"", []
+            if offsets is not None:
+                offsets.append(off)
+            return log.read(off, size), [(0, size)]
         if n >= 2 * fmt.CQ_ENTRY_SIZE:
             # The common case: a queue's next records lie in one segment within 1 MiB
             # (their entries are in log order): one pread, positions in one pass.

@@ -12,6 +12,7 @@ from zope.interface import implementer
 
 from mqserver.broker.stats import SMSS, Consumer
 from mqserver.interfaces import IWatcher
+from mqserver.soon import call_soon
 
 from protocols.smss import codec
 from protocols.smss.keepalive import IdleAlive
@@ -125,7 +126,7 @@ class Subscription:
     def data_available(self, topic, queue_id):
         # Coalesce many arrivals in one reactor turn into one read.
         if self._active and not self.awaiting_ack and self._send_call is None:
-            self._send_call = self._reactor.callLater(0, self._send)
+            self._send_call = call_soon(self._reactor, self._send)
 
     def topic_deleted(self, topic):
         if self._active:

@@ -1,10 +1,12 @@
 """Build the zip that ships the audit's Python code to Spark executors (``--py-files``).
 
 It holds the ``spark`` package, the storage format modules (``mqserver/store/format.py``
-and the ``mqserver/layout.py`` it derives its struct layouts with) with their two package
-markers (``mqserver/__init__.py``, ``mqserver/store/__init__.py``; nothing else of the
-core, so no Twisted), and ``construct``, the format module's only dependency, so the
-executors need nothing but Python and pyspark.
+and the ``mqserver/layout.py`` it derives its struct layouts with, and
+``mqserver/speedups.py``, which finds no C hash in the zip, so the executors run the
+Python one) with their two package markers (``mqserver/__init__.py``,
+``mqserver/store/__init__.py``; nothing else of the core, so no Twisted), and
+``construct``, the format module's only dependency, so the executors need nothing but
+Python and pyspark.
 
 ``python -m spark.audit.package OUT.zip`` writes it for ``spark-submit``.
 
@@ -21,7 +23,7 @@ import spark
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(spark.__file__)))
 _CORE = ["mqserver/__init__.py", "mqserver/layout.py", "mqserver/store/__init__.py",
-         "mqserver/store/format.py"]
+         "mqserver/store/format.py", "mqserver/speedups.py"]
 
 
 def _tree(base, package_dir, arc_prefix):

@@ -127,6 +127,7 @@ def test_spin_adapts_to_a_trickle_and_back():
     """Requests slower than the spin make it shrink to nothing (a trickle costs little
     CPU); requests close together bring it back."""
     reactor = SpinningEPollReactor(spin=0.005)
+    reactor.probe_window = 1e9  # the miss rule alone (the probes have their own tests)
     port = reactor.listenTCP(0, protocol.Factory.forProtocol(_Echo), interface="127.0.0.1")
     state = {}
 
@@ -243,6 +244,7 @@ def test_spin_stays_off_when_a_reply_is_followed_by_a_long_gap():
     the whole spin after every caught message, which doubled the broker's CPU per
     message at 2,000 msgs/s with a consumer attached.)"""
     reactor = SpinningEPollReactor(spin=0.005)
+    reactor.probe_window = 1e9  # the miss rule alone (the probes have their own tests)
     port = reactor.listenTCP(0, protocol.Factory.forProtocol(_Echo), interface="127.0.0.1")
     spins = []
 
@@ -262,3 +264,139 @@ def test_spin_stays_off_when_a_reply_is_followed_by_a_long_gap():
     port.stopListening()
     assert result.get("value") == 40, result
     assert spins == [0.0] * 30, spins
+
+
+class _FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+_MODEL_FD = 10_000
+
+
+class _ModelPeer:
+    """Stands in for the reactor's epoll and one connection, on a fake clock: a peer that
+    either sends at its own pace (a message every C{paced} seconds, or two 20 µs apart
+    when C{pair}, whatever the reactor does) or waits for each answer (its next message
+    comes C{turnaround} seconds after the reactor read the last). Waking the blocked
+    reactor costs C{wake} seconds, a poll while spinning C{poll_cost}, a read C{read}
+    and each message in it C{work}."""
+
+    def __init__(self, clock, paced=None, pair=False, turnaround=None, wake=60e-6,
+                 read=10e-6, work=20e-6, poll_cost=2e-6):
+        self.clock, self.paced, self.pair, self.turnaround = clock, paced, pair, turnaround
+        self.wake, self.read, self.work, self.poll_cost = wake, read, work, poll_cost
+        self.start = clock.now
+        self.arrivals = [clock.now]
+        self.sent = 0
+        self.messages = 0
+        self.spin_polls = 0
+
+    def _schedule(self, now):
+        # a paced sender's next messages, whatever the reactor did
+        while self.arrivals[-1] <= now:
+            self.sent += 1
+            start = self.start + (self.sent // 2 if self.pair else self.sent) * self.paced
+            self.arrivals.append(start + 20e-6 if self.pair and self.sent % 2 else start)
+
+    def poll(self, timeout, most):
+        c = self.clock
+        first = self.arrivals[0]
+        if timeout == 0:
+            c.now += self.poll_cost
+            self.spin_polls += 1
+            if c.now < first:
+                return []
+        elif c.now < first:
+            c.now = first + self.wake  # blocked: the message wakes the reactor
+        return [(_MODEL_FD, 1)]
+
+    # the peer's connection, as the reactor sees it
+
+    def fileno(self):
+        return _MODEL_FD
+
+    def doRead(self):
+        c = self.clock
+        if self.paced:
+            self._schedule(c.now)
+        n = sum(1 for t in self.arrivals if t <= c.now)
+        del self.arrivals[:n]
+        self.messages += n
+        c.now += self.read + n * self.work
+        if self.paced:
+            self._schedule(c.now)
+        else:
+            self.arrivals = [c.now + self.turnaround]
+
+    def register(self, *args):
+        pass
+
+    def unregister(self, *args):
+        pass
+
+    def close(self):
+        pass
+
+
+def _model_run(monkeypatch, seconds, **peer):
+    """Run a spinning reactor's polls against a L{_ModelPeer} for C{seconds} of the fake
+    clock; return the share of that time it spent spinning, and the messages per second."""
+    import mqserver.reactor as mr
+
+    clock = _FakeClock()
+    monkeypatch.setattr(mr, "monotonic", clock)
+    monkeypatch.setattr(mr, "sched_yield", lambda: None)
+    reactor = SpinningEPollReactor(spin=0.0002)
+    reactor.probe_window, reactor.probe_every = 0.01, 0.05
+    fake = _ModelPeer(clock, **peer)
+    reactor._poller = fake
+    reactor._selectables[_MODEL_FD] = fake
+    start = clock.now
+    while clock.now - start < seconds:
+        reactor.doPoll(None)
+    elapsed = clock.now - start
+    return fake.spin_polls * fake.poll_cost / elapsed, fake.messages / elapsed
+
+
+def test_spin_stops_for_a_sender_at_its_own_pace(monkeypatch):
+    """A publisher at a steady 10,000 msgs/s: the next message comes 100 µs after the
+    last whatever the reactor does, so a 200 µs spin always catches it but never makes
+    it come sooner, and burns 70 µs of CPU per message that a wake-up costs a fraction
+    of. The probes find the spin does not raise the rate, so it spins only in their
+    windows (the miss rule alone spun 70% of the time)."""
+    share, rate = _model_run(monkeypatch, 0.5, paced=100e-6)
+    assert 9_900 < rate < 10_100
+    # probes: a 10 ms window with the spin every 70 ms at most, about 10% of the time
+    assert share < 0.15, share
+
+
+def test_spin_stops_for_a_sender_at_its_own_pace_sending_bursts(monkeypatch):
+    """The same with the messages coming two at a time (a sender whose sleeps overshoot
+    catches up): without the spin the reactor reads each pair at once, with it more
+    often, so counting reads would credit the spin; the time spent working does not."""
+    share, _ = _model_run(monkeypatch, 0.5, paced=200e-6, pair=True)
+    assert share < 0.15, share
+
+
+def test_spin_stays_on_while_a_peer_waits_for_each_answer(monkeypatch):
+    """One request per round trip: the peer's next request comes 40 µs after the answer,
+    so the spin makes round trips 70 µs instead of 130 (no wake-up): it pays, and the
+    probes keep it."""
+    share, rate = _model_run(monkeypatch, 0.5, turnaround=40e-6)
+    assert share > 0.4, share
+    assert rate > 12_000, rate
+
+
+def test_spin_pays_verdict():
+    """(busy seconds, seconds) of the window with the spin, then of the one without."""
+    from mqserver.reactor import spin_pays
+
+    assert spin_pays((0.008, 0.01), (0.004, 0.01))  # twice the work done with the spin
+    assert not spin_pays((0.0042, 0.01), (0.004, 0.01))  # the same: it burns CPU only
+    assert not spin_pays((0.004, 0.01), (0.004, 0.005))  # less
+    assert spin_pays((0.0001, 0.01), (0.005, 0.01)) is None  # nearly idle: no verdict
+    assert spin_pays((0.005, 0.01), (0.0001, 0.01)) is None

@@ -24,14 +24,16 @@ from protocols.smss import codec as smss_codec
 from protocols.smss import views
 from protocols.smss import wire as smss_wire
 
-_SPEEDUPS = ["protocols.smss._push", "protocols.smss._pub", "protocols.nsq._frames", "mqserver.store._pack",
-             "mqserver.broker._inflight", "mqserver.store._check", "protocols.remoting._pull"]
+_SPEEDUPS = ["protocols.smss._push", "protocols.smss._pub", "protocols.nsq._frames",
+             "mqserver.store._pack", "mqserver.broker._inflight", "mqserver.store._check",
+             "protocols.remoting._pull", "mqserver.store._hash"]
 #: (module, what the hot path calls, the Python reference)
 _PAIRS = [(views, "encode_records", "py_encode_records"),
           (smss_codec, "_bare_pub", "py_bare_pub"),
           (frames, "delivery_frames", "py_delivery_frames"),
           (channels, "_take_fresh", "_take_fresh_py"), (channels, "_finish", "_finish_py"),
-          (pulling, "records_body", "py_records_body")]
+          (pulling, "records_body", "py_records_body"),
+          (fmt, "java_string_hash", "java_string_hash_py")]
 
 
 def _c_module(name):
@@ -513,3 +515,26 @@ def test_check_configure_refuses_a_layout_it_cannot_read():
     rec = _pack({"queue_id": 0, "queue_offset": 0, "sys_flag": 0, "store_ts": 1, "event_id": 1,
                  "body": b"x", "topic": b"t", "properties": b""})
     assert check.first_damaged(rec, [(0, len(rec))], True) == -1
+
+
+@settings(max_examples=500)
+@given(st.one_of(
+    st.text(max_size=80),
+    # lone surrogates and characters past the BMP (Java hashes their surrogate pairs)
+    st.text(st.characters(min_codepoint=0xD7F0, max_codepoint=0x10FFFF), max_size=20),
+    st.text(st.characters(max_codepoint=0x7F), min_size=60, max_size=300),
+))
+def test_java_string_hash_matches_python(s):
+    hashed = _c_module("mqserver.store._hash").java_string_hash(s)
+    assert hashed == fmt.java_string_hash_py(s)
+    assert -(1 << 31) <= hashed < 1 << 31
+
+
+def test_java_string_hash_known_values_in_c():
+    h = _c_module("mqserver.store._hash").java_string_hash
+    # Java: "TagA".hashCode(), and "\uD83D\uDE00" (one emoji, a surrogate pair)
+    assert h("TagA") == 2598919
+    assert h("\U0001F600") == 0xD83D * 31 + 0xDE00
+    assert h("x" * 50) == fmt.java_string_hash_py("x" * 50)
+    with pytest.raises(TypeError):
+        h(b"TagA")

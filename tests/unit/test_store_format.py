@@ -167,3 +167,33 @@ def test_other_layouts_match_their_schemas():
              properties=m.properties) for m in messages]))
     assert fmt.decode_message_list(body, fmt.DELAY_PREFIX.size) == [
         (3, 4, 5, b"one", b"k\x01v\x02"), (0, 0, 0, b"", b"")]
+
+
+def _tag_hash_by_pairs(properties):
+    # the definition: the first decoded pair whose key is TAGS
+    for k, v in fmt.decode_properties(properties):
+        if k == b"TAGS":
+            return fmt.java_string_hash(v.decode("utf-8", "replace"))
+    return 0
+
+
+_prop_part = st.sampled_from([b"TAGS", b"\x01", b"\x02", b"TAGSX", b"XTAGS", b"a", b"\xc3\xa9",
+                              b"\xff", b"KEYS"])
+
+
+@settings(max_examples=1000)
+@given(st.lists(_prop_part, max_size=12).map(b"".join))
+def test_tag_hash_of_finds_the_first_tags_item(properties):
+    """tag_hash_of looks for the TAGS item without decoding every pair: it gives what the
+    first decoded TAGS pair gives, for any mix of separators, keys and values."""
+    assert fmt.tag_hash_of(properties) == _tag_hash_by_pairs(properties)
+    assert fmt.tag_hash_of(memoryview(properties)) == _tag_hash_by_pairs(properties)
+
+
+def test_tag_hash_of_known_cases():
+    assert fmt.tag_hash_of(b"TAGS\x01TagA\x02UNIQ_KEY\x01x\x02") == 2598919
+    assert fmt.tag_hash_of(b"KEYS\x01k\x02TAGS\x01TagA\x02") == 2598919
+    assert fmt.tag_hash_of(b"K\x01TAGS\x01TagA\x02") == 0  # inside a value
+    assert fmt.tag_hash_of(b"TAGS\x02TAGS\x01TagA\x02") == 0  # the first TAGS has no value
+    assert fmt.tag_hash_of(b"XTAGS\x01a\x02TAGS\x01TagA") == 2598919
+    assert fmt.tag_hash_of(b"") == 0
