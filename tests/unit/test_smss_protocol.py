@@ -5,13 +5,12 @@ timers. Expected bytes are the worked examples of smss-protocol.md §15."""
 import struct
 
 import pytest
-from twisted.internet.testing import StringTransportWithDisconnection
 
 from protocols.smss import client_codec as cc
 from protocols.smss.factory import SmssFactory, make_factory
 from protocols.smss.messages import Batch, ErrResponse, OkResponse
 from protocols.smss.payload import encode_message
-from tests.support.inprocess import Connection, door_fixtures
+from tests.support.inprocess import FillingTransport, door_fixtures
 
 # smss-protocol.md §15
 CREATE_ORDER = bytes.fromhex("02050000000000000000000000000000000000006f72646572"
@@ -297,41 +296,6 @@ def test_replica_stream_blocks_alive_and_loss(node):
     assert node.pending_calls() == []
 
 
-class FillingTransport(StringTransportWithDisconnection):
-    """A transport whose buffer, like a socket's (C{FileDescriptor.write}), pauses its
-    streaming producer once more than C{bufferSize} bytes wait; L{drain} sends them and
-    resumes it."""
-
-    bufferSize = 4096
-    full = False
-
-    def write(self, data):
-        super().write(data)
-        if self.producer is not None and self.streaming and not self.full \
-                and len(self.value()) > self.bufferSize:
-            self.full = True
-            self.producer.pauseProducing()
-
-    def drain(self):
-        out = self.value()
-        self.clear()
-        if self.full:
-            self.full = False
-            if self.producer is not None:
-                self.producer.resumeProducing()
-        return out
-
-
-def connect_filling(node, factory):
-    c = Connection.__new__(Connection)
-    c.protocol = factory.buildProtocol(None)
-    c.transport = FillingTransport()
-    c.transport.protocol = c.protocol
-    c.protocol.makeConnection(c.transport)
-    node.connections.append(c)
-    return c
-
-
 def test_acks_sent_ahead_cost_one_batch_beyond_a_full_buffer(node):
     """A subscriber that acks without reading (acks pipelined after its SUB in one read)
     gets no more batches once the transport's buffer is full: what it costs is bounded by
@@ -340,7 +304,7 @@ def test_acks_sent_ahead_cost_one_batch_beyond_a_full_buffer(node):
     sent twice."""
     bodies = [b"%04d" % i + bytes(1000) for i in range(50)]
     f = order_with(node, *bodies)
-    c = connect_filling(node, f)
+    c = node.connect(f, transport=FillingTransport)
     c.protocol.dataReceived(cc.encode_sub(b"order", 0, batch=5, who=b"g") + cc.encode_ack(0) * 20)
     first = events(c.transport.value(), cc.Expect.SUB)
     assert len(first) == 1, "one batch fills the buffer; the 20 acks ahead send no more"

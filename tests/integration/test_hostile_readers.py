@@ -1,10 +1,12 @@
-"""The smss door's memory under hostile subscribers, against the real broker: what a
-subscription costs is bounded by a batch and the socket's buffer, not by the topic
-(the RSS peaks of 225 MB seen under fuzzing).
+"""The broker's memory under clients that ask for much and read little, against the
+real broker: what an smss subscription or pipelined RocketMQ PULLs cost is bounded by an
+answer and the socket's buffer, not by the topic (the RSS peaks of 225 MB seen under
+fuzzing).
 
 Each test resets the broker's peak RSS (VmHWM, through /proc/PID/clear_refs), runs the
-hostile pattern, makes sure the broker handled it (a witness connection's answer comes
-after it), and compares the peak with a generous bound derived from the data involved.
+hostile pattern, makes sure the broker handled it (the hostile connections get the first
+byte of an answer, which the broker sends once it has handled the read), and compares
+the peak with a generous bound derived from the data involved.
 """
 
 import socket
@@ -13,7 +15,7 @@ import pytest
 
 from protocols.remoting import codes
 from protocols.smss import client_codec as cc
-from tests.support.remoting_client import RemotingClient
+from tests.support.remoting_client import RemotingClient, heartbeat_body
 from tests.support.server import ServerProcess
 from tests.support.smss import connect, read_topic
 
@@ -51,8 +53,11 @@ def broker(tmp_path_factory):
         s.close()
 
 
-def witnessed(broker):
-    """An ALIVE round trip on a new connection: the broker handled what came before."""
+def witnessed(broker, socks):
+    """The first byte of an answer on each of C{socks} (the broker handled the read it
+    answers), then an ALIVE round trip on a new connection."""
+    for s in socks:
+        assert s.recv(1)
     c = connect(broker)
     try:
         c.alive()
@@ -80,7 +85,7 @@ def test_acks_sent_without_reading_do_not_buffer_the_topic(broker):
             s.sendall(cc.encode_sub(b"deep", 0, batch=255, ack_timeout_ns=60 * 10**9,
                                     who=b"hostile%d" % i) + cc.encode_ack(0) * 10_000)
             socks.append(s)
-        witnessed(broker)
+        witnessed(broker, socks)
         peak = status_mb(pid, "VmHWM") - base
     finally:
         for s in socks:
@@ -123,7 +128,7 @@ def test_a_batch_of_a_many_queue_topic_reads_its_records_only(broker):
             s = socket.create_connection(("127.0.0.1", broker.smss_port), timeout=10)
             s.sendall(cc.encode_sub(b"wide", 0, batch=255, who=b"wide%d" % i))
             socks.append(s)
-        witnessed(broker)
+        witnessed(broker, socks)
         peak = status_mb(pid, "VmHWM") - base
     finally:
         for s in socks:
@@ -132,3 +137,40 @@ def test_a_batch_of_a_many_queue_topic_reads_its_records_only(broker):
     assert peak < 16, f"peak RSS grew {peak:.1f} MB"
     got = read_topic(broker, "wide", count=queues * per_queue)
     assert [m.body for m in got] == [b"w%05d" % i for i in range(queues * per_queue)]
+
+
+def test_pipelined_pulls_that_are_never_read_do_not_buffer_their_answers(broker):
+    """300 PULLs of a 1 MiB batch (96 KB of requests) from a client that never reads: the
+    broker stops reading its requests once the socket's buffer is full, instead of
+    holding 300 MiB of answers (100 PULLs peaked at 289 MB more RSS before)."""
+    rmq = RemotingClient("127.0.0.1", broker.ports["BrokerDoor"])
+    fields = {"consumerGroup": "g", "topic": "pulled", "queueId": 0, "queueOffset": 0,
+              "maxMsgNums": 32, "sysFlag": 2, "commitOffset": 0, "suspendTimeoutMillis": 0,
+              "subscription": "*", "subVersion": 0, "expressionType": "TAG"}
+    try:
+        assert rmq.call(codes.UPDATE_AND_CREATE_TOPIC, {
+            "topic": "pulled", "defaultTopic": "TBW102", "readQueueNums": 1, "writeQueueNums": 1,
+            "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
+            "order": "false"}).code == codes.SUCCESS
+        for i in range(32):
+            r = rmq.call(codes.SEND_MESSAGE_V2, {
+                "a": "PG", "b": "pulled", "c": "TBW102", "d": "1", "e": "0", "f": "0", "g": "0",
+                "h": "0", "i": "", "j": "0", "k": "false", "m": "false"}, bytes(32 << 10))
+            assert r.code == codes.SUCCESS, r
+        assert rmq.call(codes.HEART_BEAT, {}, heartbeat_body("c1", "g", ["pulled"])).code == codes.SUCCESS
+        assert len(rmq.call(codes.PULL_MESSAGE, fields).body) > 1_000_000
+        frames = b"".join(rmq.request_frame(codes.PULL_MESSAGE, fields)[1] for _ in range(300))
+        pid = broker.proc.pid
+        base = reset_peak(pid)
+        s = socket.create_connection(("127.0.0.1", broker.ports["BrokerDoor"]), timeout=10)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+            s.sendall(frames)
+            assert s.recv(1), "the broker answers (so it handled the read)"
+            peak = status_mb(pid, "VmHWM") - base
+        finally:
+            s.close()
+    finally:
+        rmq.close()
+    # answers of 1 MiB: the read in hand (256 KB of answers gathered) and a few beyond
+    assert peak < 16, f"peak RSS grew {peak:.1f} MB"
