@@ -91,3 +91,36 @@ def test_records_far_apart_are_read_one_by_one(store):
     got, most = read_all(store, cursor, 10)
     assert got == want
     assert most <= 10 * 1024, most
+
+
+def test_merged_read_reports_a_damaged_record_to_on_skip(tmp_path):
+    """A damaged record of one queue is left out of a merged batch and reported once to
+    C{on_skip} with its queue and queue offset (an NSQ channel counts it as done)."""
+    from tests.unit.test_store_damage import flip, open_store
+
+    s = open_store(tmp_path)
+    want, damaged = [], None
+    for i in range(30):
+        r = fired(s.put_messages("multi", i % 3, [Message(body=b"m%02d" % i)]))
+        if i == 7:
+            damaged = r.log_offsets[0]
+        else:
+            want.append(b"m%02d" % i)
+    s.close()
+    flip(tmp_path, damaged, fmt.HEADER_SIZE)
+    s = open_store(tmp_path)
+    try:
+        cursor = TopicCursor.after_event(s, "multi", range(3), 0)
+        skipped = []
+        cursor.on_skip = lambda qid, qoff: skipped.append((qid, qoff))
+        got = []
+        while True:
+            buf, locs = cursor.read_span(4)
+            if not locs:
+                break
+            got += [bytes(fmt.RecordView(buf, p).body) for p, _ in locs]
+        assert got == want
+        assert skipped == [(1, 2)], "message 7: queue 7 % 3, offset 7 // 3"
+        assert cursor.positions == {0: 10, 1: 10, 2: 10}
+    finally:
+        s.close()
