@@ -85,6 +85,9 @@ class Subscription:
         self.stats.delivered(len(locs), sum(map(_size_of, locs)))
         self.stats.in_flight = len(locs)
         self.awaiting_ack = True
+        self._arm_deadline()
+
+    def _arm_deadline(self):
         # One timer serves every batch: a new deadline is a float store, not a
         # callLater and a cancel per batch (the timer re-arms itself when it finds the
         # deadline moved on).
@@ -107,6 +110,10 @@ class Subscription:
         self.stats.in_flight = 0
         if value == 0:
             self._send()
+            if self.paused:
+                # The batch asked for waits until the client reads what it was sent: it
+                # gets as long as an ack would (smss's writes time out after 5 s).
+                self._arm_deadline()
         elif value == 1:
             self._end(back_to_requests=True)
         else:
@@ -116,13 +123,17 @@ class Subscription:
 
     def _ack_check(self):
         self._ack_call = None
-        if not self._active or not self.awaiting_ack:
-            return  # acked in time; the next batch arms the timer again
+        if not self._active or not (self.awaiting_ack or self.paused):
+            return  # acked (and read) in time; the next batch arms the timer again
         left = self._ack_deadline - self._reactor.seconds()
         if left > 0:
             self._ack_call = self._reactor.callLater(left, self._ack_check)
             return
-        self.log.info("ack timeout for {who} on {topic}", who=self.who, topic=self.topic)
+        if self.awaiting_ack:
+            self.log.info("ack timeout for {who} on {topic}", who=self.who, topic=self.topic)
+        else:
+            self.log.info("closing the subscription of {who} on {topic}: it acks without reading",
+                          who=self.who, topic=self.topic)
         self._end(back_to_requests=False)
         self._proto.transport.loseConnection()
 

@@ -319,3 +319,19 @@ def test_acks_sent_ahead_cost_one_batch_beyond_a_full_buffer(node):
         c.protocol.dataReceived(cc.encode_ack(0))
     assert got == bodies
     assert c.connected
+
+
+def test_a_subscriber_that_acks_but_never_reads_is_closed_after_the_ack_timeout(node):
+    """Acks sent ahead while the buffer stays full: the batch they asked for waits as long
+    as an ack would (3 s by default), then the connection is closed and the claim freed,
+    as an ack timeout does (the same group can subscribe again)."""
+    f = order_with(node, *[b"%04d" % i + bytes(1000) for i in range(20)])
+    c = node.connect(f, transport=FillingTransport)
+    c.protocol.dataReceived(cc.encode_sub(b"order", 0, batch=5, who=b"g") + cc.encode_ack(0) * 3)
+    node.clock.advance(2.9)
+    assert c.connected
+    node.clock.advance(0.2)
+    assert not c.connected
+    c2 = subscribe(node, f, batch=5)
+    (batch,) = events(c2.take(), cc.Expect.SUB)
+    assert batch.messages[0].body.startswith(b"0000"), "from where this SUB asked (eventId 0)"
