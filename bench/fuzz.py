@@ -1,7 +1,7 @@
 """Fuzz every front door of a real broker process with random and mutated frames.
 
     PYTHONPATH=. .venv/bin/python bench/fuzz.py --frames 100000 [--doors smss,broker]
-        [--connections 32] [--per-connection 20] [--batch 5000] [--seed 1]
+        [--connections 32] [--per-connection 20] [--batch 5000] [--seed 1] [--keep]
 
 Starts ``twistd mqserver`` with every door on a loopback port 0 (``tests.support.server``),
 then per door sends frames from ``tests/support/fuzzframes.py`` on many concurrent
@@ -10,7 +10,8 @@ closes it (a connection still open after ``--hang`` seconds counts as a hang). A
 batch a normal client of that door must still get its answer. Prints, per door, frames
 and bytes sent, connections, hangs, failed health checks, tracebacks in the broker's log
 and RSS before and after; a crash of the broker stops the run. The frames of a run are
-fixed by ``--seed``.
+fixed by ``--seed``. The temporary data directory and the broker's log are removed at
+the end unless ``--keep``.
 """
 
 import argparse
@@ -20,6 +21,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -174,6 +176,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--minutes", type=float, default=0, help="stop each door after this long (0: no limit)")
     ap.add_argument("--data", help="data directory (default: a temporary one)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary data directory and log")
     args = ap.parse_args(argv)
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # resets are expected
     doors = args.doors.split(",")
@@ -196,6 +199,8 @@ def main(argv=None):
             server.stop()
         finally:
             server.close()
+            if not args.keep:
+                shutil.rmtree(tmp, ignore_errors=True)
     print("door          frames    MB sent  conns  hangs  unhealthy  tracebacks  frames/s  RSS MB before->after (peak)")
     for r in results:
         print(f"{r['door']:<12} {r['frames']:>8} {r['bytes'] / 1e6:>9.1f} {r['connections']:>6} {r['hangs']:>6} "

@@ -5,7 +5,12 @@ queue it reads entries straight through, with several it merges them by eventId 
 smss view of a RocketMQ topic).
 """
 
+import heapq
+
 from mqserver.store import format as fmt
+
+#: Consume-queue entries a merged read takes from a queue at a time.
+_MERGE_READ = 32
 
 
 class EventNotFound(Exception):
@@ -103,40 +108,60 @@ class TopicCursor:
             if qoff not in kept:
                 self.on_skip(qid, qoff)
 
-    def _read_merged(self, max_count):
-        """Up to C{max_count} records of several queues as C{(buffer, pos, size)}, merged
-        in eventId order; moves past them."""
-        merged = []
-        passed = True
-        while passed and not merged:
-            passed = self._read_each(max_count, merged)
-        merged.sort(key=lambda r: r[0])
-        out = []
-        for eid, qid, buf, p, s in merged[:max_count]:
-            # The record's own queue offset, not a count: a damaged record left out
-            # before it is passed over too.
-            self.positions[qid] = fmt.I64.unpack_from(buf, p + fmt.OFF_QUEUE_OFFSET)[0] + 1
-            out.append((buf, p, s))
-        return out
+    def _merged_entries(self, max_count):
+        """The consume-queue entries of the next C{max_count} records of all queues, as
+        C{(log offset, queue id, queue offset, entry)} in eventId order; moves past them.
 
-    def _read_each(self, max_count, merged):
-        # Reads every queue into merged; returns True when a queue read only damaged
-        # records (it moved past them, so the caller reads again).
-        passed = False
-        for qid in self.positions:
-            buf, locs, n = self._read_queue(qid, max_count)
-            if n and not locs:
-                self.positions[qid] += n
-                passed = True
-            for p, s in locs:
-                eid, = fmt.I64.unpack_from(buf, p + fmt.OFF_EVENT_ID)
-                merged.append((eid, qid, buf, p, s))
-        return passed
+        The log is append-only and eventIds only grow, so log offset order is eventId
+        order: the merge needs the entries only, and just the records taken are read.
+        (Reading C{max_count} records from every queue and keeping C{max_count} of them
+        cost up to a MiB per queue for one batch: 1024 queues, a GiB.)"""
+        store = self._store
+        sources = []
+        for qid, pos in self.positions.items():
+            q = store.queue(self.topic, qid)
+            if pos < q.min_offset:
+                pos = self.positions[qid] = q.min_offset
+            sources.append(self._entries(qid, pos, max_count))
+        log_min = store.commitlog.min_offset
+        taken = []
+        for item in heapq.merge(*sources):
+            self.positions[item[1]] = item[2] + 1
+            if item[0] < log_min:
+                continue  # retention removed the record: passed over, not delivered
+            taken.append(item)
+            if len(taken) == max_count:
+                break
+        return taken
+
+    def _entries(self, qid, pos, limit):
+        # The entries of queue qid from pos (at most limit), read a few at a time as the
+        # merge asks for them.
+        read = self._store.read_entries
+        step = fmt.CQ_ENTRY_SIZE
+        while limit > 0:
+            entries = read(self.topic, qid, pos, min(limit, _MERGE_READ))
+            if not entries:
+                return
+            for i, (off, _, _) in enumerate(fmt.CQ_ENTRY.iter_unpack(entries)):
+                yield off, qid, pos + i, entries[i * step:(i + 1) * step]
+            n = len(entries) // step
+            pos += n
+            limit -= n
+
+    def _skipped_merged(self, taken, buf, locs):
+        # The taken entries whose records the store left out (damaged).
+        kept = {(fmt.I32.unpack_from(buf, p + fmt.OFF_QUEUE_ID)[0],
+                 fmt.I64.unpack_from(buf, p + fmt.OFF_QUEUE_OFFSET)[0]) for p, _ in locs}
+        for _, qid, qoff, _ in taken:
+            if (qid, qoff) not in kept:
+                self.on_skip(qid, qoff)
 
     def read_span(self, max_count):
         """Return up to C{max_count} records in eventId order as C{(buffer, [(pos, size),
         ...])}, and move past them: one queue's records straight from the store (no
-        per-record tuples), several queues' merged into one buffer."""
+        per-record tuples), several queues' merged by their consume-queue entries and
+        read in one call."""
         if len(self.positions) == 1:
             (qid,) = self.positions
             while True:
@@ -145,17 +170,16 @@ class TopicCursor:
                 if locs or not n:
                     return buf, locs
                 # only damaged records: read on past them
-        records = self._read_merged(max_count)
-        if not records:
-            return None, []
-        if all(r[0] is records[0][0] for r in records):
-            return records[0][0], [(p, s) for _, p, s in records]
-        buf = b"".join(bytes(b[p:p + s]) for b, p, s in records)
-        locs, pos = [], 0
-        for _, _, s in records:
-            locs.append((pos, s))
-            pos += s
-        return buf, locs
+        while True:
+            taken = self._merged_entries(max_count)
+            if not taken:
+                return None, []
+            buf, locs = self._store.read_records(b"".join([t[3] for t in taken]))
+            if len(locs) < len(taken) and self.on_skip is not None:
+                self._skipped_merged(taken, buf, locs)
+            if locs:
+                return buf, locs
+            # only damaged records: read on past them
 
     def log_offset(self):
         """Return the lowest commit-log offset this cursor will read next (for retention),

@@ -18,6 +18,11 @@ _BYTE_ORDER = fmt.CQ_ENTRY.format[:len(fmt.CQ_ENTRY.format) - len(_ENTRY_CODES)]
 #: Structs of n entries at once (n up to _RUN_MAX), made as reads of n entries come.
 _RUN_STRUCTS = {}
 _RUN_MAX = 64
+#: The most bytes of other records one pread may read between two wanted ones: records
+#: further apart get their own preads, so the bytes read for a batch stay near its own
+#: size (a span of up to 1 MiB read for every pair of records a MiB apart made a batch
+#: of 255 small records cost over 100 MiB).
+_MAX_GAP = 16 << 10
 
 
 def _unpack_entries(entries):
@@ -171,7 +176,7 @@ class Reader:
                 offsets.append(off)
             if (
                 span_start is not None
-                and off >= span_end
+                and span_end <= off <= span_end + _MAX_GAP
                 and off + size - span_start <= 1 << 20
                 and off // seg == span_start // seg
             ):

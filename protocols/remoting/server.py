@@ -10,8 +10,10 @@ import itertools
 import json
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
+from zope.interface import implementer
 
 from mqserver.idle import IdleWatch
 from mqserver.sendnow import Cork
@@ -19,6 +21,12 @@ from mqserver.sendnow import Cork
 from protocols.remoting import codes
 from protocols.remoting.codec import FrameDecoder, RemotingProtocolError, encode
 from protocols.remoting.messages import RemotingCommand, make_response
+
+
+#: Bytes of answers one read may gather before they are handed to the transport (which
+#: then says whether the peer keeps up): a 300-byte PULL is answered with up to 1 MiB, so
+#: a read of pipelined PULLs could otherwise gather hundreds of MiB.
+GATHER_LIMIT = 256 << 10
 
 
 def error(request, code, remark):
@@ -78,8 +86,13 @@ def bool_field(request, name, short=None):
     return v.lower() in ("true", "1")
 
 
+@implementer(IPushProducer)
 class RemotingProtocol(IdleWatch, Protocol):
     """One remoting connection; subclasses map request codes to C{handlers}.
+
+    The connection is its transport's push producer: while the peer does not read its
+    answers (Twisted's output buffer is full) no more requests are read or handled, so
+    pipelined requests cost at most one read's worth of answers beyond the buffer.
 
     A server connection whose factory has an C{idle_timeout} (seconds, from
     C{rocketmq.serverChannelMaxIdleTimeSeconds}) and a C{clock} is closed after that
@@ -97,6 +110,10 @@ class RemotingProtocol(IdleWatch, Protocol):
         self.pending = {}  # opaque -> Deferred, for requests this side sent
         self.closed = False
         self._cork = Cork()  # one send for every reply a read produces
+        self._gathered = 0  # bytes of answers the cork gathered in this read
+        self._out_full = False  # the transport's buffer is full: requests wait
+        self._held = None  # requests of a read not handled yet (the buffer filled)
+        self._close_after = False  # a framing error: close once the requests before it are handled
 
     def peer_str(self):
         p = self.transport.getPeer()
@@ -110,6 +127,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         if timeout:
             self.watch_idle(timeout, factory.clock)
         super().makeConnection(transport)
+        transport.registerProducer(self, True)
 
     def idle_expired(self):
         self.log.info("closing idle remoting connection {peer}: nothing received for {timeout} s",
@@ -118,23 +136,63 @@ class RemotingProtocol(IdleWatch, Protocol):
 
     def dataReceived(self, data):
         self.active = True
+        self._gathered = 0
         self._cork.received(self.transport, self._received, data)
 
     def _send(self, data):
         self._cork.write(self.transport, data)
+        self._gathered += len(data)
+        if self._gathered > GATHER_LIMIT:
+            # hand them on now: a full transport buffer pauses this producer
+            self._gathered = 0
+            self._cork.flush(self.transport)
 
     def _received(self, data):
         try:
             commands = self.decoder.feed(data)
         except RemotingProtocolError as e:
-            commands = e.commands
             self.log.warn("closing remoting connection {peer}: {error}", peer=self.peer_str(), error=e)
-            for c in commands:
-                self._command(c)
-            self.transport.loseConnection()
+            self._close_after = True
+            self._run(e.commands)
             return
-        for c in commands:
+        # _run inlined: this is every request's path
+        it = iter(commands)
+        for c in it:
             self._command(c)
+            if self._out_full:
+                self._held = list(it)
+                return
+
+    def _run(self, commands):
+        """Handle C{commands} until the transport's buffer fills and hold the rest; then
+        close if a framing error came after them."""
+        it = iter(commands)
+        for c in it:
+            self._command(c)
+            if self._out_full:
+                self._held = list(it)
+                return
+        if self._close_after:
+            self.transport.loseConnection()
+
+    # IPushProducer: the transport's output buffer
+
+    def pauseProducing(self):
+        # the peer does not read its answers: read no more requests until they drain
+        self._out_full = True
+        self.transport.pauseProducing()
+
+    def resumeProducing(self):
+        self._out_full = False
+        held, self._held = self._held, None
+        if held is not None:
+            self._gathered = 0
+            self._cork.received(self.transport, self._run, held)
+        if not self._out_full and not self._close_after and not self.closed:
+            self.transport.resumeProducing()
+
+    def stopProducing(self):
+        self._held = None
 
     def _command(self, cmd):
         if cmd.is_response():

@@ -104,6 +104,14 @@ class SmssServerProtocol(IdleWatch, Protocol):
         answers to a pipelined read), else at once."""
         self._cork.write(self.transport, data)
 
+    def write_through(self, data):
+        """Send C{data} now, after what this read gathered so far: for a stream whose
+        next write depends on the transport's buffer (a subscription, the transport's
+        producer, pauses when it fills)."""
+        if self.transport is not None:
+            self._cork.flush(self.transport)
+            send_now(self.transport, data)
+
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):

@@ -1,12 +1,17 @@
 """An smss subscription stream (spec §7): batches, acks, ALIVE when idle, SUBEND.
 
-One batch is in flight at a time: the next is read only after the client acks, which
-bounds the memory a slow subscriber can cost. An idle stream gets ALIVE every
+One batch is in flight at a time: the next is read only after the client acks. Acks
+can arrive before the client has read a batch (2-byte acks pipelined in one read, or sent
+by a client that never reads), so the subscription is also the connection's push
+producer: while the transport's buffer is full it sends nothing, and the batch an ack
+asked for goes out when the buffer drains. A subscriber so costs at most one batch
+beyond the transport's buffer, whatever it sends. An idle stream gets ALIVE every
 ``timeout.server.alive`` ms; a missing ack closes the connection after the ack timeout.
 """
 
 from operator import itemgetter
 
+from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -22,11 +27,12 @@ DEFAULT_ACK_TIMEOUT = 3.0
 _size_of = itemgetter(1)
 
 
-@implementer(IWatcher)
+@implementer(IWatcher, IPushProducer)
 class Subscription:
     """The live SUB of one connection.
 
     @ivar awaiting_ack: True while a batch waits for its 2-byte ack.
+    @ivar paused: True while the transport's buffer is full (no batch is sent).
     """
 
     log = Logger()
@@ -41,6 +47,8 @@ class Subscription:
         self.ack_timeout = ack_timeout_ns / 1e9 if ack_timeout_ns else DEFAULT_ACK_TIMEOUT
         self.who = who
         self.awaiting_ack = False
+        self.paused = False
+        self._registered = False  # the transport's producer
         self._ack_call = None
         self._ack_deadline = 0.0
         self._alive = IdleAlive(self._reactor, proto.factory.alive_interval, self._send_alive)
@@ -53,18 +61,22 @@ class Subscription:
     def start(self):
         """Begin streaming: send what is there, then wait for arrivals."""
         self._active = True
+        self._proto.transport.registerProducer(self, True)
+        self._registered = True
         self._broker.stats.add_consumer(self.stats)
         self._broker.watch(self.topic, self)
         self._alive.start()
         self._send()
 
     def _write(self, data):
-        self._proto.write(data)
+        # Through to the transport (not gathered until the read ends), so that a full
+        # buffer pauses this producer before the next ack of the same read is handled.
+        self._proto.write_through(data)
         self._alive.wrote()
 
     def _send(self):
         self._send_call = None
-        if not self._active or self.awaiting_ack:
+        if not self._active or self.awaiting_ack or self.paused:
             return
         buf, locs = self.cursor.read_span(self.batch)
         if not locs:
@@ -74,6 +86,9 @@ class Subscription:
         self.stats.delivered(len(locs), sum(map(_size_of, locs)))
         self.stats.in_flight = len(locs)
         self.awaiting_ack = True
+        self._arm_deadline()
+
+    def _arm_deadline(self):
         # One timer serves every batch: a new deadline is a float store, not a
         # callLater and a cancel per batch (the timer re-arms itself when it finds the
         # deadline moved on).
@@ -82,7 +97,7 @@ class Subscription:
             self._ack_call = self._reactor.callLater(self.ack_timeout, self._ack_check)
 
     def _send_alive(self):
-        if not self._active or self.awaiting_ack:
+        if not self._active or self.awaiting_ack or self.paused:
             return False
         self._write(codec.alive())
         return True
@@ -96,6 +111,10 @@ class Subscription:
         self.stats.in_flight = 0
         if value == 0:
             self._send()
+            if self.paused:
+                # The batch asked for waits until the client reads what it was sent: it
+                # gets as long as an ack would (smss's writes time out after 5 s).
+                self._arm_deadline()
         elif value == 1:
             self._end(back_to_requests=True)
         else:
@@ -105,13 +124,17 @@ class Subscription:
 
     def _ack_check(self):
         self._ack_call = None
-        if not self._active or not self.awaiting_ack:
-            return  # acked in time; the next batch arms the timer again
+        if not self._active or not (self.awaiting_ack or self.paused):
+            return  # acked (and read) in time; the next batch arms the timer again
         left = self._ack_deadline - self._reactor.seconds()
         if left > 0:
             self._ack_call = self._reactor.callLater(left, self._ack_check)
             return
-        self.log.info("ack timeout for {who} on {topic}", who=self.who, topic=self.topic)
+        if self.awaiting_ack:
+            self.log.info("ack timeout for {who} on {topic}", who=self.who, topic=self.topic)
+        else:
+            self.log.info("closing the subscription of {who} on {topic}: it acks without reading",
+                          who=self.who, topic=self.topic)
         self._end(back_to_requests=False)
         self._proto.transport.loseConnection()
 
@@ -120,6 +143,22 @@ class Subscription:
         not sent again, the next batch starts there."""
         self.cursor.positions = dict(positions)
         self.data_available(self.topic, None)
+
+    # IPushProducer: the transport's buffer
+
+    def pauseProducing(self):
+        self.paused = True
+
+    def resumeProducing(self):
+        self.paused = False
+        if self._send_call is None:  # else the arrivals' call sends it
+            self._send()
+
+    def stopProducing(self):
+        # the connection is going (the transport dropped its producer); the protocol's
+        # connectionLost stops the stream
+        self.paused = True
+        self._registered = False
 
     # IWatcher
 
@@ -142,6 +181,9 @@ class Subscription:
     def stop(self):
         """Stop streaming and give back the claim, the cursor and the timers."""
         self._active = False
+        if self._registered:
+            self._registered = False
+            self._proto.transport.unregisterProducer()
         self._alive.stop()
         for call in (self._ack_call, self._send_call):
             if call is not None and call.active():

@@ -55,12 +55,37 @@ class HeldRunner(SyncRunner):
         self.release()
 
 
+class FillingTransport(StringTransportWithDisconnection):
+    """A transport whose buffer, like a socket's (C{FileDescriptor.write}), pauses its
+    streaming producer once more than C{bufferSize} bytes wait; L{drain} sends them and
+    resumes it."""
+
+    bufferSize = 4096
+    full = False
+
+    def write(self, data):
+        super().write(data)
+        if self.producer is not None and self.streaming and not self.full \
+                and len(self.value()) > self.bufferSize:
+            self.full = True
+            self.producer.pauseProducing()
+
+    def drain(self):
+        out = self.value()
+        self.clear()
+        if self.full:
+            self.full = False
+            if self.producer is not None:
+                self.producer.resumeProducing()
+        return out
+
+
 class Connection:
     """One client connection: the protocol, its transport, and the bytes it wrote."""
 
-    def __init__(self, protocol, peer=None):
+    def __init__(self, protocol, peer=None, transport=StringTransportWithDisconnection):
         self.protocol = protocol
-        self.transport = StringTransportWithDisconnection(peerAddress=peer)
+        self.transport = transport(peerAddress=peer)
         self.transport.protocol = protocol
         protocol.makeConnection(self.transport)
 
@@ -128,9 +153,9 @@ class Node:
             self.services.append(svc)
         return factory
 
-    def connect(self, factory, peer=None):
-        """Return a new L{Connection} to C{factory}."""
-        c = Connection(factory.buildProtocol(peer), peer)
+    def connect(self, factory, peer=None, transport=StringTransportWithDisconnection):
+        """Return a new L{Connection} to C{factory} (over a C{transport} made for it)."""
+        c = Connection(factory.buildProtocol(peer), peer, transport)
         self.connections.append(c)
         return c
 

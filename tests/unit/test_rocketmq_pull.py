@@ -9,10 +9,13 @@ from twisted.internet.task import Clock
 from mqserver.store import format as fmt
 from mqserver.store.store import Message, MessageStore
 from protocols.remoting import codes
+from protocols.remoting.codec import FrameDecoder, encode
+from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.props import tag_hash_code
 from protocols.remoting.pulling import MAX_BYTES, pull_once
 
 from tests.unit.test_rocketmq_door import Door, pull_fields, send
+from tests.support.inprocess import FillingTransport
 from tests.support.remoting_client import records
 
 HOST = b"\x0a\x00\x00\x07\x00\x00\x27\x9b"  # not the host the records were stored with
@@ -135,3 +138,36 @@ def test_pull_answer_through_the_door(tmp_path):
     finally:
         d.close()
 
+
+
+def test_pipelined_pulls_wait_while_the_peer_does_not_read(tmp_path):
+    """50 PULLs of 32 x 32 KB (1 MiB answers) in one read from a client that does not
+    read: the door answers until the transport's buffer is full and holds the rest of
+    the read, instead of gathering 50 MiB of answers; as the client reads, the rest are
+    answered in order."""
+    d = Door(tmp_path / "s")
+    try:
+        for i in range(32):
+            send(d, "big", body=b"%02d" % i + bytes(32 << 10))
+        conn = d.door.buildProtocol(None)
+        conn.makeConnection(FillingTransport())
+        conn.decoder_out = FrameDecoder()
+        frames = []
+        for opaque in range(1, 51):
+            cmd = RemotingCommand(code=codes.PULL_MESSAGE, language="JAVA", version=401, opaque=opaque,
+                                  ext_fields={k: str(v) for k, v in pull_fields("big", 0, 0).items()})
+            frames.append(encode(cmd))
+        conn.dataReceived(b"".join(frames))
+        first = conn.decoder_out.feed(conn.transport.value())
+        assert len(first) == 1, "the first 1 MiB answer fills the buffer"
+        answers = []
+        while True:
+            out = conn.transport.drain()
+            if not out:
+                break
+            answers += conn.decoder_out.feed(out)
+        assert [a.opaque for a in answers] == list(range(1, 51))
+        assert {a.code for a in answers} == {codes.SUCCESS}
+        assert {len(a.body) for a in answers} == {len(answers[0].body)} and len(answers[0].body) > 1000_000
+    finally:
+        d.close()

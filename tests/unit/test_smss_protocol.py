@@ -10,7 +10,7 @@ from protocols.smss import client_codec as cc
 from protocols.smss.factory import SmssFactory, make_factory
 from protocols.smss.messages import Batch, ErrResponse, OkResponse
 from protocols.smss.payload import encode_message
-from tests.support.inprocess import door_fixtures
+from tests.support.inprocess import FillingTransport, door_fixtures
 
 # smss-protocol.md §15
 CREATE_ORDER = bytes.fromhex("02050000000000000000000000000000000000006f72646572"
@@ -294,3 +294,44 @@ def test_replica_stream_blocks_alive_and_loss(node):
     r.lose()
     assert f.replica_feeds == 0
     assert node.pending_calls() == []
+
+
+def test_acks_sent_ahead_cost_one_batch_beyond_a_full_buffer(node):
+    """A subscriber that acks without reading (acks pipelined after its SUB in one read)
+    gets no more batches once the transport's buffer is full: what it costs is bounded by
+    the buffer and one batch, not by the topic. The batch its first ack asked for goes
+    when the buffer drains, and acking each batch then reads the rest: nothing is lost or
+    sent twice."""
+    bodies = [b"%04d" % i + bytes(1000) for i in range(50)]
+    f = order_with(node, *bodies)
+    c = node.connect(f, transport=FillingTransport)
+    c.protocol.dataReceived(cc.encode_sub(b"order", 0, batch=5, who=b"g") + cc.encode_ack(0) * 20)
+    first = events(c.transport.value(), cc.Expect.SUB)
+    assert len(first) == 1, "one batch fills the buffer; the 20 acks ahead send no more"
+    got = [m.body for m in first[0].messages]
+    c.transport.drain()
+    while True:
+        out = c.transport.drain()  # the batch the first ack asked for, once drained
+        if not out:
+            break
+        (batch,) = events(out, cc.Expect.SUB)
+        got += [m.body for m in batch.messages]
+        c.protocol.dataReceived(cc.encode_ack(0))
+    assert got == bodies
+    assert c.connected
+
+
+def test_a_subscriber_that_acks_but_never_reads_is_closed_after_the_ack_timeout(node):
+    """Acks sent ahead while the buffer stays full: the batch they asked for waits as long
+    as an ack would (3 s by default), then the connection is closed and the claim freed,
+    as an ack timeout does (the same group can subscribe again)."""
+    f = order_with(node, *[b"%04d" % i + bytes(1000) for i in range(20)])
+    c = node.connect(f, transport=FillingTransport)
+    c.protocol.dataReceived(cc.encode_sub(b"order", 0, batch=5, who=b"g") + cc.encode_ack(0) * 3)
+    node.clock.advance(2.9)
+    assert c.connected
+    node.clock.advance(0.2)
+    assert not c.connected
+    c2 = subscribe(node, f, batch=5)
+    (batch,) = events(c2.take(), cc.Expect.SUB)
+    assert batch.messages[0].body.startswith(b"0000"), "from where this SUB asked (eventId 0)"
