@@ -437,7 +437,7 @@ def run(a):
         over = {}
         for item in kv.split(","):
             k, _, val = item.partition("=")
-            over[k] = int(val) if val.lstrip("-").isdigit() else val
+            over[k] = int(val) if val.lstrip("-").isdigit() else {"true": True, "false": False}.get(val, val)
         mqs.append(lambda name=name, over=over, **kw: Mq(name, tmp, over, **kw))
         names.append(name)
     for t in a.tree:

@@ -72,13 +72,14 @@ def missing_reactor_internals(reactor):
     return missing
 
 
-def choose(spin, standard=False):
+def choose(spin, standard=False, probe=False):
     """Build the reactor twistd should install, and decide whether L{send_now} writes
     directly (L{mqserver.sendnow.enable}). Returns a L{Choice}; logs one warning when
     a fast path's Twisted internals are missing.
 
     @param spin: seconds of busy polling for the spinning reactor.
     @param standard: run the standard paths whatever the check finds.
+    @param probe: the spinning reactor's probes (C{server.spinProbe}).
     """
     from twisted.internet.epollreactor import EPollReactor
 
@@ -88,7 +89,7 @@ def choose(spin, standard=False):
     try:
         from mqserver.reactor import SpinningEPollReactor
 
-        fast = SpinningEPollReactor(spin)
+        fast = SpinningEPollReactor(spin, probe)
     except Exception as e:  # an import or constructor that no longer fits Twisted
         missing = [f"SpinningEPollReactor ({type(e).__name__}: {e})"]
     else:
@@ -112,17 +113,18 @@ def _twisted_version():
     return twisted.__version__
 
 
-def service_reactor(spin, standard=False):
+def service_reactor(spin, standard=False, probe=False):
     """Return the reactor a twistd service should use: the one already installed (for
     example by C{twistd --reactor}), else a newly installed L{SpinningEPollReactor} where
     epoll exists and Twisted's internals fit it (L{choose}; otherwise, or with
     C{standard}, Twisted's own epoll reactor), else Twisted's default.
 
     @param spin: seconds of busy polling for the spinning reactor.
+    @param probe: the spinning reactor's probes (C{server.spinProbe}).
     """
     if "twisted.internet.reactor" not in sys.modules:
         try:
-            choice = choose(spin, standard)
+            choice = choose(spin, standard, probe)
         except ImportError:
             pass  # no epoll on this platform: Twisted picks its default below
         else:

@@ -35,7 +35,11 @@ the second (a window nearly idle says nothing: the miss rule alone decides, and 
 next probe comes a window later). The work a paced sender brings does not grow with
 the spin, so the spin stays off for it but for the probes' windows. (Counting events
 instead would credit the spin: without it the reactor wakes later and reads a paced
-sender's messages in fewer reads.)
+sender's messages in fewer reads.) The probes are off unless C{server.spinProbe} is
+true: on a quiet machine they stopped the spin for clients that wait for each answer
+too (smss catch-up with batch 20 at 192k msgs/s with them against 308k without, one
+PUB per round trip 17.5k against 23.4k; docs/benchmarks.md, "The spin probes on a
+quiet machine"), which costs more than the CPU they save at a steady rate.
 
 It also dispatches events without Twisted's legacy log context (C{callWithLogger}): that
 context only names the "system" of old-style C{log.msg} calls, which mqserver does not
@@ -90,16 +94,19 @@ class SpinningEPollReactor(EPollReactor):
     """L{EPollReactor} with adaptive busy-polling (see the module docstring).
 
     @ivar spin: seconds to keep polling after the last event; 0 turns spinning off.
+    @ivar probe: whether the spin must pay in probes (C{server.spinProbe}), not only
+        catch events.
     @ivar probe_window: seconds of each window of a probe (spin allowed, then off).
     @ivar probe_every: seconds a probe's verdict holds.
     """
 
-    def __init__(self, spin=DEFAULT_SPIN):
+    def __init__(self, spin=DEFAULT_SPIN, probe=False):
         super().__init__()
         self._last_event = self._polled = 0.0
         self._soon = []  # SoonCalls for the next turn (mqserver.soon)
         self.probe_window = PROBE_WINDOW
         self.probe_every = PROBE_EVERY
+        self.probe = probe
         self.spin = spin
 
     @property
@@ -159,7 +166,7 @@ class SpinningEPollReactor(EPollReactor):
             else:
                 missed += (1.0 - missed) * _MISS_WEIGHT
             self._missed = missed
-            if now >= self._phase_end:
+            if now >= self._phase_end and self.probe:
                 self._next_phase(now)
             self._spin_now = spin if missed < _MISS_LIMIT and self._spin_pays else 0.0
         selectables = self._selectables
@@ -258,8 +265,8 @@ def spin_pays(with_spin, without):
     return on_busy * off_secs > _PROBE_GAIN * off_busy * on_secs
 
 
-def install(spin=DEFAULT_SPIN):
+def install(spin=DEFAULT_SPIN, probe=False):
     """Install a L{SpinningEPollReactor} as the global reactor and return it."""
-    reactor = SpinningEPollReactor(spin)
+    reactor = SpinningEPollReactor(spin, probe)
     installReactor(reactor)
     return reactor

@@ -93,7 +93,8 @@ def makeService(options, reactor=None):
     config = options["settings"]
     if reactor is None:
         reactor = service_reactor(spin=config["server.spinMicros"] / 1e6,
-                                  standard=config["server.reactor"] == "standard")
+                                  standard=config["server.reactor"] == "standard",
+                                  probe=config["server.spinProbe"])
     root = BrokerService(config, reactor)
     broker = root.storage.broker
     if config["role"] == "slave":

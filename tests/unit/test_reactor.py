@@ -342,15 +342,16 @@ class _ModelPeer:
         pass
 
 
-def _model_run(monkeypatch, seconds, **peer):
-    """Run a spinning reactor's polls against a L{_ModelPeer} for C{seconds} of the fake
-    clock; return the share of that time it spent spinning, and the messages per second."""
+def _model_run(monkeypatch, seconds, probe=True, **peer):
+    """Run a spinning reactor's polls (with probes, unless C{probe} is false) against a
+    L{_ModelPeer} for C{seconds} of the fake clock; return the share of that time it
+    spent spinning, and the messages per second."""
     import mqserver.reactor as mr
 
     clock = _FakeClock()
     monkeypatch.setattr(mr, "monotonic", clock)
     monkeypatch.setattr(mr, "sched_yield", lambda: None)
-    reactor = SpinningEPollReactor(spin=0.0002)
+    reactor = SpinningEPollReactor(spin=0.0002, probe=probe)
     reactor.probe_window, reactor.probe_every = 0.01, 0.05
     fake = _ModelPeer(clock, **peer)
     reactor._poller = fake
@@ -389,6 +390,19 @@ def test_spin_stays_on_while_a_peer_waits_for_each_answer(monkeypatch):
     share, rate = _model_run(monkeypatch, 0.5, turnaround=40e-6)
     assert share > 0.4, share
     assert rate > 12_000, rate
+
+
+def test_probes_are_off_unless_configured(monkeypatch):
+    """Without C{server.spinProbe} (the default) the miss rule alone decides: a paced
+    sender the spin always catches keeps it (as before the probes), and the default
+    configuration and reactor have no probes."""
+    from mqserver.config import SCHEMA
+
+    assert SCHEMA["server.spinProbe"][1] is False
+    assert SpinningEPollReactor().probe is False
+    share, rate = _model_run(monkeypatch, 0.5, probe=False, paced=100e-6)
+    assert 9_900 < rate < 10_100
+    assert share > 0.5, share
 
 
 def test_spin_pays_verdict():
