@@ -540,14 +540,16 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     progress.step("decode", "commit-log segments")
     recs = T.records(items)  # compact: only admin records, fired delays, CRC failures
     totals_df = T.totals_from_parts(items) if compact else None
-    totals = early = None
+    totals = early = runs = None
     if compact:
+        runs = T.event_runs(items)
+        intervals = T.duplicate_intervals(runs)
         # Small independent questions, each a Spark job of one task on a few rows: asked
         # at once from threads, so their scheduling and planning overlap.
         ask = {
             "segs": lambda: S.collect_rows(T.segments(items).orderBy("segment")),
             "totals": lambda: S.totals_of_parts(totals_df.first().asDict()),
-            "held_twice": lambda: bool(T.duplicate_intervals(T.event_runs(items)).take(1)),
+            "held_twice": lambda: bool(intervals.take(1)),
         }
         if cq_compact is not None:
             ask["cq_differs"] = lambda: bool(T.differing_blocks_from_parts(items, cq_compact.result()).take(1))
@@ -579,9 +581,10 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     if merged:
         tables["queue_stats"], tables["throughput"] = carry.queue_stats(), carry.throughput()
     progress.step("integrity", "eventIds")
-    runs = carry.runs() if merged else T.event_runs(items)
+    if runs is None:  # the per-record form (the compact form's are asked for above)
+        runs = carry.runs() if merged else T.event_runs(items)
+        intervals = T.duplicate_intervals(runs)
     tables["event_gaps"] = T.event_id_gaps_from_runs(runs, facts["event_floor"])
-    intervals = T.duplicate_intervals(runs)
     if merged:
         carry.check_duplicates(intervals)
     every, held_twice = recs, (early["held_twice"] if early else bool(intervals.take(1)))
