@@ -12,6 +12,8 @@ from mqserver.store.store import Message, MessageStore
 from tests.support.inprocess import result_of as fired
 
 NOW = 1_700_000_000.0
+#: Reads a test lets a cursor make before it must have reached the end of its records.
+_MAX_READS = 10_000
 
 
 @pytest.fixture
@@ -49,7 +51,7 @@ def read_all(store, cursor, batch):
     """Every record the cursor gives as (event id, body), and the most bytes read from
     the log for one batch."""
     got, most = [], 0
-    while True:
+    for _ in range(_MAX_READS):  # bounded: a cursor that stops moving fails, not hangs
         store.log_reads.clear()
         buf, locs = cursor.read_span(batch)
         most = max(most, sum(store.log_reads))
@@ -58,6 +60,7 @@ def read_all(store, cursor, batch):
         for p, _ in locs:
             view = fmt.RecordView(buf, p)
             got.append((view.event_id, bytes(view.body)))
+    pytest.fail(f"the cursor gave records for {_MAX_READS} reads without reaching the end")
 
 
 def test_merged_batch_reads_only_the_records_it_takes(store):
@@ -114,11 +117,13 @@ def test_merged_read_reports_a_damaged_record_to_on_skip(tmp_path):
         skipped = []
         cursor.on_skip = lambda qid, qoff: skipped.append((qid, qoff))
         got = []
-        while True:
+        for _ in range(_MAX_READS):
             buf, locs = cursor.read_span(4)
             if not locs:
                 break
             got += [bytes(fmt.RecordView(buf, p).body) for p, _ in locs]
+        else:
+            pytest.fail(f"the cursor gave records for {_MAX_READS} reads without reaching the end")
         assert got == want
         assert skipped == [(1, 2)], "message 7: queue 7 % 3, offset 7 // 3"
         assert cursor.positions == {0: 10, 1: 10, 2: 10}
