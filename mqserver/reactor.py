@@ -21,25 +21,29 @@ vain for the next PUB, which nearly doubled the broker's CPU per message;
 docs/benchmarks.md.) While it spins it yields the CPU (C{sched_yield}) between
 polls, so a client scheduled on the same CPU is never kept waiting by the spinning.
 
-A caught spin is not enough: it must also pay. It pays when the peers wait for the
-broker (one request per round trip: a wake-up saved is a round trip sooner, so more
-requests come); it does not when they send at their own pace (a publisher at a steady
-rate: the next PUB comes when it comes, and a spin that waits 100 µs for it burns the
-CPU a wake-up would have cost a fraction of; at 10,000 PUBs/s with a consumer attached
-the spin kept a core busy, 95 µs per message against nsqd's 65, docs/benchmarks.md).
-So from time to time, once traffic flows, the reactor measures: it adds up the time it
-spends working (outside its polls: handling events and timers) for C{probe_window}
-seconds with the spin allowed, then as long with it off, and allows the spin for the
-next C{probe_every} seconds only when the first share was over L{_PROBE_GAIN} times
-the second (a window nearly idle says nothing: the miss rule alone decides, and the
-next probe comes a window later). The work a paced sender brings does not grow with
-the spin, so the spin stays off for it but for the probes' windows. (Counting events
-instead would credit the spin: without it the reactor wakes later and reads a paced
-sender's messages in fewer reads.) The probes are off unless C{server.spinProbe} is
-true: on a quiet machine they stopped the spin for clients that wait for each answer
-too (smss catch-up with batch 20 at 192k msgs/s with them against 308k without, one
-PUB per round trip 17.5k against 23.4k; docs/benchmarks.md, "The spin probes on a
-quiet machine"), which costs more than the CPU they save at a steady rate.
+A caught spin is not enough: it must also pay for itself. A wake-up costs CPU too (the
+request handled after one runs on a cold cache and pays the scheduler), so the spin pays
+when the CPU it burns is no more than the wake-ups it saves: then the peers that wait for
+each answer get it sooner at no cost per request (one request per round trip, and a
+catching-up consumer's acks). It does not pay when they send at their own pace (a
+publisher at a steady rate: the next PUB comes when it comes, and a spin that waits
+100 µs for it burns the CPU a wake-up would have cost a fraction of; at 10,000 PUBs/s
+with a consumer attached the spin kept a core busy, 99 µs per message against 64 without
+it, docs/benchmarks.md), nor when a client takes long to turn an answer into its next
+request (the RocketMQ C++ client, ~290 µs a round trip: the spin catches the request but
+burns more than a wake-up to do so). When C{probe} is set the reactor measures, from time
+to time once traffic flows: for C{probe_window} seconds with the spin allowed, then as
+long with it off, it adds up the bytes its peers sent (C{FIONREAD} before each read, in
+these windows only) and the CPU time of its thread, and allows the spin for the next
+C{probe_every} seconds only when the CPU per byte with it was at most L{_PROBE_PAYS}
+times that without (a window nearly idle says nothing: the miss rule alone decides, and
+the next probe comes a window later). Bytes are the measure of work because neither the
+spin nor the reads' timing changes how many a paced sender sends, where the count of
+reads would (without the spin the reactor wakes later and reads two PUBs at once); and
+CPU time, not the time spent outside polls, because the request that follows a wake-up
+costs more to handle (an earlier rule weighed that time and took the spin from clients
+that wait for each answer: smss catch-up with batch 20 at 192k msgs/s against 308k,
+docs/benchmarks.md, "The spin probes on a quiet machine").
 
 It also dispatches events without Twisted's legacy log context (C{callWithLogger}): that
 context only names the "system" of old-style C{log.msg} calls, which mqserver does not
@@ -55,9 +59,11 @@ they exist before twistd installs it, and installs Twisted's own epoll reactor i
 
 import errno
 import sys
+from fcntl import ioctl
 from os import sched_yield
 from select import EPOLLIN
-from time import monotonic
+from termios import FIONREAD
+from time import monotonic, thread_time
 
 from mqserver.lazytls import defer_tls_import
 from mqserver.soon import SoonCall
@@ -82,10 +88,17 @@ _MISS_LIMIT = 0.25
 PROBE_WINDOW = 0.05
 #: Seconds between the end of one probe and the start of the next.
 PROBE_EVERY = 2.0
-#: The spin stays allowed when it raised the share of time spent working by this factor.
-_PROBE_GAIN = 1.25
-#: A probe window busy for less than this share of its time gives no verdict.
-_PROBE_MIN_BUSY = 0.02
+#: The spin stays allowed when the CPU per byte read with it is at most this many times
+#: that without it (the margin covers the windows' noise: 0.94 to 1.02 for a client
+#: waiting for each answer here, against 1.16 to 1.19 for NSQ PUBs at 10,000/s).
+_PROBE_PAYS = 1.08
+#: A probe window whose thread used less than this share of a CPU gives no verdict...
+_PROBE_MIN_CPU = 0.02
+#: ...and so does one in which the peers sent fewer bytes than this.
+_PROBE_MIN_BYTES = 4096
+#: At most this many bytes are counted for one read (Twisted reads 64 KiB at a time: the
+#: rest is counted at the next read).
+_READ_MOST = 65536
 # probe phases
 _HOLD, _ON, _OFF = range(3)
 
@@ -102,7 +115,7 @@ class SpinningEPollReactor(EPollReactor):
 
     def __init__(self, spin=DEFAULT_SPIN, probe=False):
         super().__init__()
-        self._last_event = self._polled = 0.0
+        self._last_event = 0.0
         self._soon = []  # SoonCalls for the next turn (mqserver.soon)
         self.probe_window = PROBE_WINDOW
         self.probe_every = PROBE_EVERY
@@ -121,16 +134,15 @@ class SpinningEPollReactor(EPollReactor):
         self._idle_since = monotonic()  # when the last events were handled
         self._spin_pays = True  # the last probe's verdict (or the window being probed)
         self._phase = _HOLD
-        self._phase_start = self._phase_end = 0.0  # a probe starts with the next events
-        self._busy = 0.0  # seconds spent outside polls (handling events, timers) this phase
-        self._probed_on = (0.0, 0.0)  # busy and whole seconds of the last spin window
+        self._phase_start = self._phase_end = 0.0  # a probe starts a window into traffic
+        self._cpu_start = 0.0  # the thread's CPU time when the phase started
+        self._bytes = 0  # bytes the peers sent in this phase (counted while probing)
+        self._probed_on = (0.0, 0, 0.0)  # CPU seconds, bytes, seconds of the spin window
 
     def doPoll(self, timeout):
         poll = self._poller.poll
         most = len(self._selectables)
         start = monotonic()
-        if self._phase:  # probing: add up the time since the last poll returned
-            self._busy += start - self._polled
         until = self._last_event + self._spin_now
         if timeout is not None and until > start + timeout:
             until = start + timeout
@@ -154,7 +166,7 @@ class SpinningEPollReactor(EPollReactor):
             if err.errno == errno.EINTR:
                 return
             raise
-        self._polled = now = monotonic()
+        now = monotonic()
         if not events:
             return
         self._last_event = now
@@ -170,6 +182,8 @@ class SpinningEPollReactor(EPollReactor):
                 self._next_phase(now)
             self._spin_now = spin if missed < _MISS_LIMIT and self._spin_pays else 0.0
         selectables = self._selectables
+        if self._phase:
+            self._bytes += readable_bytes(selectables, events)
         dispatch = self._doReadOrWrite
         for fd, event in events:
             selectable = selectables.get(fd)
@@ -199,10 +213,17 @@ class SpinningEPollReactor(EPollReactor):
         """End the probe phase due at C{now} and start the next (see the module
         docstring): hold, then a window with the spin allowed, one without, hold."""
         phase = self._phase
-        counted = (self._busy, now - self._phase_start)
+        cpu = thread_time()
+        counted = (cpu - self._cpu_start, self._bytes, now - self._phase_start)
         if phase == _HOLD:
-            self._phase, self._spin_pays = _ON, True
-            self._phase_end = now + self.probe_window
+            if now - self._phase_end > self.probe_window:
+                # traffic starting again after a quiet spell: a window counting its
+                # first requests (connections being set up, caches cold) would judge
+                # the start, not the traffic, so let it settle for a window first
+                self._phase_end = now + self.probe_window
+            else:
+                self._phase, self._spin_pays = _ON, True
+                self._phase_end = now + self.probe_window
         elif phase == _ON:
             self._probed_on = counted
             self._phase, self._spin_pays = _OFF, False
@@ -210,14 +231,14 @@ class SpinningEPollReactor(EPollReactor):
         else:
             pays = spin_pays(self._probed_on, counted)
             self._phase = _HOLD
-            if pays is None:  # too few events (traffic starting or stopping): soon again
+            if pays is None:  # too little traffic (starting or stopping): soon again
                 self._spin_pays = True
                 self._phase_end = now + self.probe_window
             else:
                 self._spin_pays = pays
                 self._phase_end = now + self.probe_every
-        self._phase_start = now
-        self._busy = 0.0
+        self._phase_start, self._cpu_start = now, cpu
+        self._bytes = 0
 
     def call_soon(self, f, args):
         """Queue C{f(*args)} for the start of the next turn (L{mqserver.soon.call_soon});
@@ -253,16 +274,37 @@ class SpinningEPollReactor(EPollReactor):
 
 
 def spin_pays(with_spin, without):
-    """The verdict of a probe: C{with_spin} and C{without} are (busy seconds, seconds) of
-    its two windows, busy being the time spent handling events and timers. True when the
-    spin raised the share of time spent working by L{_PROBE_GAIN} (more requests came
-    because they were answered sooner), None when either window was nearly idle (too
-    little to tell: the miss rule alone decides until the next probe, a window later)."""
-    on_busy, on_secs = with_spin
-    off_busy, off_secs = without
-    if on_busy < _PROBE_MIN_BUSY * on_secs or off_busy < _PROBE_MIN_BUSY * off_secs:
+    """The verdict of a probe: C{with_spin} and C{without} are (CPU seconds of the
+    reactor's thread, bytes its peers sent, seconds) of its two windows. True when the
+    CPU per byte with the spin was at most L{_PROBE_PAYS} times that without (the CPU
+    the spin burned bought back the wake-ups it saved), None when either window was
+    nearly idle (too little to tell: the miss rule alone decides until the next probe,
+    a window later)."""
+    on_cpu, on_bytes, on_secs = with_spin
+    off_cpu, off_bytes, off_secs = without
+    if (on_cpu < _PROBE_MIN_CPU * on_secs or off_cpu < _PROBE_MIN_CPU * off_secs
+            or on_bytes < _PROBE_MIN_BYTES or off_bytes < _PROBE_MIN_BYTES):
         return None
-    return on_busy * off_secs > _PROBE_GAIN * off_busy * on_secs
+    return on_cpu * off_bytes <= _PROBE_PAYS * off_cpu * on_bytes
+
+
+def readable_bytes(selectables, events):
+    """The bytes waiting to be read on the connections of C{events} (epoll's (fd, event)
+    pairs) that are readable, each counted up to L{_READ_MOST}; 0 for a descriptor that
+    is not a connected socket or pipe (a listening socket, one just closed)."""
+    counted = 0
+    buf = bytearray(4)
+    for fd, event in events:
+        if not event & EPOLLIN or fd not in selectables:
+            continue
+        try:
+            ioctl(fd, FIONREAD, buf)
+        except OSError:
+            continue
+        n = int.from_bytes(buf, sys.byteorder, signed=True)
+        if n > 0:
+            counted += n if n < _READ_MOST else _READ_MOST
+    return counted
 
 
 def install(spin=DEFAULT_SPIN, probe=False):

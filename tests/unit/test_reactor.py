@@ -267,11 +267,22 @@ def test_spin_stays_off_when_a_reply_is_followed_by_a_long_gap():
 
 
 class _FakeClock:
+    """The model's wall clock (called) and the reactor thread's CPU clock (L{cpu})."""
+
     def __init__(self):
         self.now = 1000.0
+        self.used = 0.0
 
     def __call__(self):
         return self.now
+
+    def cpu(self):
+        return self.used
+
+    def run(self, seconds):
+        """The reactor's thread works for C{seconds}."""
+        self.now += seconds
+        self.used += seconds
 
 
 _MODEL_FD = 10_000
@@ -282,18 +293,22 @@ class _ModelPeer:
     either sends at its own pace (a message every C{paced} seconds, or two 20 µs apart
     when C{pair}, whatever the reactor does) or waits for each answer (its next message
     comes C{turnaround} seconds after the reactor read the last). Waking the blocked
-    reactor costs C{wake} seconds, a poll while spinning C{poll_cost}, a read C{read}
-    and each message in it C{work}."""
+    reactor takes C{wake} seconds, and the read that follows a wake-up C{wake_cpu} more
+    (the scheduler, and a cold cache), a poll while spinning
+    C{poll_cost}, a read C{read} and each message in it C{work}. Each message is
+    C{size} bytes."""
 
     def __init__(self, clock, paced=None, pair=False, turnaround=None, wake=60e-6,
-                 read=10e-6, work=20e-6, poll_cost=2e-6):
+                 wake_cpu=40e-6, read=10e-6, work=20e-6, poll_cost=2e-6, size=200):
         self.clock, self.paced, self.pair, self.turnaround = clock, paced, pair, turnaround
-        self.wake, self.read, self.work, self.poll_cost = wake, read, work, poll_cost
+        self.wake, self.wake_cpu, self.read, self.work = wake, wake_cpu, read, work
+        self.poll_cost, self.size = poll_cost, size
         self.start = clock.now
         self.arrivals = [clock.now]
         self.sent = 0
         self.messages = 0
         self.spin_polls = 0
+        self.cold = False
 
     def _schedule(self, now):
         # a paced sender's next messages, whatever the reactor did
@@ -306,13 +321,20 @@ class _ModelPeer:
         c = self.clock
         first = self.arrivals[0]
         if timeout == 0:
-            c.now += self.poll_cost
+            c.run(self.poll_cost)
             self.spin_polls += 1
             if c.now < first:
                 return []
         elif c.now < first:
             c.now = first + self.wake  # blocked: the message wakes the reactor
+            self.cold = True
         return [(_MODEL_FD, 1)]
+
+    def readable_bytes(self, selectables, events):
+        """What FIONREAD tells the probing reactor: the bytes of the messages come."""
+        if self.paced:
+            self._schedule(self.clock.now)
+        return self.size * sum(1 for t in self.arrivals if t <= self.clock.now)
 
     # the peer's connection, as the reactor sees it
 
@@ -326,7 +348,8 @@ class _ModelPeer:
         n = sum(1 for t in self.arrivals if t <= c.now)
         del self.arrivals[:n]
         self.messages += n
-        c.now += self.read + n * self.work
+        c.run(self.read + n * self.work + (self.wake_cpu if self.cold else 0.0))
+        self.cold = False
         if self.paced:
             self._schedule(c.now)
         else:
@@ -345,51 +368,67 @@ class _ModelPeer:
 def _model_run(monkeypatch, seconds, probe=True, **peer):
     """Run a spinning reactor's polls (with probes, unless C{probe} is false) against a
     L{_ModelPeer} for C{seconds} of the fake clock; return the share of that time it
-    spent spinning, and the messages per second."""
+    spent spinning, the messages per second and the reactor's CPU per message."""
     import mqserver.reactor as mr
 
     clock = _FakeClock()
+    fake = _ModelPeer(clock, **peer)
     monkeypatch.setattr(mr, "monotonic", clock)
+    monkeypatch.setattr(mr, "thread_time", clock.cpu)
     monkeypatch.setattr(mr, "sched_yield", lambda: None)
+    monkeypatch.setattr(mr, "readable_bytes", fake.readable_bytes)
     reactor = SpinningEPollReactor(spin=0.0002, probe=probe)
     reactor.probe_window, reactor.probe_every = 0.01, 0.05
-    fake = _ModelPeer(clock, **peer)
     reactor._poller = fake
     reactor._selectables[_MODEL_FD] = fake
     start = clock.now
     while clock.now - start < seconds:
         reactor.doPoll(None)
     elapsed = clock.now - start
-    return fake.spin_polls * fake.poll_cost / elapsed, fake.messages / elapsed
+    return (fake.spin_polls * fake.poll_cost / elapsed, fake.messages / elapsed,
+            clock.used / fake.messages)
 
 
 def test_spin_stops_for_a_sender_at_its_own_pace(monkeypatch):
     """A publisher at a steady 10,000 msgs/s: the next message comes 100 µs after the
     last whatever the reactor does, so a 200 µs spin always catches it but never makes
-    it come sooner, and burns 70 µs of CPU per message that a wake-up costs a fraction
-    of. The probes find the spin does not raise the rate, so it spins only in their
+    it come sooner, and burns 70 µs of CPU per message where a wake-up costs 40. The
+    probes find the CPU per byte higher with the spin, so it spins only in their
     windows (the miss rule alone spun 70% of the time)."""
-    share, rate = _model_run(monkeypatch, 0.5, paced=100e-6)
+    share, rate, cpu = _model_run(monkeypatch, 0.5, paced=100e-6)
     assert 9_900 < rate < 10_100
     # probes: a 10 ms window with the spin every 70 ms at most, about 10% of the time
     assert share < 0.15, share
+    assert cpu < 85e-6, cpu  # 100 µs spinning, 70 sleeping
 
 
 def test_spin_stops_for_a_sender_at_its_own_pace_sending_bursts(monkeypatch):
     """The same with the messages coming two at a time (a sender whose sleeps overshoot
     catches up): without the spin the reactor reads each pair at once, with it more
-    often, so counting reads would credit the spin; the time spent working does not."""
-    share, _ = _model_run(monkeypatch, 0.5, paced=200e-6, pair=True)
+    often, so counting reads would credit the spin; counting bytes does not."""
+    share, _, _ = _model_run(monkeypatch, 0.5, paced=200e-6, pair=True)
     assert share < 0.15, share
 
 
 def test_spin_stays_on_while_a_peer_waits_for_each_answer(monkeypatch):
     """One request per round trip: the peer's next request comes 40 µs after the answer,
-    so the spin makes round trips 70 µs instead of 130 (no wake-up): it pays, and the
-    probes keep it."""
-    share, rate = _model_run(monkeypatch, 0.5, turnaround=40e-6)
+    so the spin makes round trips 70 µs instead of 130 (no wake-up), and the 40 µs it
+    burns per request are what the wake-up would have cost: it pays, and the probes keep
+    it. (The earlier probes weighed the share of time spent outside polls, which the
+    wake-up's cost on the next request keeps about equal with and without the spin: they
+    took the spin away here.)"""
+    share, rate, _ = _model_run(monkeypatch, 0.5, turnaround=40e-6)
     assert share > 0.4, share
     assert rate > 12_000, rate
+
+
+def test_spin_stops_for_a_peer_slow_to_turn_answers_around(monkeypatch):
+    """A peer that waits for each answer but takes 150 µs to send the next request (the
+    RocketMQ C++ client's synchronous send): the 200 µs spin catches every request, but
+    burns 150 µs for each where a wake-up costs 40, so it does not pay."""
+    share, rate, cpu = _model_run(monkeypatch, 0.5, turnaround=150e-6)
+    assert share < 0.15, share
+    assert cpu < 110e-6, cpu
 
 
 def test_probes_are_off_unless_configured(monkeypatch):
@@ -400,17 +439,56 @@ def test_probes_are_off_unless_configured(monkeypatch):
 
     assert SCHEMA["server.spinProbe"][1] is False
     assert SpinningEPollReactor().probe is False
-    share, rate = _model_run(monkeypatch, 0.5, probe=False, paced=100e-6)
+    share, rate, _ = _model_run(monkeypatch, 0.5, probe=False, paced=100e-6)
     assert 9_900 < rate < 10_100
     assert share > 0.5, share
 
 
 def test_spin_pays_verdict():
-    """(busy seconds, seconds) of the window with the spin, then of the one without."""
+    """(CPU seconds, bytes, seconds) of the window with the spin, then of the one
+    without."""
     from mqserver.reactor import spin_pays
 
-    assert spin_pays((0.008, 0.01), (0.004, 0.01))  # twice the work done with the spin
-    assert not spin_pays((0.0042, 0.01), (0.004, 0.01))  # the same: it burns CPU only
-    assert not spin_pays((0.004, 0.01), (0.004, 0.005))  # less
-    assert spin_pays((0.0001, 0.01), (0.005, 0.01)) is None  # nearly idle: no verdict
-    assert spin_pays((0.005, 0.01), (0.0001, 0.01)) is None
+    # the same CPU per byte: the spin bought back the wake-ups it saved
+    assert spin_pays((0.008, 200_000, 0.01), (0.004, 100_000, 0.01))
+    assert spin_pays((0.0042, 100_000, 0.01), (0.004, 100_000, 0.01))  # within the noise
+    # the same bytes for more CPU: a paced sender, or a peer slow to answer
+    assert not spin_pays((0.006, 100_000, 0.01), (0.004, 100_000, 0.01))
+    assert not spin_pays((0.008, 120_000, 0.01), (0.004, 100_000, 0.01))
+    # nearly idle: no verdict
+    assert spin_pays((0.0001, 100_000, 0.01), (0.005, 100_000, 0.01)) is None
+    assert spin_pays((0.005, 100_000, 0.01), (0.0001, 100_000, 0.01)) is None
+    assert spin_pays((0.005, 100, 0.01), (0.005, 100_000, 0.01)) is None
+
+
+def test_readable_bytes_counts_what_waits_on_real_sockets():
+    """FIONREAD on the connections epoll reported readable: the bytes waiting on each,
+    nothing for a listening socket, a descriptor the reactor does not watch, or one
+    that is not readable in the event."""
+    from select import EPOLLIN, EPOLLOUT
+
+    from mqserver.reactor import readable_bytes
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    a = socket.create_connection(listener.getsockname())
+    b, _ = listener.accept()
+    c = socket.create_connection(listener.getsockname())
+    d, _ = listener.accept()
+    try:
+        a.sendall(b"x" * 123)
+        c.sendall(b"y" * 7)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and readable_bytes(
+                {b.fileno(): b, d.fileno(): d}, [(b.fileno(), EPOLLIN), (d.fileno(), EPOLLIN)]) < 130:
+            time.sleep(0.001)
+        watched = {b.fileno(): b, d.fileno(): d, listener.fileno(): listener}
+        assert readable_bytes(watched, [(b.fileno(), EPOLLIN), (d.fileno(), EPOLLIN)]) == 130
+        assert readable_bytes(watched, [(b.fileno(), EPOLLOUT)]) == 0
+        assert readable_bytes(watched, [(listener.fileno(), EPOLLIN)]) == 0
+        assert readable_bytes({}, [(b.fileno(), EPOLLIN)]) == 0
+        assert b.recv(200) == b"x" * 123  # counting reads nothing
+    finally:
+        for s in (a, b, c, d, listener):
+            s.close()
