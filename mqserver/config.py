@@ -84,7 +84,7 @@ SCHEMA = {
     "server.reactor": (str, "spinning", lambda v: v in ("spinning", "standard"),
                        "spinning or standard"),
     "server.spinMicros": (int, 200, lambda v: 0 <= v <= 10_000, "0..10000 (0: never busy-poll)"),
-    "server.spinProbe": (bool, False, None, None),
+    "server.spinProbe": (bool, True, None, None),
     "log.path": (str, "stdout", None, None),
     "log.sample": (int, 10000, lambda v: v >= 1, ">= 1"),
     "log.withGid": (bool, True, None, None),

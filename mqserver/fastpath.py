@@ -72,7 +72,7 @@ def missing_reactor_internals(reactor):
     return missing
 
 
-def choose(spin, standard=False, probe=False):
+def choose(spin, standard=False, probe=True):
     """Build the reactor twistd should install, and decide whether L{send_now} writes
     directly (L{mqserver.sendnow.enable}). Returns a L{Choice}; logs one warning when
     a fast path's Twisted internals are missing.
@@ -113,7 +113,7 @@ def _twisted_version():
     return twisted.__version__
 
 
-def service_reactor(spin, standard=False, probe=False):
+def service_reactor(spin, standard=False, probe=True):
     """Return the reactor a twistd service should use: the one already installed (for
     example by C{twistd --reactor}), else a newly installed L{SpinningEPollReactor} where
     epoll exists and Twisted's internals fit it (L{choose}; otherwise, or with

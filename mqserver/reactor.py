@@ -113,7 +113,7 @@ class SpinningEPollReactor(EPollReactor):
     @ivar probe_every: seconds a probe's verdict holds.
     """
 
-    def __init__(self, spin=DEFAULT_SPIN, probe=False):
+    def __init__(self, spin=DEFAULT_SPIN, probe=True):
         super().__init__()
         self._last_event = 0.0
         self._soon = []  # SoonCalls for the next turn (mqserver.soon)
@@ -307,7 +307,7 @@ def readable_bytes(selectables, events):
     return counted
 
 
-def install(spin=DEFAULT_SPIN, probe=False):
+def install(spin=DEFAULT_SPIN, probe=True):
     """Install a L{SpinningEPollReactor} as the global reactor and return it."""
     reactor = SpinningEPollReactor(spin, probe)
     installReactor(reactor)

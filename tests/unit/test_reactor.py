@@ -431,14 +431,13 @@ def test_spin_stops_for_a_peer_slow_to_turn_answers_around(monkeypatch):
     assert cpu < 110e-6, cpu
 
 
-def test_probes_are_off_unless_configured(monkeypatch):
-    """Without C{server.spinProbe} (the default) the miss rule alone decides: a paced
-    sender the spin always catches keeps it (as before the probes), and the default
-    configuration and reactor have no probes."""
+def test_probes_are_on_by_default_and_can_be_turned_off(monkeypatch):
+    """The default configuration and reactor probe; with C{server.spinProbe} false the
+    miss rule alone decides, and a paced sender the spin always catches keeps it."""
     from mqserver.config import SCHEMA
 
-    assert SCHEMA["server.spinProbe"][1] is False
-    assert SpinningEPollReactor().probe is False
+    assert SCHEMA["server.spinProbe"][1] is True
+    assert SpinningEPollReactor().probe is True
     share, rate, _ = _model_run(monkeypatch, 0.5, probe=False, paced=100e-6)
     assert 9_900 < rate < 10_100
     assert share > 0.5, share
