@@ -491,3 +491,50 @@ def test_readable_bytes_counts_what_waits_on_real_sockets():
     finally:
         for s in (a, b, c, d, listener):
             s.close()
+
+
+def test_probes_count_the_bytes_real_peers_send(monkeypatch):
+    """A probing reactor and a real client that waits for each 200-byte answer: the
+    probes' windows count the bytes read through FIONREAD on the real connection (whole
+    requests, since each read finds exactly one) and the thread's CPU time."""
+    import mqserver.reactor as mr
+
+    windows = []
+    real = mr.spin_pays
+
+    def recorded(with_spin, without):
+        windows.append((with_spin, without))
+        return real(with_spin, without)
+
+    monkeypatch.setattr(mr, "spin_pays", recorded)
+    reactor = SpinningEPollReactor(spin=0.0002, probe=True)
+    reactor.probe_window, reactor.probe_every = 0.03, 0.03
+    port = reactor.listenTCP(0, protocol.Factory.forProtocol(_Echo), interface="127.0.0.1")
+
+    def requests(s):
+        msg = b"q" * 200
+        n = 0
+        end = time.monotonic() + 0.6
+        while time.monotonic() < end or not windows:
+            s.sendall(msg)
+            got = b""
+            while len(got) < len(msg):
+                chunk = s.recv(256)
+                if not chunk:
+                    raise ConnectionError("server closed")
+                got += chunk
+            n += 1
+            if n > 200_000:
+                raise AssertionError("no probe came to a verdict")
+        return n
+
+    t, result = _client_thread(port.getHost().port, requests)
+    _stop_when(reactor, lambda: not t.is_alive())
+    _run(reactor)
+    port.stopListening()
+    assert result.get("value"), result
+    assert windows
+    for window in windows:
+        for cpu, nbytes, seconds in window:
+            assert nbytes > 0 and nbytes % 200 == 0, window
+            assert 0 < cpu <= seconds * 1.5, window
