@@ -78,6 +78,9 @@ class TopicCursor:
         # them out), so a reader moves on by the entries it read, not the records.
         store = self._store
         pos = self.positions[qid]
+        newest = store.newest_record(self.topic, qid, pos)
+        if newest is not None:  # keeping up with a publisher: the record just written
+            return newest, [(0, len(newest))], 1
         q = store.queue(self.topic, qid)
         if pos < q.min_offset:
             pos = self.positions[qid] = q.min_offset

@@ -237,7 +237,20 @@ class MessageStore:
 
     def drop_topic(self, topic):
         """Remove the consume queues of C{topic} (it was deleted); Deferred."""
+        self.writer.last_record = None  # a queue made again starts at offset 0
         return self.queue_table.drop_topic(topic)
+
+    def newest_record(self, topic, queue_id, qoffset):
+        """Return the bytes of the record at C{qoffset} of (C{topic}, C{queue_id}) when
+        it is the newest record of the log, written by the last append alone and visible
+        to readers, else None: what a consumer keeping up with a publisher asks for next,
+        without reading it back from the disk."""
+        last = self.writer.last_record
+        if (last is not None and last[2] == qoffset and last[1] == queue_id
+                and last[0] == topic
+                and last[3] + len(last[4]) <= self.notifier.visible_end):
+            return last[4]
+        return None
 
     def flush_queues(self):
         """Write every consume queue's buffered entries to its files."""

@@ -63,12 +63,17 @@ class Writer:
         self.next_event_id = 1
         self.write_latency = Latency()
         self._topic_tails = {}  # topic -> its name as records end with it (length, UTF-8)
+        # (topic, queue id, queue offset, log offset, record bytes) of the newest record
+        # when the last append wrote one message, else None: a consumer at the tail
+        # takes it from here instead of reading it back (mqserver.broker.cursor)
+        self.last_record = None
         self.commitlog = None
         self._table = None
         self._queues = None
 
     def open(self, commitlog, table):
         """Write to C{commitlog}, indexing into the L{QueueTable} C{table}."""
+        self.last_record = None  # recovery may have cut the log's tail
         self.commitlog = commitlog
         self._table = table
         self._queues = table.queues  # the very dict: one lookup per publish
@@ -157,6 +162,7 @@ class Writer:
         start = log.end
         if type(messages) is not list:
             messages = list(messages)
+        single = None  # the record's bytes when this append writes one message
         try:
             if _pack is None:
                 result, entries = self._pack_py(messages, magic, queue_id, op, is_msg,
@@ -171,6 +177,8 @@ class Writer:
                     if sizes:
                         log.append(data)
                     result = PutResult(event_id, queue_id, now, offs, qoffs, sizes)
+                    if is_msg and len(sizes) == 1:
+                        single = data
                 else:
                     result, entries = self._pack_c_rest(
                         messages, magic, queue_id, op, is_msg, first_qoff, now, tail,
@@ -179,6 +187,8 @@ class Writer:
             log.truncate(start)
             raise
         self.next_event_id = event_id + len(result.sizes)
+        self.last_record = None if single is None else (
+            topic, queue_id, first_qoff, start, single)
         if is_msg:
             q.write(first_qoff, entries)
             # Statistics count here, where every protocol's publish ends (once); the

@@ -171,3 +171,30 @@ def test_pipelined_pulls_wait_while_the_peer_does_not_read(tmp_path):
         assert {len(a.body) for a in answers} == {len(answers[0].body)} and len(answers[0].body) > 1000_000
     finally:
         d.close()
+
+
+def test_a_pull_at_the_tail_serves_the_record_just_written_without_reading_it(store):
+    """A consumer keeping up with a producer pulls the record the last send wrote: it is
+    served from the store's memory (no read of the log) and is what reading it back
+    serves; a pull further behind, or filtered by tag, reads the log as before."""
+    reads = []
+    log_read = store.commitlog.read
+
+    def counted(offset, size):
+        reads.append(offset)
+        return log_read(offset, size)
+
+    store.commitlog.read = counted
+    _put(store, "T", 0, [b"first", b"second"])
+    _put(store, "T", 0, [b"third"])
+    got = pull_once(store, HOST, "T", 0, 2, 32, None)
+    assert reads == [], "the newest record is not read back"
+    assert (got.code, got.next_offset, got.count) == (codes.SUCCESS, 3, 1)
+    assert got.body == _expected(store, "T", 0, 2, 3)
+    reads.clear()
+    behind = pull_once(store, HOST, "T", 0, 1, 32, None)
+    assert reads and (behind.count, behind.next_offset) == (2, 3)
+    assert behind.body == _expected(store, "T", 0, 1, 3)
+    reads.clear()
+    tagged = pull_once(store, HOST, "T", 0, 2, 32, {tag_hash_code("A")})
+    assert reads and tagged.body == got.body
