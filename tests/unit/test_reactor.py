@@ -53,17 +53,23 @@ def _client_thread(port, fn):
     return t, result
 
 
+def _round_trip(s, msg):
+    """Send C{msg} on socket C{s} and return as many bytes read back."""
+    s.sendall(msg)
+    got = b""
+    while len(got) < len(msg):
+        chunk = s.recv(len(msg) - len(got))
+        if not chunk:
+            raise ConnectionError("server closed")
+        got += chunk
+    return got
+
+
 def _echo_rounds(rounds):
     def fn(s):
         for i in range(rounds):
             msg = b"%06d" % i
-            s.sendall(msg)
-            got = b""
-            while len(got) < len(msg):
-                chunk = s.recv(64)
-                if not chunk:
-                    raise ConnectionError("server closed")
-                got += chunk
+            got = _round_trip(s, msg)
             if got != msg:
                 raise AssertionError(f"round {i}: sent {msg!r}, got {got!r}")
         return rounds
@@ -516,13 +522,7 @@ def test_probes_count_the_bytes_real_peers_send(monkeypatch):
         n = 0
         end = time.monotonic() + 0.6
         while time.monotonic() < end or not windows:
-            s.sendall(msg)
-            got = b""
-            while len(got) < len(msg):
-                chunk = s.recv(256)
-                if not chunk:
-                    raise ConnectionError("server closed")
-                got += chunk
+            _round_trip(s, msg)
             n += 1
             if n > 200_000:
                 raise AssertionError("no probe came to a verdict")
