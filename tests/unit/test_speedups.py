@@ -26,7 +26,7 @@ from protocols.smss import wire as smss_wire
 
 _SPEEDUPS = ["protocols.smss._push", "protocols.smss._pub", "protocols.nsq._frames",
              "mqserver.store._pack", "mqserver.broker._inflight", "mqserver.store._check",
-             "protocols.remoting._pull", "mqserver.store._hash"]
+             "protocols.remoting._pull", "mqserver.store._hash", "protocols.remoting._header"]
 #: (module, what the hot path calls, the Python reference)
 _PAIRS = [(views, "encode_records", "py_encode_records"),
           (smss_codec, "_bare_pub", "py_bare_pub"),
