@@ -93,7 +93,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
     # -- sending -------------------------------------------------------------------
 
     def send(self, cmd):
-        if cmd.code == codes.SEND_MESSAGE and cmd.serialize_type == codes.SERIALIZE_JSON:
+        if cmd.code == codes.SEND_MESSAGE:
             # the C++ client's send: most often the usual one (usual_send), answered at once
             answer = self._usual_send(cmd, cmd.ext_fields)
             if answer is not None:
@@ -143,9 +143,10 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         if type(r) is not PutResult:
             return r.addCallbacks(self._published, broker_error, callbackArgs=(cmd,),
                                   errbackArgs=(cmd, topic))
-        return encode_send_answer(
-            cmd, (self.store.store_host + r.log_offsets[0].to_bytes(8, "big")).hex().upper(),
-            qid, r.queue_offsets[0])
+        msg_id = (self.store.store_host + r.log_offsets[0].to_bytes(8, "big")).hex().upper()
+        if cmd.serialize_type != codes.SERIALIZE_JSON:
+            return sent(cmd, msg_id, qid, r.queue_offsets[0])
+        return encode_send_answer(cmd, msg_id, qid, r.queue_offsets[0])
 
     def _any_send(self, cmd):
         ext = send_header(cmd)
