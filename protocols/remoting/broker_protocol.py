@@ -93,12 +93,15 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
     # -- sending -------------------------------------------------------------------
 
     def send(self, cmd):
-        if cmd.code == codes.SEND_MESSAGE:
-            # the C++ client's send: most often the usual one (usual_send), answered at once
+        # most sends are the usual one (_usual_send), answered at once
+        code = cmd.code
+        if code == codes.SEND_MESSAGE:  # the C++ client's
             answer = self._usual_send(cmd, cmd.ext_fields)
-            if answer is not None:
-                return answer
-        return self._any_send(cmd)
+        elif code == codes.SEND_MESSAGE_V2:  # the Java and Go clients', short field names
+            answer = self._usual_send(cmd, send_header(cmd))
+        else:
+            answer = None
+        return self._any_send(cmd) if answer is None else answer
 
     def _usual_send(self, cmd, ext):
         """Store and answer the usual send in short, or return None (L{_any_send} then serves

@@ -13,7 +13,7 @@ from mqserver.store.index import IndexFile
 from protocols.remoting import codes
 from protocols.remoting.broker_protocol import sent
 from protocols.remoting.codec import FrameDecoder, RemotingProtocolError, encode, encode_send_answer
-from protocols.remoting.sending import offset_msg_ids
+from protocols.remoting.sending import SHORT_NAMES, offset_msg_ids
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.topicview import make_attrs
 
@@ -77,11 +77,18 @@ send_headers = st.lists(
 ).map(lambda changes: {k: v for k, v in {**USUAL, **dict(changes)}.items() if v is not None})
 
 
-def send_to_both(doors, ext, body=b"m", serialize_type=codes.SERIALIZE_JSON):
-    """Send one SEND_MESSAGE to both doors; assert they answer alike."""
+#: Long send header names -> SEND_MESSAGE_V2's.
+_SHORT = {long: short for short, long in SHORT_NAMES.items()}
+
+
+def send_to_both(doors, ext, body=b"m", serialize_type=codes.SERIALIZE_JSON, code=codes.SEND_MESSAGE):
+    """Send one SEND_MESSAGE (or, with C{code}, SEND_MESSAGE_V2 with the short names) to
+    both doors; assert they answer alike."""
     fast = doors[0]
     fast.opaque += 1
-    cmd = RemotingCommand(code=codes.SEND_MESSAGE, language="CPP", version=63, opaque=fast.opaque,
+    if code == codes.SEND_MESSAGE_V2:
+        ext = {_SHORT.get(k, k): v for k, v in ext.items()}
+    cmd = RemotingCommand(code=code, language="CPP", version=63, opaque=fast.opaque,
                           ext_fields=ext, body=body, serialize_type=serialize_type)
     frame = encode(cmd)
     answers = []
@@ -109,32 +116,37 @@ def test_each_change_of_the_usual_send_answers_as_the_general_path(doors):
             ext = {k: v for k, v in {**USUAL, name: value}.items() if v is not None}
             send_to_both(doors, ext)
             send_to_both(doors, ext, b"", codes.SERIALIZE_ROCKETMQ)
+            send_to_both(doors, ext, b"v2", code=codes.SEND_MESSAGE_V2)
     for combo in COMBOS:
         send_to_both(doors, {**USUAL, **combo})
     assert_same_records(doors)
 
 
 @given(st.lists(st.tuples(send_headers, st.sampled_from([b"", b"m", b"x" * 300]),
-                          st.sampled_from([codes.SERIALIZE_JSON, codes.SERIALIZE_ROCKETMQ])),
+                          st.sampled_from([codes.SERIALIZE_JSON, codes.SERIALIZE_ROCKETMQ]),
+                          st.sampled_from([codes.SEND_MESSAGE, codes.SEND_MESSAGE_V2])),
                 min_size=1, max_size=8))
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_usual_send_answers_and_stores_as_the_general_path(doors, sends):
-    for ext, body, serialize_type in sends:
-        send_to_both(doors, ext, body, serialize_type)
+    for ext, body, serialize_type, code in sends:
+        send_to_both(doors, ext, body, serialize_type, code)
     assert_same_records(doors)
 
 
-def test_the_usual_send_takes_the_short_path(doors):
-    """The C++ client's usual send does not reach the general path."""
+@pytest.mark.parametrize("code", [codes.SEND_MESSAGE, codes.SEND_MESSAGE_V2])
+def test_the_usual_send_takes_the_short_path(doors, code):
+    """The C++ client's usual send (and V2's) does not reach the general path."""
     fast, _ = doors
 
     def general(cmd):
         raise AssertionError("the general path served the usual send")
 
     fast.conn._any_send = general
-    r = fast.call(codes.SEND_MESSAGE, {"producerGroup": "PG", "topic": "T4", "queueId": 2, "sysFlag": 0,
-                                       "bornTimestamp": 1, "flag": 0, "reconsumeTimes": 0, "batch": "0",
-                                       "properties": "TAGS\x01A\x02UNIQ_KEY\x01K\x02WAIT\x01true\x02"}, b"m")
+    ext = {"producerGroup": "PG", "topic": "T4", "queueId": 2, "sysFlag": 0, "bornTimestamp": 1, "flag": 0,
+           "reconsumeTimes": 0, "batch": "0", "properties": "TAGS\x01A\x02UNIQ_KEY\x01K\x02WAIT\x01true\x02"}
+    if code == codes.SEND_MESSAGE_V2:
+        ext = {_SHORT.get(k, k): v for k, v in ext.items()}
+    r = fast.call(code, ext, b"m")
     assert r.code == codes.SUCCESS and r.ext_fields["queueId"] == "2"
 
 
