@@ -9,7 +9,9 @@
  * client's numeric extFields values as strings), or None for anything else: another
  * value type, a surrogate, bad UTF-8, bad JSON, a header field of another type, or no
  * code. None means "ask the Python function", which then decodes or refuses the header;
- * nothing here raises on bad input.
+ * nothing here raises on bad input. json_command(header, body) builds the command itself
+ * (the class, its field names and the defaults come from configure(), called by
+ * codec.py): an instance whose __dict__ is what the dataclass's __init__ would set.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -253,15 +255,12 @@ done:
     return result;
 }
 
-static PyObject *json_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The header's fields as a tuple, or NULL (no exception: the Python path). */
+static PyObject *read_header(PyObject *header, PyObject *default_language) {
     Py_buffer view;
     Cur c;
     PyObject *obj = NULL, *result = NULL;
-    if (nargs != 2 || !PyUnicode_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "json_header(header, default_language: str)");
-        return NULL;
-    }
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    if (PyObject_GetBuffer(header, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     c.p = view.buf;
     c.end = c.p + view.len;
@@ -274,22 +273,99 @@ static PyObject *json_header(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (c.p < c.end && *c.p == '{' && (obj = parse_object(&c, 0)) != NULL) {
         skip_ws(&c);
         if (c.p == c.end)
-            result = header_fields(obj, args[1]);
+            result = header_fields(obj, default_language);
     }
     Py_XDECREF(obj);
     PyMem_Free(c.scratch);
     PyBuffer_Release(&view);
-    if (result == NULL) {
+    if (result == NULL)
         PyErr_Clear(); /* whatever it was, the Python path says it again */
-        Py_RETURN_NONE;
-    }
     return result;
+}
+
+static PyObject *json_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *result;
+    if (nargs != 2 || !PyUnicode_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "json_header(header, default_language: str)");
+        return NULL;
+    }
+    result = read_header(args[0], args[1]);
+    if (result == NULL)
+        Py_RETURN_NONE;
+    return result;
+}
+
+/* configure(command_class, field_names, json_type, default_language): what json_command
+ * builds. field_names: the class's fields in order, the 7 of the header then body and
+ * serialize_type. */
+static PyObject *command_class, *field_names, *json_type, *default_lang;
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *cls, *names, *jtype, *lang;
+    if (!PyArg_ParseTuple(args, "O!O!O!U", &PyType_Type, &cls, &PyTuple_Type, &names, &PyLong_Type,
+                          &jtype, &lang))
+        return NULL;
+    if (PyTuple_GET_SIZE(names) != 9) {
+        PyErr_SetString(PyExc_ValueError, "a command has 9 fields");
+        return NULL;
+    }
+    Py_INCREF(cls);
+    Py_INCREF(names);
+    Py_INCREF(jtype);
+    Py_INCREF(lang);
+    Py_XSETREF(command_class, cls);
+    Py_XSETREF(field_names, names);
+    Py_XSETREF(json_type, jtype);
+    Py_XSETREF(default_lang, lang);
+    Py_RETURN_NONE;
+}
+
+/* json_command(header, body): the command (an instance of the configured class whose
+ * __dict__ holds its fields, as its __init__ would set them), or None. */
+static PyObject *json_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *fields, *body, *dict = NULL, *cmd = NULL, *empty;
+    Py_ssize_t i;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "json_command(header, body)");
+        return NULL;
+    }
+    if (command_class == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_header.configure() was not called");
+        return NULL;
+    }
+    if ((fields = read_header(args[0], default_lang)) == NULL)
+        Py_RETURN_NONE;
+    body = PyBytes_CheckExact(args[1]) ? (Py_INCREF(args[1]), args[1]) : PyBytes_FromObject(args[1]);
+    if (body == NULL || (dict = PyDict_New()) == NULL)
+        goto done;
+    for (i = 0; i < 7; i++) {
+        if (PyDict_SetItem(dict, PyTuple_GET_ITEM(field_names, i), PyTuple_GET_ITEM(fields, i)) < 0)
+            goto done;
+    }
+    if (PyDict_SetItem(dict, PyTuple_GET_ITEM(field_names, 7), body) < 0
+        || PyDict_SetItem(dict, PyTuple_GET_ITEM(field_names, 8), json_type) < 0)
+        goto done;
+    if ((empty = PyTuple_New(0)) == NULL)
+        goto done;
+    cmd = PyBaseObject_Type.tp_new((PyTypeObject *)command_class, empty, NULL);
+    Py_DECREF(empty);
+    if (cmd != NULL && PyObject_GenericSetDict(cmd, dict, NULL) < 0)
+        Py_CLEAR(cmd);
+done:
+    Py_DECREF(fields);
+    Py_XDECREF(body);
+    Py_XDECREF(dict);
+    return cmd;
 }
 
 static PyMethodDef methods[] = {
     {"json_header", (PyCFunction)(void (*)(void))json_header, METH_FASTCALL,
      "json_header(header, default_language) -> (code, language, version, opaque, flag, "
      "remark, extFields) or None: see codec.py_decode_json_header."},
+    {"json_command", (PyCFunction)(void (*)(void))json_command, METH_FASTCALL,
+     "json_command(header, body) -> the command json_header's fields make, or None."},
+    {"configure", configure, METH_VARARGS,
+     "configure(command_class, field_names, json_type, default_language)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,6 +6,7 @@ client reads) or the ROCKETMQ binary layout (type 1).  Every decoding failure ra
 ``RemotingProtocolError``; the connection should then be dropped.
 """
 
+import dataclasses
 import json
 import struct
 from collections.abc import Mapping
@@ -33,8 +34,11 @@ from protocols.remoting.wire import (
 _LENGTH_SIZE = LENGTH_STRUCT.size
 #: The C speedup of decode_json_header (None: py_decode_json_header only).
 _header = speedups.load("protocols.remoting._header")
-_json_header = None if _header is None else _header.json_header
-_JAVA = codes.LANGUAGE_JAVA
+_json_command = None
+if _header is not None:
+    _header.configure(RemotingCommand, tuple(f.name for f in dataclasses.fields(RemotingCommand)),
+                      codes.SERIALIZE_JSON, codes.LANGUAGE_JAVA)
+    _json_command = _header.json_command
 _PREFIX_SIZE = FRAME_PREFIX_STRUCT.size
 
 _JSON_TYPE_NAME = codes.SERIALIZE_TYPE_NAMES[codes.SERIALIZE_JSON]
@@ -116,10 +120,10 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
     The C speedup (C{_header.c}) reads the headers clients send; whatever it leaves
     (None) goes to L{py_decode_json_header}, the reference.
     """
-    if _json_header is not None:
-        fields = _json_header(header, _JAVA)
-        if fields is not None:
-            return RemotingCommand(*fields, bytes(body), codes.SERIALIZE_JSON)
+    if _json_command is not None:
+        cmd = _json_command(header, body)
+        if cmd is not None:
+            return cmd
     return py_decode_json_header(header, body)
 
 

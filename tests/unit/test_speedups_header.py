@@ -21,10 +21,14 @@ CPP_SEND = (b'{"code":10,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","batc
             b'"version":63}')
 
 
-def _c():
+def _module():
     if speedups.pure_python():
         pytest.skip("MQSERVER_PURE_PYTHON is set: the Python code is under test")
-    return importlib.import_module("protocols.remoting._header").json_header
+    return importlib.import_module("protocols.remoting._header")
+
+
+def _c():
+    return _module().json_header
 
 
 def _python(header):
@@ -39,15 +43,20 @@ def _same(header):
     """Assert that the C reading of C{header} is the Python one's, or None."""
     fields = _c()(header, codes.LANGUAGE_JAVA)
     if fields is None:
+        assert _module().json_command(header, b"b") is None
         return None
     expected = _python(header)
     assert expected is not None, header
     got = codec.RemotingCommand(*fields, b"b", codes.SERIALIZE_JSON)
-    assert got == expected, header
-    # the same types, not only equal values (True == 1)
-    assert [type(v) for v in vars(got).values()] == [type(v) for v in vars(expected).values()]
-    assert list(got.ext_fields.items()) == list(expected.ext_fields.items())
-    return got
+    built = _module().json_command(header, memoryview(b"b"))
+    for cmd in (got, built):
+        assert type(cmd) is codec.RemotingCommand
+        assert cmd == expected, header
+        # the same fields in the same order and types, not only equal values (True == 1)
+        assert [(k, type(v)) for k, v in vars(cmd).items()] == [
+            (k, type(v)) for k, v in vars(expected).items()]
+        assert list(cmd.ext_fields.items()) == list(expected.ext_fields.items())
+    return built
 
 
 def test_the_cpp_clients_send_header_is_read_in_c():
@@ -58,7 +67,9 @@ def test_the_cpp_clients_send_header_is_read_in_c():
 
 def test_decode_json_header_uses_the_c_reading():
     _c()
-    assert codec._json_header is not None
+    assert codec._json_command is not None
+    cmd = codec.decode_json_header(CPP_SEND, memoryview(b"body"))
+    assert cmd == codec.py_decode_json_header(CPP_SEND, b"body") and type(cmd.body) is bytes
 
 
 _text = st.text(st.characters(codec="utf-8"), max_size=8) | st.sampled_from(
