@@ -260,14 +260,16 @@ static PyObject *read_header(PyObject *header, PyObject *default_language) {
     Py_buffer view;
     Cur c;
     PyObject *obj = NULL, *result = NULL;
-    if (PyObject_GetBuffer(header, &view, PyBUF_SIMPLE) < 0)
+    if (PyObject_GetBuffer(header, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* not bytes: the Python path says what it is */
         return NULL;
+    }
     c.p = view.buf;
     c.end = c.p + view.len;
     c.scratch = PyMem_Malloc(view.len ? (size_t)view.len : 1);
     if (c.scratch == NULL) {
         PyBuffer_Release(&view);
-        return PyErr_NoMemory();
+        return NULL; /* the Python path, which has its own memory to find */
     }
     skip_ws(&c);
     if (c.p < c.end && *c.p == '{' && (obj = parse_object(&c, 0)) != NULL) {

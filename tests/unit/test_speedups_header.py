@@ -121,3 +121,10 @@ def test_deep_nesting_is_left_to_python():
     assert _c()(header, codes.LANGUAGE_JAVA) is None
     with pytest.raises(RemotingProtocolError):
         py_decode_json_header(header)
+
+
+def test_a_header_that_is_no_buffer_is_left_to_python():
+    assert _c()("{}", codes.LANGUAGE_JAVA) is None
+    assert _module().json_command(None, b"") is None
+    with pytest.raises(TypeError):
+        _c()(b"{}", None)
