@@ -16,6 +16,7 @@ SPEEDUPS = [
     ("protocols.smss._pub", "protocols/smss/_pub.c", []),
     ("protocols.nsq._frames", "protocols/nsq/_frames.c", []),
     ("protocols.remoting._pull", "protocols/remoting/_pull.c", []),
+    ("protocols.remoting._header", "protocols/remoting/_header.c", []),
 ]
 
 setup(

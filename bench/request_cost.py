@@ -24,7 +24,7 @@ Asserts nothing.
 
     python bench/request_cost.py [--requests 20000] [--repeat 5]
                                  [--only smss,nsq,nsqsub,rmqsend,rmqpull,rmqpull32]
-                                 [--also broker] [--opcodes 500]
+                                 [--also broker] [--opcodes 500] [--top 25]
 """
 
 import argparse
@@ -267,7 +267,7 @@ def measure(name, sock, request, reply, a):
     print(f"{name:10s} {min(cpu):8.2f} {min(wall):8.2f}   (CPU runs: "
           + ", ".join(f"{x:.1f}" for x in cpu) + ")")
     if a.opcodes:
-        count_opcodes(sock, request, reply, a.opcodes)
+        count_opcodes(sock, request, reply, a.opcodes, a.top)
     if a.profile:
         import cProfile
 
@@ -315,6 +315,8 @@ def main():
                         " listeners on the store)")
     p.add_argument("--opcodes", type=int, default=0, metavar="N",
                    help="count bytecodes over N more round trips and print them")
+    p.add_argument("--top", type=int, default=25, metavar="N",
+                   help="functions listed with --opcodes (default 25)")
     p.add_argument("--profile", metavar="FILE", help="write cProfile stats to FILE.<name>")
     a = p.parse_args()
     data = tempfile.mkdtemp(prefix="mq-cost-")

@@ -272,6 +272,11 @@ class Broker:
             # The usual publish, in short: a writable one-queue topic on a master (one
             # that never expires needs no clock).
             return self.store.put_messages_now(topic, 0, messages)
+        if (t is not None and queue_id is not None and 0 <= queue_id < t.queues
+                and self.is_master and t.state == 0
+                and (t.expire_at == 0 or t.valid(self.now_ms()))):
+            # A RocketMQ send names its queue: in short too when it is in range.
+            return self.store.put_messages_now(topic, queue_id, messages)
         t = self._writable(topic)
         return self.store.put_messages_now(topic, self._pick_queue(t, queue_id), messages)
 

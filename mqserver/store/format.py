@@ -584,12 +584,13 @@ _hash = speedups.load("mqserver.store._hash")
 java_string_hash = java_string_hash_py if _hash is None else _hash.java_string_hash
 
 
-def tag_hash_of(properties):
+def tag_hash_of_py(properties):
     """Return the consume-queue tag hash of a message: Java hashCode of its TAGS property,
     or 0 when it has none (RocketMQ's rule for untagged messages).
 
     The property is the first item (as L{decode_properties} splits them) whose key is
-    TAGS, found without decoding the others: a SEND pays this for every message."""
+    TAGS, found without decoding the others: a SEND pays this for every message. The
+    reference of the C speedup C{_hash.tag_hash_of}, which L{tag_hash_of} is when built."""
     data = bytes(properties)
     if data.startswith(b"TAGS\x01"):  # the first item: how the clients write it
         stop = data.find(PROP_END, 5)
@@ -613,6 +614,10 @@ def tag_hash_of(properties):
     stop = data.find(PROP_END, end + 1)
     value = data[end + 1:] if stop < 0 else data[end + 1:stop]
     return java_string_hash(value.decode("utf-8", "replace"))
+
+
+#: The consume-queue tag hash of a properties string: the C speedup, or L{tag_hash_of_py}.
+tag_hash_of = tag_hash_of_py if _hash is None else _hash.tag_hash_of
 
 
 def properties_safe(pairs):
@@ -705,10 +710,15 @@ INDEX_ENTRY = layout(INDEX_ENTRY_SCHEMA).struct
 INDEX_ENTRY_SIZE = INDEX_ENTRY.size
 
 
-def index_key_hash(topic, key):
-    """Return the IndexFile KeyHash of C{key} in C{topic}."""
+def index_key_hash_py(topic, key):
+    """Return the IndexFile KeyHash of C{key} in C{topic} (str both): the reference of
+    the C speedup C{_hash.index_key_hash}, which L{index_key_hash} is when built."""
     h = java_string_hash(f"{topic}#{key}")
     return 0 if h == -(1 << 31) else abs(h)
+
+
+#: The IndexFile KeyHash of a key in a topic: the C speedup, or L{index_key_hash_py}.
+index_key_hash = index_key_hash_py if _hash is None else _hash.index_key_hash
 
 
 def index_file_size(slots, entries):

@@ -16,6 +16,17 @@ import os
 from mqserver.store import format as fmt
 
 
+# Module-level names for what every indexed send uses (IndexFile.put_one).
+_HEADER_SIZE = fmt.INDEX_HEADER_SIZE
+_SLOT_SIZE = fmt.INDEX_SLOT.size
+_ENTRY_SIZE = fmt.INDEX_ENTRY_SIZE
+_SLOT_UNPACK = fmt.INDEX_SLOT.unpack_from
+_SLOT_PACK = fmt.INDEX_SLOT.pack_into
+_ENTRY_PACK = fmt.INDEX_ENTRY.pack_into
+_HEADER_PACK = fmt.INDEX_HEADER.pack_into
+_index_key_hash = fmt.index_key_hash
+
+
 class IndexFile:
     """One mapped index file."""
 
@@ -63,6 +74,28 @@ class IndexFile:
         self.count = n + 1
         self.end_ts = ts
         self.end_offset = offset
+        return True
+
+    def put_one(self, key_hash, offset, ts):
+        """L{put} and L{finish_batch} of a record with one key (a send's UNIQ_KEY), in
+        one call; return False when the file is full."""
+        n = self.count
+        if n > self.max_entries:
+            return False
+        if n == 1:
+            self.begin_ts = ts
+            self.begin_offset = offset
+        m = self.map
+        slot_pos = _HEADER_SIZE + (key_hash % self.slots) * _SLOT_SIZE
+        (prev,) = _SLOT_UNPACK(m, slot_pos)
+        diff = (ts - self.begin_ts) // 1000
+        _ENTRY_PACK(m, self._entries_at + (n - 1) * _ENTRY_SIZE, key_hash, offset,
+                    diff if diff > 0 else 0, prev)
+        _SLOT_PACK(m, slot_pos, n)
+        self.count = n + 1
+        self.end_ts = ts
+        self.end_offset = offset
+        _HEADER_PACK(m, 0, self.begin_ts, ts, self.begin_offset, offset, self.slots, n + 1)
         return True
 
     def finish_batch(self):
@@ -128,10 +161,10 @@ class IndexService:
 
     def dispatch(self, offset, topic, properties, store_ts):
         """Index the keys of the message record at C{offset} (store dispatch listener)."""
-        if self.closed or offset <= self.last_offset():
+        files = self.files
+        if self.closed or offset <= (files[-1].end_offset if files else -1):
             return
-        has_keys = b"KEYS\x01" in properties
-        if not has_keys:
+        if b"KEYS\x01" not in properties:
             # the common case (only the client's UNIQ_KEY): no full properties decode
             at = properties.find(b"UNIQ_KEY\x01")
             if at < 0 or (at and properties[at - 1] != 2):
@@ -140,7 +173,10 @@ class IndexService:
             end = properties.find(b"\x02", at)
             key = properties[at:] if end < 0 else properties[at:end]
             if key:
-                self._put(offset, topic, [key], store_ts)
+                h = _index_key_hash(topic, key.decode("utf-8", "replace"))
+                f = files[-1] if files else None
+                if f is None or not f.put_one(h, offset, store_ts):
+                    self._current(offset).put_one(h, offset, store_ts)
             return
         keys = []
         for k, v in fmt.decode_properties(properties):

@@ -6,30 +6,39 @@ offsets table and the door's L{ConsumerManager}; shared state lives on the facto
 """
 
 import random
+import struct
 
 from twisted.internet import defer
 
 from mqserver.store import format as fmt
+from mqserver.store.message import Message, PutResult
 
 from protocols.remoting import codes
 from protocols.remoting import admin_stats
 from protocols.remoting.admin_stats import StatsHandlers
 from protocols.remoting.bodies import check_heartbeat, check_lock_body
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
-from protocols.remoting.codec import encode_response
+from protocols.remoting.codec import encode_response, encode_send_answer
 from protocols.remoting.consumers import parse_subscription
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
 from protocols.remoting.pulling import pull_once
 from protocols.remoting.sending import (
-    build_messages, dlq_topic, host_bytes, offset_msg_ids, property_value, retry_copy,
-    retry_topic, send_header, header_int, with_real_queue,
+    NUMBERS as _NUMBERS, NO_HOST_FLAGS as _NO_HOST_FLAGS, build_messages, dlq_topic, host_bytes,
+    normalize_properties, offset_msg_ids, property_value, retry_copy, retry_topic, send_header,
+    header_int, with_real_queue,
 )
 from protocols.remoting.server import (
     BadRequest, RemotingProtocol, error, field, int_field, json_body, ok,
 )
 from protocols.remoting.tolerant_json import loads_object
 from protocols.remoting.transactions import is_prepared
-from protocols.remoting.topicview import PERM_READ, PERM_WRITE, RETRY_PREFIX, read_queues, valid_name, write_queues
+from protocols.remoting.topicview import (
+    PERM_READ, PERM_WRITE, RETRY_PREFIX, USUAL_NAMES as _USUAL_NAMES, read_queues, usual_send_name,
+    valid_name, write_queues,
+)
+
+#: What a send header's C{batch} says when it is a batch (L{sending.header_bool}).
+_TRUE = ("true", "1")
 
 #: Java's and Go's BROKER_SUSPEND_MAX_TIME_MILLIS, for a pull that names no suspend time.
 SUSPEND_DEFAULT_MS = 20000
@@ -84,6 +93,65 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
     # -- sending -------------------------------------------------------------------
 
     def send(self, cmd):
+        # most sends are the usual one (_usual_send), answered at once
+        code = cmd.code
+        if code == codes.SEND_MESSAGE:  # the C++ client's
+            answer = self._usual_send(cmd, cmd.ext_fields)
+        elif code == codes.SEND_MESSAGE_V2:  # the Java and Go clients', short field names
+            answer = self._usual_send(cmd, send_header(cmd))
+        else:
+            answer = None
+        return self._any_send(cmd) if answer is None else answer
+
+    def _usual_send(self, cmd, ext):
+        """Store and answer the usual send in short, or return None (L{_any_send} then serves
+        it, and also says what is wrong): one message, not a batch, to a writable topic
+        that exists, never expires and is no retry topic, on a queue in range, neither
+        delayed nor a half message, within the size limits, on a master, the write done
+        at once (flush levels 0 and 1). The answer is what L{_any_send} gives it."""
+        topic = ext.get("topic")
+        t = self.broker.registry.topics.get(topic)
+        if (t is None or t.state or t.expire_at or not t.perm & PERM_WRITE
+                or topic not in _USUAL_NAMES and not usual_send_name(topic)):
+            return None
+        try:
+            qid = int(ext["queueId"])
+            sys_flag, flag, born_ts, reconsume = numbers = (
+                int(ext.get("sysFlag") or 0), int(ext.get("flag") or 0),
+                int(ext.get("bornTimestamp") or 0), int(ext.get("reconsumeTimes") or 0))
+            _NUMBERS.pack(*numbers)
+        except (KeyError, ValueError, struct.error):
+            return None
+        props = ext.get("properties")
+        batch = ext.get("batch")
+        body = cmd.body
+        if (not 0 <= qid < t.queues or qid >= write_queues(t)
+                or batch is not None and batch.lower() in _TRUE
+                or len(body) > self.store.max_message_size):
+            return None
+        if props:
+            if "DELAY\x01" in props or "TRAN_MSG" in props:
+                return None
+            props = normalize_properties(props)
+            if len(props) > MAX_PROPERTIES_LENGTH:
+                return None
+        else:
+            props = b""
+        msg = Message(body, props, flag, sys_flag & _NO_HOST_FLAGS, reconsume, born_ts,
+                      self.born_host)
+        try:
+            r = self.broker.publish_now(topic, [msg], qid)
+        except Exception:
+            return defer.fail().addErrback(broker_error, cmd, topic)
+        if type(r) is not PutResult:
+            return r.addCallbacks(self._published, broker_error, callbackArgs=(cmd,),
+                                  errbackArgs=(cmd, topic))
+        msg_id = (self.store.store_host + r.log_offsets[0].to_bytes(8, "big")).hex().upper()
+        if cmd.serialize_type != codes.SERIALIZE_JSON:
+            return sent(cmd, msg_id, qid, r.queue_offsets[0])
+        return encode_send_answer(cmd, msg_id, qid, r.queue_offsets[0])
+
+    def _any_send(self, cmd):
         ext = send_header(cmd)
         if cmd.code == codes.SEND_BATCH_MESSAGE:
             ext = dict(ext, batch="true")

@@ -6,12 +6,15 @@ client reads) or the ROCKETMQ binary layout (type 1).  Every decoding failure ra
 ``RemotingProtocolError``; the connection should then be dropped.
 """
 
+import dataclasses
 import json
 import struct
 from collections.abc import Mapping
 from itertools import compress, repeat
 from operator import is_not
 from json.encoder import encode_basestring
+
+from mqserver import speedups
 
 from protocols.remoting import codes
 from protocols.remoting.messages import RemotingCommand, make_response
@@ -29,6 +32,14 @@ from protocols.remoting.wire import (
 )
 
 _LENGTH_SIZE = LENGTH_STRUCT.size
+#: The C speedup of decode_json_header (None: py_decode_json_header only).
+_header = speedups.load("protocols.remoting._header")
+_json_command = None
+if _header is not None:
+    _header.configure(RemotingCommand, tuple(f.name for f in dataclasses.fields(RemotingCommand)),
+                      codes.SERIALIZE_JSON, codes.LANGUAGE_JAVA)
+    _json_command = _header.json_command
+_PREFIX_SIZE = FRAME_PREFIX_STRUCT.size
 
 _JSON_TYPE_NAME = codes.SERIALIZE_TYPE_NAMES[codes.SERIALIZE_JSON]
 _OTHER_LANGUAGE_CODE = codes.LANGUAGE_CODES[codes.LANGUAGE_OTHER]
@@ -106,7 +117,19 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
 
     Tolerates a trailing newline, unescaped control characters, unknown keys and
     non-string extFields values (stringified with ``ext_value_to_str``).
+    The C speedup (C{_header.c}) reads the headers clients send; whatever it leaves
+    (None) goes to L{py_decode_json_header}, the reference.
     """
+    if _json_command is not None:
+        cmd = _json_command(header, body)
+        if cmd is not None:
+            return cmd
+    return py_decode_json_header(header, body)
+
+
+def py_decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
+    """L{decode_json_header} in Python: the reference of the C speedup, and what reads
+    every header the speedup leaves."""
     try:
         text = str(header, "utf-8")
         try:
@@ -402,6 +425,26 @@ def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, s
     return b"".join((FRAME_PREFIX_STRUCT.pack(length, _JSON_TYPE_WORD | n), header, body))
 
 
+#: The SUCCESS answer to a send (broker_protocol.sent) as a template: only the msgId (hex),
+#: queueId, queueOffset and opaque differ between sends (the ints as the general template
+#: writes them, the msgId needing no JSON escape).
+_SEND_ANSWER = (
+    '{"code":%d,"extFields":{"MSG_REGION":"DefaultRegion","TRACE_ON":"true","msgId":"%%s",'
+    '"queueId":"%%d","queueOffset":"%%d"},"flag":%d,"language":%s,"opaque":%%d,'
+    '"serializeTypeCurrentRPC":%s,"version":%d}') % (
+    codes.SUCCESS, _ANSWER_FLAG, _ANSWER_LANGUAGE, json.dumps(_JSON_TYPE_NAME), _ANSWER_VERSION)
+
+
+def encode_send_answer(request: RemotingCommand, msg_id: str, queue_id: int,
+                       queue_offset: int) -> bytes:
+    """Return the frame of the SUCCESS answer to the send C{request} (a JSON one): the
+    bytes C{encode_response} gives for C{MSG_REGION}, C{TRACE_ON}, C{msgId} (uppercase
+    hex), C{queueId} and C{queueOffset}, from one template."""
+    header = (_SEND_ANSWER % (msg_id, queue_id, queue_offset, request.opaque)).encode()
+    n = len(header)
+    return FRAME_PREFIX_STRUCT.pack(WORD_SIZE + n, _JSON_TYPE_WORD | n) + header
+
+
 class FrameDecoder:
     """Incremental frame decoder: feed it bytes as they arrive, get whole commands back.
 
@@ -428,11 +471,24 @@ class FrameDecoder:
         if self._error is not None:
             raise RemotingProtocolError(f"decoder failed earlier: {self._error}")
         buffer = self._buffer
-        if not buffer and len(data) > SERIALIZE_TYPE_OFFSET:
+        if not buffer and len(data) >= _PREFIX_SIZE:
             # The usual read: exactly one whole frame and nothing waiting. Decode it
             # from the chunk itself, without a round trip through the buffer.
-            (length,) = LENGTH_STRUCT.unpack_from(data, 0)
-            if length + _LENGTH_SIZE == len(data):
+            length, word = FRAME_PREFIX_STRUCT.unpack_from(data, 0)
+            size = length + _LENGTH_SIZE
+            if size == len(data):
+                end = word & MAX_HEADER_LENGTH
+                if (not word >> SERIALIZE_TYPE_SHIFT and size <= self.max_frame
+                        and end <= length - WORD_SIZE):
+                    # a JSON header within the frame (what _check_prefix and
+                    # decode_payload check, in short)
+                    data = bytes(data)
+                    end += _LENGTH_SIZE + WORD_SIZE
+                    try:
+                        return [decode_json_header(data[_LENGTH_SIZE + WORD_SIZE:end], data[end:])]
+                    except RemotingProtocolError as exc:
+                        self._error = exc
+                        raise
                 try:
                     self._check_prefix(data, len(data))
                     return [decode_payload(bytes(data)[_LENGTH_SIZE:])]

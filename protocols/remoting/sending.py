@@ -20,6 +20,8 @@ SHORT_NAMES = {
     "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch",
 }
 _HOST_FLAGS = 0x10 | 0x20  # born/store host IPv6 bits: we store IPv4 hosts only
+#: A send's sysFlag & NO_HOST_FLAGS: what is stored of it.
+NO_HOST_FLAGS = ~_HOST_FLAGS
 NO_HOST = fmt.NO_HOST
 
 
@@ -79,7 +81,9 @@ def with_real_queue(props, topic, qid):
     return fmt.encode_properties(pairs)
 
 
-_NUMBERS = struct.Struct("<iiqi")
+#: The Java types of a send header's sysFlag, flag, bornTimestamp and reconsumeTimes: packing
+#: them checks their ranges.
+NUMBERS = _NUMBERS = struct.Struct("<iiqi")
 _INT32 = (-2**31, 2**31 - 1)
 _INT64 = (-2**63, 2**63 - 1)
 

@@ -23,6 +23,9 @@ from protocols.remoting.codec import FrameDecoder, RemotingProtocolError, encode
 from protocols.remoting.messages import RemotingCommand, make_response
 
 
+_RESPONSE = codes.FLAG_RESPONSE
+_ONEWAY = codes.FLAG_ONEWAY
+
 #: Bytes of answers one read may gather before they are handed to the transport (which
 #: then says whether the peer keeps up): a 300-byte PULL is answered with up to 1 MiB, so
 #: a read of pipelined PULLs could otherwise gather hundreds of MiB.
@@ -195,7 +198,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         self._held = None
 
     def _command(self, cmd):
-        if cmd.is_response():
+        if cmd.flag & _RESPONSE:  # cmd.is_response(), without the call: every request's path
             d = self.pending.pop(cmd.opaque, None)
             if d is not None:
                 d.callback(cmd)
@@ -224,7 +227,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         self._reply(error(cmd, codes.SYSTEM_ERROR, f.getErrorMessage()), cmd)
 
     def _reply(self, response, cmd):
-        if response is None or cmd.is_oneway() or self.closed:
+        if response is None or cmd.flag & _ONEWAY or self.closed:  # cmd.is_oneway()
             return
         self._send(response if type(response) is bytes else encode(response))
 

@@ -29,6 +29,23 @@ def valid_name(name):
     return bool(name) and len(name) <= MAX_NAME and bool(_NAME.match(name))
 
 
+#: Names of existing topics that passed L{usual_send_name} (at most L{_USUAL_MAX}).
+USUAL_NAMES = set()
+_USUAL_MAX = 4096
+
+
+def usual_send_name(name):
+    """Return True when C{name}, an existing topic's, passes L{valid_name} and names no
+    retry topic (whose sends are checked against the retry limit), and remember it in
+    L{USUAL_NAMES}."""
+    if not valid_name(name) or name.startswith(RETRY_PREFIX):
+        return False
+    if len(USUAL_NAMES) >= _USUAL_MAX:
+        USUAL_NAMES.clear()
+    USUAL_NAMES.add(name)
+    return True
+
+
 def rocket_attrs(topic):
     """Return the RocketMQ settings stored with C{topic}."""
     return (topic.attrs or {}).get("rocketmq", {})

@@ -26,14 +26,15 @@ from protocols.smss import wire as smss_wire
 
 _SPEEDUPS = ["protocols.smss._push", "protocols.smss._pub", "protocols.nsq._frames",
              "mqserver.store._pack", "mqserver.broker._inflight", "mqserver.store._check",
-             "protocols.remoting._pull", "mqserver.store._hash"]
+             "protocols.remoting._pull", "mqserver.store._hash", "protocols.remoting._header"]
 #: (module, what the hot path calls, the Python reference)
 _PAIRS = [(views, "encode_records", "py_encode_records"),
           (smss_codec, "_bare_pub", "py_bare_pub"),
           (frames, "delivery_frames", "py_delivery_frames"),
           (channels, "_take_fresh", "_take_fresh_py"), (channels, "_finish", "_finish_py"),
           (pulling, "records_body", "py_records_body"),
-          (fmt, "java_string_hash", "java_string_hash_py")]
+          (fmt, "java_string_hash", "java_string_hash_py"),
+          (fmt, "tag_hash_of", "tag_hash_of_py"), (fmt, "index_key_hash", "index_key_hash_py")]
 
 
 def _c_module(name):
@@ -538,3 +539,50 @@ def test_java_string_hash_known_values_in_c():
     assert h("x" * 50) == fmt.java_string_hash_py("x" * 50)
     with pytest.raises(TypeError):
         h(b"TagA")
+
+
+_tag_props = st.one_of(
+    _props,
+    # TAGS first, later, as a value, a key's tail or head, without a value, not UTF-8
+    st.lists(st.sampled_from([b"TAGS\x01a", b"TAGS", b"TAGS\x01", b"xTAGS\x01b", b"TAGSx\x01c",
+                              b"k\x01TAGS", b"TAGS\x01\xff\xfe", b"TAGS\x01\xc3\xa9\xf0\x9f\x98\x80",
+                              b"", b"\x01", b"UNIQ_KEY\x01u"]), max_size=5).map(b"\x02".join),
+)
+
+
+@settings(max_examples=1000)
+@given(_tag_props)
+def test_tag_hash_of_matches_python(props):
+    tag_hash_of = _c_module("mqserver.store._hash").tag_hash_of
+    assert tag_hash_of(props) == fmt.tag_hash_of_py(props)
+    assert tag_hash_of(memoryview(props)) == fmt.tag_hash_of_py(memoryview(props))
+
+
+@settings(max_examples=500)
+@given(st.text(max_size=20), st.text(max_size=20) | st.text(
+    st.characters(min_codepoint=0xD7F0, max_codepoint=0x10FFFF), max_size=10))
+def test_index_key_hash_matches_python(topic, key):
+    index_key_hash = _c_module("mqserver.store._hash").index_key_hash
+    assert index_key_hash(topic, key) == fmt.index_key_hash_py(topic, key)
+
+
+def _key_hashing_to_min_value(topic):
+    """A key whose "topic#key" has Java's hashCode Integer.MIN_VALUE."""
+    n = 5
+    target = ((1 << 31) - (fmt.java_string_hash_py(topic + "#") & 0xFFFFFFFF) * 31**n) % (1 << 32)
+    digits = []
+    for i in range(n):
+        place = 31 ** (n - 1 - i)
+        digits.append(min(0xD7FF, target // place))
+        target -= digits[-1] * place
+    return "".join(map(chr, digits))
+
+
+def test_index_key_hash_of_integer_min_value_is_zero():
+    """abs(Integer.MIN_VALUE) stays negative in Java; RocketMQ's index uses 0 for it."""
+    key = _key_hashing_to_min_value("t")
+    assert fmt.java_string_hash_py("t#" + key) == -(1 << 31)
+    index_key_hash = _c_module("mqserver.store._hash").index_key_hash
+    assert index_key_hash("t", key) == fmt.index_key_hash_py("t", key) == 0
+    with pytest.raises(TypeError):
+        index_key_hash("t", b"k")
