@@ -80,6 +80,8 @@ class TopicCursor:
         pos = self.positions[qid]
         newest = store.newest_record(self.topic, qid, pos)
         if newest is not None:  # keeping up with a publisher: the record just written
+            if not newest:  # past it: nothing more
+                return None, [], 0
             return newest, [(0, len(newest))], 1
         q = store.queue(self.topic, qid)
         if pos < q.min_offset:

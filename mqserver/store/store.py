@@ -241,16 +241,21 @@ class MessageStore:
         return self.queue_table.drop_topic(topic)
 
     def newest_record(self, topic, queue_id, qoffset):
-        """Return the bytes of the record at C{qoffset} of (C{topic}, C{queue_id}) when
-        it is the newest record of the log, written by the last append alone and visible
-        to readers, else None: what a consumer keeping up with a publisher asks for next,
-        without reading it back from the disk."""
+        """What a reader of (C{topic}, C{queue_id}) at C{qoffset} finds, when the last
+        append wrote one message of that queue (a consumer keeping up with a publisher):
+        the bytes of that record when C{qoffset} is its offset and it is visible to
+        readers, b"" when C{qoffset} is just past it (the queue holds nothing more), else
+        None (read the queue). Saves reading back the record just written, and looking
+        for the next one."""
         last = self.writer.last_record
-        if (last is not None and last[2] == qoffset and last[1] == queue_id
-                and last[0] == topic
-                and last[3] + len(last[4]) <= self.notifier.visible_end):
-            return last[4]
-        return None
+        if last is None or last[1] != queue_id or last[0] != topic:
+            return None
+        at = last[2]
+        if at == qoffset:
+            if last[3] + len(last[4]) <= self.notifier.visible_end:
+                return last[4]
+            return None
+        return b"" if at == qoffset - 1 else None
 
     def flush_queues(self):
         """Write every consume queue's buffered entries to its files."""

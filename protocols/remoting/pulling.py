@@ -56,7 +56,7 @@ def pull_once(store, store_host, topic, queue_id, offset, max_nums, tag_codes):
     if tag_codes is None and offset == hi - 1:
         # a consumer keeping up with a producer: the record just written, from memory
         newest = store.newest_record(topic, queue_id, offset)
-        if newest is not None:
+        if newest:
             return PullResult(codes.SUCCESS, hi, lo, hi,
                               records_body(newest, [(0, len(newest))], store_host), 1, "FOUND")
     if tag_codes is None:

@@ -69,7 +69,12 @@ def test_a_consumer_at_the_tail_takes_the_record_just_written(store):
         # the very bytes the log holds
         assert _records(*store.read_records(store.read_entries("t", 0, i, 1))) == [record]
     assert cursor.positions == {0: 5}
+    entry_reads = []
+    read_entries = store.read_entries
+    store.read_entries = lambda *a: entry_reads.append(a) or read_entries(*a)
     assert cursor.read_span(10) == (None, [])
+    assert entry_reads == [], "just past the newest record: nothing more to look for"
+    assert store.newest_record("t", 0, 5) == b""
 
 
 def test_not_for_a_batch_another_queue_or_a_reader_behind(store):
@@ -82,6 +87,7 @@ def test_not_for_a_batch_another_queue_or_a_reader_behind(store):
     assert store.newest_record("t", 1, 3) is None
     assert store.newest_record("u", 0, 3) is None
     assert store.newest_record("t", 0, 2) is None
+    assert store.newest_record("t", 0, 5) is None, "two past it: not this queue's end"
     buf, locs = behind.read_span(10)
     assert [bytes(fmt.RecordView(r).body) for r in _records(buf, locs)] == [
         b"a", b"b", b"c", b"d"]
