@@ -538,3 +538,28 @@ def test_probes_count_the_bytes_real_peers_send(monkeypatch):
         for cpu, nbytes, seconds in window:
             assert nbytes > 0 and nbytes % 200 == 0, window
             assert 0 < cpu <= seconds * 1.5, window
+
+
+def test_a_repeated_verdict_holds_longer(monkeypatch):
+    """Each verdict that repeats the last doubles the time it holds, up to
+    C{probe_every_most}; a changed one starts again from C{probe_every}; a window nearly
+    idle (no verdict) changes nothing and is followed by a probe a window later."""
+    import mqserver.reactor as mr
+
+    verdicts = iter([False, False, False, False, False, True, True, None, True, False])
+    monkeypatch.setattr(mr, "spin_pays", lambda on, off: next(verdicts))
+    reactor = SpinningEPollReactor(probe=True)
+    reactor.probe_window, reactor.probe_every, reactor.probe_every_most = 0.05, 2.0, 8.0
+    now = 100.0
+    reactor._phase_end = now  # traffic flowing: the next phase is a probe
+    holds = []
+    for _ in range(10):
+        reactor._next_phase(now)  # hold -> window with the spin
+        now += 0.05
+        reactor._next_phase(now)  # -> window without
+        now += 0.05
+        reactor._next_phase(now)  # -> the verdict, and hold
+        holds.append((reactor._spin_pays, round(reactor._phase_end - now, 6)))
+        now = reactor._phase_end
+    assert holds == [(False, 2.0), (False, 4.0), (False, 8.0), (False, 8.0), (False, 8.0),
+                     (True, 2.0), (True, 4.0), (True, 0.05), (True, 8.0), (False, 2.0)]
