@@ -40,10 +40,10 @@ times that without (a window nearly idle says nothing: the miss rule alone decid
 the next probe comes a window later). Each verdict that repeats the last doubles the time
 it holds, up to C{probe_every_most} seconds, and a changed one starts again from
 C{probe_every}: steady traffic is probed less often, so a waiting client spends less time
-in windows without the spin and a paced sender less in windows with it. Bytes are the measure of work because neither the
-spin nor the reads' timing changes how many a paced sender sends, where the count of
-reads would (without the spin the reactor wakes later and reads two PUBs at once); and
-CPU time, not the time spent outside polls, because the request that follows a wake-up
+in windows without the spin and a paced sender less in windows with it. Bytes are the
+measure of work because neither the spin nor the reads' timing changes how many a paced
+sender sends, where the count of reads would (without the spin the reactor wakes later
+and reads two PUBs at once); and CPU time, not the time spent outside polls, because the request that follows a wake-up
 costs more to handle (an earlier rule weighed that time and took the spin from clients
 that wait for each answer: smss catch-up with batch 20 at 192k msgs/s against 308k,
 docs/benchmarks.md, "The spin probes on a quiet machine").

@@ -267,16 +267,13 @@ class Broker:
         (levels 0 and 1), else a Deferred firing with it. Raises L{BrokerError} when
         the publish is refused or the write fails."""
         t = self.registry.topics.get(topic)
-        if (queue_id is None and t is not None and t.queues == 1 and self.is_master
-                and t.state == 0 and (t.expire_at == 0 or t.valid(self.now_ms()))):
-            # The usual publish, in short: a writable one-queue topic on a master (one
-            # that never expires needs no clock).
-            return self.store.put_messages_now(topic, 0, messages)
-        if (t is not None and queue_id is not None and 0 <= queue_id < t.queues
+        if (t is not None and (t.queues == 1 if queue_id is None else 0 <= queue_id < t.queues)
                 and self.is_master and t.state == 0
                 and (t.expire_at == 0 or t.valid(self.now_ms()))):
-            # A RocketMQ send names its queue: in short too when it is in range.
-            return self.store.put_messages_now(topic, queue_id, messages)
+            # The usual publish, in short: a writable topic on a master, a one-queue topic
+            # or a queue named in range (a RocketMQ send); one that never expires needs
+            # no clock.
+            return self.store.put_messages_now(topic, queue_id or 0, messages)
         t = self._writable(topic)
         return self.store.put_messages_now(topic, self._pick_queue(t, queue_id), messages)
 

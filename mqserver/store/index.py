@@ -16,7 +16,7 @@ import os
 from mqserver.store import format as fmt
 
 
-# Module-level names for what every indexed send uses (IndexFile.put_one).
+# Module-level names for what every indexed send uses (IndexFile.put).
 _HEADER_SIZE = fmt.INDEX_HEADER_SIZE
 _SLOT_SIZE = fmt.INDEX_SLOT.size
 _ENTRY_SIZE = fmt.INDEX_ENTRY_SIZE
@@ -59,26 +59,6 @@ class IndexFile:
 
     def put(self, key_hash, offset, ts):
         """Add one key; return False when the file is full."""
-        if self.count > self.max_entries:
-            return False
-        if self.count == 1:
-            self.begin_ts = ts
-            self.begin_offset = offset
-        slot_pos = self._slot_at(key_hash)
-        (prev,) = fmt.INDEX_SLOT.unpack_from(self.map, slot_pos)
-        n = self.count
-        diff = max(0, (ts - self.begin_ts) // 1000)
-        fmt.INDEX_ENTRY.pack_into(self.map, self._entries_at + (n - 1) * fmt.INDEX_ENTRY_SIZE,
-                                  key_hash, offset, diff, prev)
-        fmt.INDEX_SLOT.pack_into(self.map, slot_pos, n)
-        self.count = n + 1
-        self.end_ts = ts
-        self.end_offset = offset
-        return True
-
-    def put_one(self, key_hash, offset, ts):
-        """L{put} and L{finish_batch} of a record with one key (a send's UNIQ_KEY), in
-        one call; return False when the file is full."""
         n = self.count
         if n > self.max_entries:
             return False
@@ -95,7 +75,15 @@ class IndexFile:
         self.count = n + 1
         self.end_ts = ts
         self.end_offset = offset
-        _HEADER_PACK(m, 0, self.begin_ts, ts, self.begin_offset, offset, self.slots, n + 1)
+        return True
+
+    def put_one(self, key_hash, offset, ts):
+        """L{put} and L{finish_batch} of a record with one key (a send's UNIQ_KEY);
+        return False when the file is full."""
+        if not self.put(key_hash, offset, ts):
+            return False
+        _HEADER_PACK(self.map, 0, self.begin_ts, ts, self.begin_offset, offset, self.slots,
+                     self.count)
         return True
 
     def finish_batch(self):
