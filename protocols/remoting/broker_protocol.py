@@ -18,7 +18,7 @@ from protocols.remoting import admin_stats
 from protocols.remoting.admin_stats import StatsHandlers
 from protocols.remoting.bodies import check_heartbeat, check_lock_body
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
-from protocols.remoting.codec import encode_response, encode_send_answer
+from protocols.remoting.codec import encode_pull_answer, encode_response, encode_send_answer
 from protocols.remoting.consumers import parse_subscription
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
 from protocols.remoting.pulling import pull_once
@@ -42,6 +42,26 @@ _TRUE = ("true", "1")
 
 #: Java's and Go's BROKER_SUSPEND_MAX_TIME_MILLIS, for a pull that names no suspend time.
 SUSPEND_DEFAULT_MS = 20000
+_SUBSCRIPTION, _COMMIT, _SUSPEND = (
+    codes.PULL_FLAG_SUBSCRIPTION, codes.PULL_FLAG_COMMIT_OFFSET, codes.PULL_FLAG_SUSPEND)
+#: What _usual_pull returns for a pull it leaves to _any_pull.
+_GENERAL = object()
+#: Tag expression -> the tag hashes it keeps (parse_subscription's), for the few
+#: expressions a broker sees; emptied when it holds L{_TAG_CODES_MAX} of them.
+_TAG_CODES = {}
+_TAG_CODES_MAX = 256
+
+
+def tag_codes_of(expr):
+    """Return the tag hashes of subscription C{expr} (None: every message), kept in
+    L{_TAG_CODES}."""
+    codes_ = parse_subscription(expr)[1]
+    if codes_ is not None:
+        codes_ = frozenset(codes_)
+    if len(_TAG_CODES) >= _TAG_CODES_MAX:
+        _TAG_CODES.clear()
+    _TAG_CODES[expr] = codes_
+    return codes_
 
 
 def sent(cmd, msg_ids, qid, queue_offset):
@@ -88,6 +108,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
 
     def connectionLost(self, reason):
         super().connectionLost(reason)
+        self.door.polls.drop(self)  # nobody to answer: its parked pulls are forgotten
         self.door.connection_lost(self)
 
     # -- sending -------------------------------------------------------------------
@@ -265,6 +286,56 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
     # -- pulling -------------------------------------------------------------------
 
     def pull(self, cmd):
+        # most pulls are the usual one (_usual_pull)
+        answer = self._usual_pull(cmd, cmd.ext_fields)
+        return self._any_pull(cmd) if answer is _GENERAL else answer
+
+    def _usual_pull(self, cmd, ext):
+        """Serve the usual pull in short, or return L{_GENERAL} (L{_any_pull} then serves
+        it, and also says what is wrong), having done nothing: a readable topic that
+        exists and never expires, a queue below its queue count, a known group, the four
+        numbers (queueId, queueOffset, maxMsgNums, sysFlag) there, the subscription in
+        the request or the heartbeat's (current), and the commitOffset, subVersion and
+        suspendTimeoutMillis it uses decimal. The answer is what L{_any_pull} gives it."""
+        topic = ext.get("topic")
+        t = self.broker.registry.topics.get(topic)
+        group = ext.get("consumerGroup")
+        if (t is None or t.state or t.expire_at or not t.perm & PERM_READ
+                or group not in self.door.consumers.group_configs):
+            return _GENERAL
+        try:
+            qid, offset = int(ext["queueId"]), int(ext["queueOffset"])
+            max_nums, sys_flag = int(ext["maxMsgNums"]), int(ext["sysFlag"])
+            if sys_flag & _SUBSCRIPTION:
+                expr = ext.get("subscription", "*")
+            else:
+                sub = self.door.consumers.subscription(group, topic)
+                version = ext.get("subVersion")
+                if sub is None or sub[1] < (int(version) if version else 0):
+                    return _GENERAL
+                expr = sub[0]
+            commit = ext.get("commitOffset") if sys_flag & _COMMIT else None
+            commit = int(commit) if commit else -1
+            suspend = ext.get("suspendTimeoutMillis") if sys_flag & _SUSPEND else None
+            suspend = int(suspend) if suspend else SUSPEND_DEFAULT_MS
+        except (KeyError, ValueError):
+            return _GENERAL
+        if not 0 <= qid < t.queues:
+            return _GENERAL
+        tag_codes = _TAG_CODES.get(expr, _GENERAL)
+        if tag_codes is _GENERAL:
+            tag_codes = tag_codes_of(expr)
+        if commit >= 0 and self.broker.is_master:
+            self.broker.offsets.commit(topic, group, qid, commit)
+        result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
+        if result.code == codes.PULL_NOT_FOUND and sys_flag & _SUSPEND:
+            hold_ms = min(suspend, self.door.long_poll_max_ms)
+            if hold_ms > 0:
+                self.door.polls.park(self, cmd, (topic, qid, offset, max_nums, tag_codes, group), hold_ms)
+                return None  # finish_pull answers it
+        return self._pull_response(cmd, result, group, topic, qid)
+
+    def _any_pull(self, cmd):
         ext = cmd.ext_fields
         group = ext.get("consumerGroup", "")
         topic = ext.get("topic", "")
@@ -307,24 +378,24 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
             # held as long as the client asks (4.9), bounded by rocketmq.longPollMaxMs
             hold_ms = min(int_field(cmd, "suspendTimeoutMillis", SUSPEND_DEFAULT_MS), self.door.long_poll_max_ms)
             if hold_ms > 0:
-                h = self.door.polls.park(self, cmd, args, hold_ms)
-                h.deferred = defer.Deferred()
-                return h.deferred
+                self.door.polls.park(self, cmd, args, hold_ms)
+                return None  # finish_pull answers it
         return self._pull_response(cmd, result, group, topic, qid)
 
     def finish_pull(self, hold, final):
-        """Re-run a parked pull; answer it and return True when it is done."""
+        """Re-run a parked pull; answer it and return True when it is done (C{final}: its
+        time is up, answer whatever it finds)."""
         topic, qid, offset, max_nums, tag_codes, group = hold.args
         result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
         if result.code == codes.PULL_NOT_FOUND and not final:
             return False
-        hold.deferred.callback(self._pull_response(hold.cmd, result, group, topic, qid))
+        self._reply(self._pull_response(hold.cmd, result, group, topic, qid), hold.cmd)
         return True
 
     def _pull_response(self, cmd, r, group, topic, qid):
         if r.count:
             self.door.group_consumer(group, topic).pulled_to(qid, r.next_offset, r.count, len(r.body))
-        return make_pull_response(cmd, r)
+        return encode_pull_answer(cmd, r.code, r.next_offset, r.min_offset, r.max_offset, r.body, r.remark)
 
     # -- queries -------------------------------------------------------------------
 
