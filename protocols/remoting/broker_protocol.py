@@ -293,10 +293,9 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
     def _usual_pull(self, cmd, ext):
         """Serve the usual pull in short, or return L{_GENERAL} (L{_any_pull} then serves
         it, and also says what is wrong), having done nothing: a readable topic that
-        exists and never expires, a queue below its queue count, a known group, the four
-        numbers (queueId, queueOffset, maxMsgNums, sysFlag) there, the subscription in
-        the request or the heartbeat's (current), and the commitOffset, subVersion and
-        suspendTimeoutMillis it uses decimal. The answer is what L{_any_pull} gives it."""
+        exists and never expires, a queue below its queue count, a known group, queueId
+        and queueOffset there, the subscription in the request or the heartbeat's
+        (current), and the numbers it uses decimal. The answer is what L{_any_pull} gives it."""
         topic = ext.get("topic")
         t = self.broker.registry.topics.get(topic)
         group = ext.get("consumerGroup")
@@ -305,7 +304,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
             return _GENERAL
         try:
             qid, offset = int(ext["queueId"]), int(ext["queueOffset"])
-            max_nums, sys_flag = int(ext["maxMsgNums"]), int(ext["sysFlag"])
+            max_nums, sys_flag = int(ext.get("maxMsgNums") or 32), int(ext.get("sysFlag") or 0)
             if sys_flag & _SUBSCRIPTION:
                 expr = ext.get("subscription", "*")
             else:
