@@ -326,12 +326,18 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
             tag_codes = tag_codes_of(expr)
         if commit >= 0 and self.broker.is_master:
             self.broker.offsets.commit(topic, group, qid, commit)
-        result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
-        if result.code == codes.PULL_NOT_FOUND and sys_flag & _SUSPEND:
+        if sys_flag & _SUSPEND:
             hold_ms = min(suspend, self.door.long_poll_max_ms)
-            if hold_ms > 0:
+            q = self.store.find_queue(topic, qid)
+            if hold_ms > 0 and q is not None and offset == q.max_offset:
+                # a consumer keeping up, at the tail: what pull_once would find (nothing,
+                # PULL_NOT_FOUND) without looking
                 self.door.polls.park(self, cmd, (topic, qid, offset, max_nums, tag_codes, group), hold_ms)
                 return None  # finish_pull answers it
+        result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
+        if result.code == codes.PULL_NOT_FOUND and sys_flag & _SUSPEND and hold_ms > 0:
+            self.door.polls.park(self, cmd, (topic, qid, offset, max_nums, tag_codes, group), hold_ms)
+            return None
         return self._pull_response(cmd, result, group, topic, qid)
 
     def _any_pull(self, cmd):
