@@ -86,8 +86,12 @@ class LongPolls:
             self._set_timer(nxt)
 
     def _finish(self, h, final):
-        if h.done:
-            return
+        if not h.done and self._run(h, final):
+            self._forget(h)
+
+    @staticmethod
+    def _run(h, final):
+        """Run the parked pull C{h} again; return True (and mark it done) when answered."""
         try:
             finished = h.protocol.finish_pull(h, final)
         except Exception:
@@ -96,7 +100,8 @@ class LongPolls:
             finished = True
             h.protocol.request_failed(Failure(), h.cmd)
         if finished:
-            self._forget(h)
+            h.done = True
+        return finished
 
     def _forget(self, h):
         h.done = True
@@ -118,10 +123,17 @@ class LongPolls:
 
     # broker watcher interface
     def data_available(self, topic, queue_id):
-        lst = self.holds.get((topic, queue_id))
-        if lst:
-            for h in list(lst):
-                self._finish(h, False)
+        key = (topic, queue_id)
+        lst = self.holds.pop(key, None)
+        if lst is None:
+            return
+        # the usual case: every pull parked there is answered (one, of a consumer
+        # keeping up); those still finding nothing (the message is not readable yet, at
+        # flush level 2) go back
+        kept = [h for h in lst if not h.done and not self._run(h, False)]
+        if kept:
+            new = self.holds.get(key)  # parked while these ran
+            self.holds[key] = kept + new if new else kept
 
     def topic_deleted(self, topic):
         self._watched.discard(topic)
