@@ -315,3 +315,32 @@ def test_pull_answer_template_gives_the_bytes_of_the_general_answer(opaque, code
         "maxOffset": str(hi)}, body, remark)
     assert encode_pull_answer(request, code, nxt, lo, hi, body, remark) == expected
     assert make_pull_response(request, r) == expected
+
+
+def test_a_parked_pull_that_still_finds_nothing_stays_parked(doors):
+    """An arrival whose message a parked pull cannot read yet (flush level 2) leaves it
+    parked, behind the pulls parked meanwhile, until it is answered."""
+    fast, _ = doors
+    polls = fast.door.polls
+    runs = []
+
+    class Waiting:
+        def __init__(self, name, misses):
+            self.name, self.misses = name, misses
+
+        def finish_pull(self, hold, final):
+            runs.append(self.name)
+            if self.misses and not final:
+                self.misses -= 1
+                if self.name == "a":  # a pull parked while the arrival is handled
+                    polls.park(Waiting("c", 0), None, ("T4", 0), 1000)
+                return False
+            return True
+
+    polls.park(Waiting("a", 1), None, ("T4", 0), 1000)
+    polls.park(Waiting("b", 0), None, ("T4", 0), 1000)
+    polls.data_available("T4", 0)
+    assert runs == ["a", "b"]
+    assert [h.protocol.name for h in polls.holds[("T4", 0)]] == ["a", "c"]
+    polls.data_available("T4", 0)
+    assert runs == ["a", "b", "a", "c"] and not polls.holds
