@@ -534,7 +534,8 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
 
 
 def make_pull_response(cmd, r):
-    """Return the answer frame to a pull with result C{r}: its code, remark and records."""
+    """Return the answer frame to a pull with result C{r}: its code, remark and records,
+    through the general encoder (the reference of L{encode_pull_answer}'s template)."""
     return encode_response(cmd, r.code, {
         "suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_offset),
         "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}, r.body, r.remark)
