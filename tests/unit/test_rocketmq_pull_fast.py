@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from twisted.python.failure import Failure
 
 from protocols.remoting import codes
-from protocols.remoting.broker_protocol import _GENERAL, make_pull_response
+from protocols.remoting.pull_handlers import _GENERAL, make_pull_response
 from protocols.remoting.codec import encode, encode_pull_answer, encode_response
 from protocols.remoting.longpolls import EARLY
 from protocols.remoting.messages import RemotingCommand
