@@ -14,7 +14,9 @@ the NSQ PUB with a consumer attached (``nsqsub``: one more reactor turn for the 
 pump per PUB, and the consumer FINs what the broker flushes to it, as the steady rows);
 RocketMQ SEND_MESSAGE (code 10, JSON header as the C++ client writes it) of one 200-byte
 message, RocketMQ PULL_MESSAGE of one stored message, and of 32 (these three with
-``--only rmqsend,rmqpull,rmqpull32``).
+``--only rmqsend,rmqpull,rmqpull32``), and the steady cycle of a RocketMQ push consumer
+keeping up (``rmqpoll``: a PULL at the queue's tail is parked, a SEND arrives on a second
+connection and is answered, and the parked PULL is answered with the new message).
 Prints µs per round trip (process CPU time, which leaves out time stolen by the host,
 and wall time), best of ``--repeat`` runs; ``--profile FILE`` writes a cProfile of one
 more run. ``--opcodes N`` also traces N more round trips and prints the Python bytecodes
@@ -23,7 +25,7 @@ with the load of a shared machine, for comparing two versions of the request pat
 Asserts nothing.
 
     python bench/request_cost.py [--requests 20000] [--repeat 5]
-                                 [--only smss,nsq,nsqsub,rmqsend,rmqpull,rmqpull32]
+                                 [--only smss,nsq,nsqsub,rmqsend,rmqpull,rmqpull32,rmqpoll]
                                  [--also broker] [--opcodes 500] [--top 25]
 """
 
@@ -99,6 +101,8 @@ def round_trips(sock, request, reply, count):
         return framed_round_trips(sock, request, reply, count)
     if isinstance(reply, WithConsumer):
         return consumed_round_trips(sock, request, reply, count)
+    if isinstance(reply, ParkedPull):
+        return polled_round_trips(sock, request, reply, count)
     # the loop the smss and NSQ figures were always counted with: keep it as it is, so
     # their bytecode counts stay comparable with earlier runs
     send, recv, iterate = sock.send, sock.recv, reactor.iterate
@@ -252,6 +256,51 @@ def rmqpull32_session(port):
     return sock, pull, RemotingReply(b'{"code":0,')
 
 
+class ParkedPull:
+    """The steady cycle of a push consumer keeping up (the rmqpoll row): its PULL at the
+    queue's tail (C{pull}, with C{offset}) is parked, a SEND on another connection is
+    answered with C{send_reply}, and the parked PULL is answered with the new message."""
+
+    def __init__(self, consumer, send_reply, offset, polls):
+        self.consumer = consumer
+        self.send_reply = send_reply
+        self.offset = offset
+        self.polls = polls  # the door's LongPolls: says when the PULL is parked
+
+
+def polled_round_trips(sock, request, reply, count):
+    """L{round_trips} of the rmqpoll row (see L{ParkedPull}): C{request} is the SEND."""
+    consumer, iterate = reply.consumer, reactor.iterate
+    answered = RemotingReply(b'{"code":0,')
+    for _ in range(count):
+        consumer.send(rmqpoll_pull(reply.offset))
+        while not reply.polls.holds:  # read and parked (one turn, as the data is there)
+            iterate(0)
+        framed_round_trips(sock, request, reply.send_reply, 1)
+        framed_round_trips(consumer, b"", answered, 1)  # usually already written
+        reply.offset += 1
+
+
+def rmqpoll_pull(offset):
+    """The C++ push consumer's PULL (sysFlag 6: suspend, subscription) at C{offset}, from
+    a template (the client's own cost stays out of the counts)."""
+    header = _POLL_HEADER.replace(b"QUEUE_OFFSET", b"%d" % offset)
+    return pack_frame_prefix(codes.SERIALIZE_JSON, len(header), 0) + header
+
+
+_POLL_HEADER = remoting_request(codes.PULL_MESSAGE, {
+    **RMQ_PULL, "commitOffset": "-1", "maxMsgNums": 32, "queueOffset": "QUEUE_OFFSET",
+    "subVersion": "1795267612316", "suspendTimeoutMillis": "15000", "sysFlag": 6})[8:]
+
+
+def rmqpoll_session(port, door):
+    sock, send, reply = rmqsend_session(port)
+    round_trips(sock, send, reply, 1)  # the queue exists; its tail is where the cycle starts
+    consumer = connect(port)
+    tail = door.broker.store.find_queue("cost", 0).max_offset
+    return sock, send, ParkedPull(consumer, reply, tail, door.polls)
+
+
 #: Messages per PULL of the rmqpull32 row.
 PULL_BATCH = 32
 
@@ -307,7 +356,7 @@ def main():
     p.add_argument("--requests", type=int, default=20000, help="round trips per run")
     p.add_argument("--repeat", type=int, default=5, help="runs; the best is printed")
     p.add_argument("--only", default="smss,nsq",
-                   help="comma-separated: smss, nsq, nsqsub, rmqsend, rmqpull, rmqpull32 "
+                   help="comma-separated: smss, nsq, nsqsub, rmqsend, rmqpull, rmqpull32, rmqpoll "
                         "(default smss,nsq)")
     p.add_argument("--also", default="", metavar="DOORS",
                    help="comma-separated doors to start as well, unmeasured (e.g. broker: the"
@@ -326,7 +375,8 @@ def main():
                     "nsqsub": (nsqsub_session, "nsqd_tcp", "nsq PUB+sub"),
                     "rmqsend": (rmqsend_session, "broker", "rmq SEND"),
                     "rmqpull": (rmqpull_session, "broker", "rmq PULL"),
-                    "rmqpull32": (rmqpull32_session, "broker", "rmq PULL32")}
+                    "rmqpull32": (rmqpull32_session, "broker", "rmq PULL32"),
+                    "rmqpoll": (rmqpoll_session, "broker", "rmq POLL")}
         names = a.only.split(",")
         doors = {sessions[n][1] for n in names} | set(filter(None, a.also.split(",")))
         svc, ports = start_broker(data, sorted(doors))
@@ -335,7 +385,10 @@ def main():
                   f" {a.repeat} x {a.requests}")
             for name in names:
                 make, door, label = sessions[name]
-                sock, request, reply = make(ports[door])
+                if name == "rmqpoll":  # it looks at the door's parked pulls
+                    sock, request, reply = make(ports[door], svc.getServiceNamed("listen-broker").factory)
+                else:
+                    sock, request, reply = make(ports[door])
                 measure(label, sock, request, reply, a)
                 sock.close()
         finally:

@@ -5,7 +5,7 @@ module each: L{TopicTable} (topic_table.py: the RocketMQ views of the core's top
 ``topic.json`` and its data version), L{Groups} (groups.py: consumer groups, their
 clients and ``subscriptionGroup.json``), L{StoredRecords} (stored_records.py: records
 by offset and by key), the L{Registrar} (nameserver registration), parked pulls
-(L{LongPolls}) and L{Transactions}. The files are in the store directory, rewritten
+(L{LongPolls}, longpolls.py) and L{Transactions}. The files are in the store directory, rewritten
 atomically with a data version when they change.
 """
 
@@ -22,7 +22,7 @@ from protocols.remoting.broker_protocol import BrokerProtocol
 from protocols.remoting.config import parse_delay_levels
 from protocols.remoting.context import context_for
 from protocols.remoting.groups import GROUP_FILE, Groups, reset_offset_body
-from protocols.remoting.pulling import LongPolls
+from protocols.remoting.longpolls import LongPolls
 from protocols.remoting.registrar import Registrar, parse_addrs
 from protocols.remoting.stored_records import StoredRecords, key_matches
 from protocols.remoting.topic_table import TOPIC_FILE, ConfigFiles, TopicTable
@@ -67,7 +67,7 @@ class BrokerDoor(Factory):
         self.long_poll_max_ms = config["rocketmq.longPollMaxMs"]
         self.register_interval = config["rocketmq.registerIntervalMs"] / 1000.0
         self.broker_addr = None
-        self.polls = LongPolls(broker, reactor)
+        self.polls = LongPolls(broker, reactor, config["rocketmq.longPollDelayMs"] / 1000.0)
         ctx = context_for(broker)
         ctx.broker_door = self
         self.registrar = Registrar(self, reactor, parse_addrs(config["rocketmq.namesrvAddr"]), ctx.route_table)

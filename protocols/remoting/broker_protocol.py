@@ -19,9 +19,8 @@ from protocols.remoting.admin_stats import StatsHandlers
 from protocols.remoting.bodies import check_heartbeat, check_lock_body
 from protocols.remoting.broker_admin import AdminHandlers, broker_error
 from protocols.remoting.codec import encode_response, encode_send_answer
-from protocols.remoting.consumers import parse_subscription
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
-from protocols.remoting.pulling import pull_once
+from protocols.remoting.pull_handlers import PullHandlers
 from protocols.remoting.sending import (
     NUMBERS as _NUMBERS, NO_HOST_FLAGS as _NO_HOST_FLAGS, build_messages, dlq_topic, host_bytes,
     normalize_properties, offset_msg_ids, property_value, retry_copy, retry_topic, send_header,
@@ -33,16 +32,11 @@ from protocols.remoting.server import (
 from protocols.remoting.tolerant_json import loads_object
 from protocols.remoting.transactions import is_prepared
 from protocols.remoting.topicview import (
-    PERM_READ, PERM_WRITE, RETRY_PREFIX, USUAL_NAMES as _USUAL_NAMES, read_queues, usual_send_name,
-    valid_name, write_queues,
+    PERM_WRITE, RETRY_PREFIX, USUAL_NAMES as _USUAL_NAMES, usual_send_name, valid_name, write_queues,
 )
 
 #: What a send header's C{batch} says when it is a batch (L{sending.header_bool}).
 _TRUE = ("true", "1")
-
-#: Java's and Go's BROKER_SUSPEND_MAX_TIME_MILLIS, for a pull that names no suspend time.
-SUSPEND_DEFAULT_MS = 20000
-
 
 def sent(cmd, msg_ids, qid, queue_offset):
     """Return the frame of the SUCCESS answer to a send: what 4.9 writes, in our key order."""
@@ -51,7 +45,7 @@ def sent(cmd, msg_ids, qid, queue_offset):
         "queueId": str(qid), "queueOffset": str(queue_offset)})
 
 
-class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
+class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtocol):
     """One client connection to the broker door."""
 
     handlers = {
@@ -88,6 +82,7 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
 
     def connectionLost(self, reason):
         super().connectionLost(reason)
+        self.door.polls.drop(self)  # nobody to answer: its parked pulls are forgotten
         self.door.connection_lost(self)
 
     # -- sending -------------------------------------------------------------------
@@ -262,70 +257,6 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
             d.addCallback(lambda t: self.broker.delay(t.name, self.door.delay_ms(level), [msg]))
         return d.addCallbacks(lambda _: ok(cmd), broker_error, errbackArgs=(cmd, group))
 
-    # -- pulling -------------------------------------------------------------------
-
-    def pull(self, cmd):
-        ext = cmd.ext_fields
-        group = ext.get("consumerGroup", "")
-        topic = ext.get("topic", "")
-        try:
-            # the usual request: four decimal numbers, converted at once
-            qid, offset = int(ext["queueId"]), int(ext["queueOffset"])
-            max_nums, sys_flag = int(ext.get("maxMsgNums") or 32), int(ext.get("sysFlag") or 0)
-        except (KeyError, ValueError):
-            # one is missing or bad: the field-by-field path names it
-            qid, offset = int_field(cmd, "queueId"), int_field(cmd, "queueOffset")
-            max_nums, sys_flag = int_field(cmd, "maxMsgNums", 32), int_field(cmd, "sysFlag", 0)
-        t = self.broker.topic(topic)
-        if t is None:
-            return error(cmd, codes.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        if not t.perm & PERM_READ:
-            return error(cmd, codes.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
-        if not 0 <= qid < max(read_queues(t), t.queues):
-            return error(cmd, codes.SYSTEM_ERROR, f"queueId[{qid}] is illegal, topic:[{topic}]")
-        if self.door.group_config(group) is None:
-            return error(cmd, codes.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
-        if sys_flag & codes.PULL_FLAG_SUBSCRIPTION:
-            expr = field(cmd, "subscription", "*")
-        else:
-            # Java and Go push consumers leave the subscription to their heartbeat (spec 4.3)
-            sub = self.door.consumers.subscription(group, topic)
-            if sub is None:
-                return error(cmd, codes.SUBSCRIPTION_NOT_EXIST,
-                             f"the consumer's subscription not exist, group: {group} topic: {topic}")
-            if sub[1] < int_field(cmd, "subVersion", 0):
-                return error(cmd, codes.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-            expr = sub[0]
-        _, tag_codes = parse_subscription(expr)
-        if sys_flag & codes.PULL_FLAG_COMMIT_OFFSET:
-            commit = int_field(cmd, "commitOffset", -1)
-            if commit >= 0 and self.broker.is_master:
-                self.broker.offsets.commit(topic, group, qid, commit)
-        args = (topic, qid, offset, max_nums, tag_codes, group)
-        result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
-        if result.code == codes.PULL_NOT_FOUND and sys_flag & codes.PULL_FLAG_SUSPEND:
-            # held as long as the client asks (4.9), bounded by rocketmq.longPollMaxMs
-            hold_ms = min(int_field(cmd, "suspendTimeoutMillis", SUSPEND_DEFAULT_MS), self.door.long_poll_max_ms)
-            if hold_ms > 0:
-                h = self.door.polls.park(self, cmd, args, hold_ms)
-                h.deferred = defer.Deferred()
-                return h.deferred
-        return self._pull_response(cmd, result, group, topic, qid)
-
-    def finish_pull(self, hold, final):
-        """Re-run a parked pull; answer it and return True when it is done."""
-        topic, qid, offset, max_nums, tag_codes, group = hold.args
-        result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
-        if result.code == codes.PULL_NOT_FOUND and not final:
-            return False
-        hold.deferred.callback(self._pull_response(hold.cmd, result, group, topic, qid))
-        return True
-
-    def _pull_response(self, cmd, r, group, topic, qid):
-        if r.count:
-            self.door.group_consumer(group, topic).pulled_to(qid, r.next_offset, r.count, len(r.body))
-        return make_pull_response(cmd, r)
-
     # -- queries -------------------------------------------------------------------
 
     def view_message(self, cmd):
@@ -455,10 +386,3 @@ class BrokerProtocol(AdminHandlers, StatsHandlers, RemotingProtocol):
         group, client, mqs = self._lock_body(cmd)
         self.door.consumers.unlock(group, client, [(m["topic"], int(m["queueId"])) for m in mqs])
         return ok(cmd)
-
-
-def make_pull_response(cmd, r):
-    """Return the answer frame to a pull with result C{r}: its code, remark and records."""
-    return encode_response(cmd, r.code, {
-        "suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_offset),
-        "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}, r.body, r.remark)

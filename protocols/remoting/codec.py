@@ -445,6 +445,43 @@ def encode_send_answer(request: RemotingCommand, msg_id: str, queue_id: int,
     return FRAME_PREFIX_STRUCT.pack(WORD_SIZE + n, _JSON_TYPE_WORD | n) + header
 
 
+#: The answer to a pull as templates (code, remark) -> (head, tail) around its numbers:
+#: only the offsets, the opaque and the body differ between pulls with the same outcome.
+_PULL_ANSWERS = {}
+_PULL_HEAD = '{"code":%d,"extFields":{"suggestWhichBrokerId":"0","nextBeginOffset":"'
+_PULL_TAIL = '%s,"serializeTypeCurrentRPC":%s,"version":%d}' % (
+    "%s", json.dumps(_JSON_TYPE_NAME), _ANSWER_VERSION)
+_PULL_FLAGS = '"},"flag":%d,"language":%s,"opaque":' % (_ANSWER_FLAG, _ANSWER_LANGUAGE)
+
+
+def encode_pull_answer(request: RemotingCommand, code: int, next_offset: int, min_offset: int,
+                       max_offset: int, body: bytes, remark: str | None) -> bytes:
+    """Return the frame of the answer to the pull C{request}: the bytes C{encode_response}
+    gives for C{suggestWhichBrokerId} "0", C{nextBeginOffset}, C{minOffset} and
+    C{maxOffset} (ints), C{body} and C{remark}, from a template per (code, remark)."""
+    parts = _PULL_ANSWERS.get((code, remark))
+    if parts is None or request.serialize_type != codes.SERIALIZE_JSON:
+        if (request.serialize_type != codes.SERIALIZE_JSON or type(code) is not int
+                or remark is not None and type(remark) is not str):
+            return encode_response(request, code, {
+                "suggestWhichBrokerId": "0", "nextBeginOffset": str(next_offset),
+                "minOffset": str(min_offset), "maxOffset": str(max_offset)}, body, remark)
+        parts = _pull_answer_parts(code, remark)
+    header = (f'{parts[0]}{next_offset}","minOffset":"{min_offset}","maxOffset":"{max_offset}'
+              f'{_PULL_FLAGS}{request.opaque}{parts[1]}').encode()
+    n = len(header)
+    return b"".join((FRAME_PREFIX_STRUCT.pack(WORD_SIZE + n + len(body), _JSON_TYPE_WORD | n),
+                     header, body))
+
+
+def _pull_answer_parts(code, remark):
+    parts = (_PULL_HEAD % code,
+             _PULL_TAIL % ("" if remark is None else ',"remark":' + _json_str(remark)))
+    if len(_PULL_ANSWERS) < 64:  # the remarks are a few fixed texts
+        _PULL_ANSWERS[(code, remark)] = parts
+    return parts
+
+
 class FrameDecoder:
     """Incremental frame decoder: feed it bytes as they arrive, get whole commands back.
 

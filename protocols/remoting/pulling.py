@@ -1,15 +1,12 @@
-"""PULL_MESSAGE (11): reading a consume queue with tag filtering, and long polling
-(spec 4.3). The response body is the stored records as they are: the store writes the
-RocketMQ 4.x MessageExt layout, so only STOREHOST is patched (to the address the broker
-listens on now, in case it moved since the record was written)."""
+"""PULL_MESSAGE (11): reading a consume queue with tag filtering (spec 4.3; the pulls
+parked for long polling are L{protocols.remoting.longpolls}'). The response body is the
+stored records as they are: the store writes the RocketMQ 4.x MessageExt layout, so only
+STOREHOST is patched (to the address the broker listens on now, in case it moved since
+the record was written)."""
 
 from dataclasses import dataclass
 
-from twisted.logger import Logger
-from zope.interface import implementer
-
 from mqserver import speedups
-from mqserver.interfaces import IWatcher
 from mqserver.store import format as fmt
 
 from protocols.remoting import codes
@@ -18,7 +15,6 @@ from protocols.remoting import codes
 MAX_SCAN = 16000
 #: Body bytes per pull; a pull returns at least one message even if it is larger.
 MAX_BYTES = 1 << 20
-log = Logger()
 _ENTRY = fmt.CQ_ENTRY_SIZE
 #: Where a record's STOREHOST is (patched into every record a pull serves).
 _HOST = fmt.OFF_STORE_HOST
@@ -160,91 +156,3 @@ else:
 
 def store_min(q, lo):
     return max(lo, q.min_offset)
-
-
-class Hold:
-    """A parked pull waiting for a message or its deadline."""
-
-    __slots__ = ("protocol", "cmd", "args", "call", "done", "deferred")
-
-    def __init__(self, protocol, cmd, args):
-        self.protocol = protocol
-        self.cmd = cmd
-        self.args = args
-        self.call = None
-        self.done = False
-        self.deferred = None
-
-
-@implementer(IWatcher)
-class LongPolls:
-    """Parked pulls per (topic, queue), woken by the broker's arrival notifications."""
-
-    def __init__(self, broker, reactor):
-        self.broker = broker
-        self.reactor = reactor
-        self.holds = {}  # (topic, qid) -> list of Hold
-        self._watched = set()
-
-    def park(self, protocol, cmd, args, hold_ms):
-        """Park a pull; C{protocol.finish_pull(hold, final)} answers it later."""
-        topic, qid = args[0], args[1]
-        h = Hold(protocol, cmd, args)
-        self.holds.setdefault((topic, qid), []).append(h)
-        if topic not in self._watched:
-            self._watched.add(topic)
-            self.broker.watch(topic, self)
-        h.call = self.reactor.callLater(hold_ms / 1000.0, self._timeout, h)
-        return h
-
-    def _timeout(self, h):
-        h.call = None
-        self._finish(h, True)
-
-    def _finish(self, h, final):
-        if h.done:
-            return
-        try:
-            finished = h.protocol.finish_pull(h, final)
-        except Exception:
-            # never let one bad pull break the store's arrival notification
-            log.failure("re-running a parked pull failed")
-            finished = True
-            if not h.deferred.called:
-                h.deferred.errback()
-        if finished:
-            h.done = True
-            if h.call is not None and h.call.active():
-                h.call.cancel()
-            key = (h.args[0], h.args[1])
-            lst = self.holds.get(key)
-            if lst is not None:
-                try:
-                    lst.remove(h)
-                except ValueError:
-                    pass
-                if not lst:
-                    del self.holds[key]
-
-    # broker watcher interface
-    def data_available(self, topic, queue_id):
-        lst = self.holds.get((topic, queue_id))
-        if lst:
-            for h in list(lst):
-                self._finish(h, False)
-
-    def topic_deleted(self, topic):
-        self._watched.discard(topic)
-        for key in [k for k in self.holds if k[0] == topic]:
-            for h in list(self.holds.get(key, ())):
-                self._finish(h, True)
-
-    def stop(self):
-        for lst in list(self.holds.values()):
-            for h in list(lst):
-                if h.call is not None and h.call.active():
-                    h.call.cancel()
-        self.holds = {}
-        for topic in self._watched:
-            self.broker.unwatch(topic, self)
-        self._watched = set()

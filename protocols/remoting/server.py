@@ -215,11 +215,13 @@ class RemotingProtocol(IdleWatch, Protocol):
             self.log.failure("request {code} failed", code=cmd.code)
             result = error(cmd, codes.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
         if isinstance(result, defer.Deferred):
-            result.addCallbacks(self._reply, self._failed, callbackArgs=(cmd,), errbackArgs=(cmd,))
+            result.addCallbacks(self._reply, self.request_failed, callbackArgs=(cmd,), errbackArgs=(cmd,))
         else:
             self._reply(result, cmd)
 
-    def _failed(self, f, cmd):
+    def request_failed(self, f, cmd):
+        """Answer C{cmd}, whose handling failed with C{f}: a L{BadRequest} with its code,
+        anything else (logged) with SYSTEM_ERROR."""
         if f.check(BadRequest):
             self._reply(error(cmd, f.value.code, str(f.value)), cmd)
             return

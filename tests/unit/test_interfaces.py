@@ -14,7 +14,7 @@ from mqserver.tap import Options, makeService
 from protocols.console.protocol import _Follower
 from protocols.nsq.factory import make_factory as nsqd_factory
 from protocols.nsq.protocol import NsqdProtocol
-from protocols.remoting.pulling import LongPolls
+from protocols.remoting.longpolls import LongPolls
 from protocols.smss.factory import make_factory as smss_factory
 from protocols.smss.subscription import Subscription
 
