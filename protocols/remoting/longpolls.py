@@ -40,20 +40,13 @@ class LongPolls:
     """Parked pulls per (topic, queue), woken by the broker's arrival notifications; each
     is answered at its deadline at the latest (no more than L{EARLY} before it)."""
 
-    def __init__(self, broker, reactor, delay=0.0):
-        """C{delay}: seconds an arrival waits before it answers the pulls parked on its
-        queue (0: at once), so that those arriving meanwhile are answered in one go."""
+    def __init__(self, broker, reactor):
         self.broker = broker
         self.reactor = reactor
-        self.delay = delay
         self.holds = {}  # (topic, qid) -> list of Hold, in the order parked
         self._watched = set()
         self._timer = None  # the one DelayedCall, at self._timer_at
         self._timer_at = _NEVER
-        self._due = set()  # (topic, qid) with an arrival not answered yet (delay)
-        self._wake = None  # the DelayedCall answering them
-        if delay:  # chosen once: the usual arrival costs no test of the delay
-            self.data_available = self._arrived_later
 
     def park(self, protocol, cmd, args, hold_ms):
         """Park a pull of (C{args[0]}, C{args[1]}) for C{hold_ms}; C{protocol.finish_pull(hold,
@@ -130,7 +123,6 @@ class LongPolls:
 
     # broker watcher interface
     def data_available(self, topic, queue_id):
-        """A message arrived in (C{topic}, C{queue_id}): run the pulls parked there again."""
         key = (topic, queue_id)
         lst = self.holds.pop(key, None)
         if lst is None:
@@ -143,20 +135,6 @@ class LongPolls:
             new = self.holds.get(key)  # parked while these ran
             self.holds[key] = kept + new if new else kept
 
-    def _arrived_later(self, topic, queue_id):
-        """L{data_available} with a delay: the parked pulls are run L{delay} later."""
-        key = (topic, queue_id)
-        if key in self.holds:
-            self._due.add(key)
-            if self._wake is None:
-                self._wake = self.reactor.callLater(self.delay, self._wake_due)
-
-    def _wake_due(self):
-        self._wake = None
-        due, self._due = self._due, set()
-        for topic, queue_id in due:
-            LongPolls.data_available(self, topic, queue_id)
-
     def topic_deleted(self, topic):
         self._watched.discard(topic)
         for key in [k for k in self.holds if k[0] == topic]:
@@ -164,10 +142,8 @@ class LongPolls:
                 self._finish(h, True)
 
     def stop(self):
-        for call in (self._timer, self._wake):
-            if call is not None and call.active():
-                call.cancel()
-        self._wake, self._due = None, set()
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
         self._timer, self._timer_at = None, _NEVER
         self.holds = {}
         for topic in self._watched:

@@ -344,35 +344,3 @@ def test_a_parked_pull_that_still_finds_nothing_stays_parked(doors):
     assert [h.protocol.name for h in polls.holds[("T4", 0)]] == ["a", "c"]
     polls.data_available("T4", 0)
     assert runs == ["a", "b", "a", "c"] and not polls.holds
-
-
-def test_a_long_poll_delay_answers_the_arrivals_of_its_time_in_one_go(doors, tmp_path):
-    """rocketmq.longPollDelayMs: an arrival answers the pulls parked on its queue that
-    long after it, with what arrived meanwhile; 0 (the default) answers at once."""
-    fast, _ = doors
-    assert fast.door.polls.delay == 0
-    fast.conn._command(RemotingCommand(code=codes.PULL_MESSAGE, opaque=1, ext_fields=dict(USUAL)))
-    send_one(fast, "T4", 0, "A")
-    assert [c.code for c in fast.received()] == [codes.SUCCESS]  # at once
-    d = Door(tmp_path / "d", longPollDelayMs=4)
-    try:
-        _make_topic(d, "T4", 4)
-        d.producer = d.connect()
-        d.conn._command(RemotingCommand(code=codes.PULL_MESSAGE, opaque=2, ext_fields=dict(USUAL, consumerGroup="G2")))
-        assert d.received() == [] and d.door.polls.holds
-        send_one(d, "T4", 0, "A")
-        d.clock.advance(0.002)
-        send_one(d, "T4", 0, "B")
-        assert d.received() == []
-        d.clock.advance(0.002)
-        (r,) = d.received()
-        assert (r.opaque, r.code, r.ext_fields["nextBeginOffset"]) == (2, codes.SUCCESS, "2")
-        assert not d.door.polls.holds
-    finally:
-        d.close()
-
-
-def _make_topic(d, name, queues):
-    done = []
-    d.broker.create_topic(name, 0, queues, 6, make_attrs(None, queues, queues)).addBoth(done.append)
-    assert done and not hasattr(done[0], "check"), done
