@@ -67,7 +67,7 @@ class BrokerDoor(Factory):
         self.long_poll_max_ms = config["rocketmq.longPollMaxMs"]
         self.register_interval = config["rocketmq.registerIntervalMs"] / 1000.0
         self.broker_addr = None
-        self.polls = LongPolls(broker, reactor)
+        self.polls = LongPolls(broker, reactor, config["rocketmq.longPollBatchMs"] / 1000.0)
         ctx = context_for(broker)
         ctx.broker_door = self
         self.registrar = Registrar(self, reactor, parse_addrs(config["rocketmq.namesrvAddr"]), ctx.route_table)

@@ -55,6 +55,7 @@ KEYS = {
     "rocketmq.brokerExpireMs": (int, 120000, lambda v: v >= 100, ">= 100"),
     "rocketmq.scanIntervalMs": (int, 10000, lambda v: v >= 100, ">= 100"),
     "rocketmq.longPollMaxMs": (int, 60000, lambda v: v >= 0, ">= 0"),
+    "rocketmq.longPollBatchMs": (int, 1, lambda v: 0 <= v <= 1000, "0..1000"),
     "rocketmq.transactionTimeoutMs": (int, 6000, lambda v: v >= 0, ">= 0"),
     "rocketmq.transactionCheckMax": (int, 15, lambda v: v >= 0, ">= 0"),
     "rocketmq.transactionCheckIntervalMs": (int, 60000, lambda v: v >= 10, ">= 10"),

@@ -285,6 +285,7 @@ def test_a_failing_parked_pull_is_answered_with_system_error(doors):
 
     fast.conn.finish_pull = broken
     send_one(fast, "T4", 0, "A")
+    fast.clock.advance(0.001)  # the long-poll batch
     (r,) = fast.received()
     assert (r.opaque, r.code, r.remark) == (1, codes.SYSTEM_ERROR, "boom")
     assert not fast.door.polls.holds
@@ -339,8 +340,10 @@ def test_a_parked_pull_that_still_finds_nothing_stays_parked(doors):
 
     polls.park(Waiting("a", 1), None, ("T4", 0), 1000)
     polls.park(Waiting("b", 0), None, ("T4", 0), 1000)
+    fast.clock.advance(0.002)  # parked longer than the long-poll batch: run at arrivals
     polls.data_available("T4", 0)
     assert runs == ["a", "b"]
     assert [h.protocol.name for h in polls.holds[("T4", 0)]] == ["a", "c"]
+    fast.clock.advance(0.002)
     polls.data_available("T4", 0)
     assert runs == ["a", "b", "a", "c"] and not polls.holds
