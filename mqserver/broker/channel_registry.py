@@ -220,7 +220,7 @@ class ChannelRegistry:
     def data_available(self, topic, queue_id):
         for ch in self.channels.get(topic, {}).values():
             if ch._pump_call is None:
-                ch.schedule_pump()
+                ch.arrived(queue_id)
 
     def topic_deleted(self, topic):
         for name in list(self.channels.get(topic, {})):

@@ -11,6 +11,14 @@ C{rdy} (window size), C{in_flight} (the channel keeps it), C{msg_timeout} (secon
 C{sample_rate} (0..99), C{can_receive} (bool), a method C{deliver(items)} taking a list of
 C{(ts_ns, attempts, event_id, buf, body_start, body_end)}, and C{channel_closed()}
 (the channel was deleted).
+
+A consumer that buffers what it is handed until a flush it has scheduled (NSQ's output
+buffer) may also have C{defer_room}: how many more messages it could take before they
+would leave at once (its ready window or its buffer full). While a channel's only
+consumer has room for every message waiting, an arrival leaves them in the store
+(L{Channel.left_for_flush}) instead of handing them over one pump at a time; the consumer
+calls L{Channel.pump_deferred} before it flushes, and takes them all in one pass. What
+the client receives, and when, is the same.
 """
 
 import heapq
@@ -150,6 +158,7 @@ class Channel:
         self.deleted = False
         self._pump_call = None
         self._rr = 0
+        self.left_for_flush = False  # arrivals left in the store for the consumer's flush
 
     # -- state ---------------------------------------------------------------------------
 
@@ -207,6 +216,26 @@ class Channel:
         if self._pump_call is None and not self.deleted and not self.registry.stopped:
             self._pump_call = call_soon(self.reactor, self.pump)
 
+    def arrived(self, queue_id):
+        """The store has new messages in C{queue_id}: pump soon, or leave them for the
+        consumer's flush (see the module docstring)."""
+        consumers = self.consumers
+        if len(consumers) == 1:
+            room = getattr(consumers[0], "defer_room", 0)
+            positions = self.cursor.positions
+            pos = positions.get(queue_id) if len(positions) == 1 else None
+            if room and pos is not None and not self.requeued:
+                if self.store.queue(self.topic, queue_id).max_offset - pos <= room:
+                    self.left_for_flush = True
+                    return
+        self.schedule_pump()
+
+    def pump_deferred(self):
+        """Hand over the arrivals L{arrived} left in the store (the consumer is about to
+        flush)."""
+        if self.left_for_flush:
+            self.pump()
+
     def cancel_pump(self):
         """Cancel the pump L{schedule_pump} armed, if any."""
         if self._pump_call is not None and self._pump_call.active():
@@ -220,6 +249,7 @@ class Channel:
             # called directly (a FETCH) with one armed: this pass does its work, and a
             # call left armed but unreferenced could not be cancelled at stop
             self.cancel_pump()
+        self.left_for_flush = False  # this pass takes what waits
         if (self.paused or self.deleted or self.registry.stopped
                 or self.topic in self.registry.paused_topics):
             return

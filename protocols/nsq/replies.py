@@ -36,6 +36,12 @@ class Replies:
         self._cork.write(self.transport, data)
 
     def _flush(self):
+        if self.defer_room:
+            # arrivals the channel left in the store for this flush (Subscriber.deliver)
+            self.defer_room = 0
+            if self.channel is not None:
+                self.channel.pump_deferred()
+            self.defer_room = 0  # the buffer goes out whole: no flush is scheduled
         if self._flush_call is not None:
             if self._flush_call.active():
                 self._flush_call.cancel()

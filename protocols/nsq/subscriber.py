@@ -42,8 +42,13 @@ class Subscriber:
     """Subscription, ready count and in-flight handling of an nsqd connection.
 
     Consumer attributes read by the channel: C{rdy}, C{in_flight}, C{msg_timeout},
-    C{sample_rate}, C{can_receive}.
+    C{sample_rate}, C{can_receive}, C{defer_room}.
     """
+
+    #: Messages the output buffer could take before it flushes, while a flush is
+    #: scheduled (0 otherwise): the channel may leave that many arrivals in the store
+    #: until the flush, which takes them first (L{Replies._flush}).
+    defer_room = 0
 
     # -- readiness -----------------------------------------------------------------------
 
@@ -77,9 +82,17 @@ class Subscriber:
         s = self.settings
         if self.in_flight >= self.rdy or size >= s.output_buffer_size:
             self._flush()
-        elif self._flush_call is None and s.output_buffer_timeout_ms > 0:
+            return
+        if self._flush_call is None:
+            if s.output_buffer_timeout_ms <= 0:
+                return
             self._flush_call = self.reactor.callLater(s.output_buffer_timeout_ms / 1000.0,
                                                       self._flush)
+        # The messages this buffer could still take without flushing at once (the ready
+        # window or the buffer filled, at the size of these frames, flushes): the channel
+        # may leave that many arrivals in the store until the flush (Channel.arrived).
+        self.defer_room = min(self.rdy - self.in_flight - 1,
+                              (s.output_buffer_size - size - 1) * len(items) // len(frames))
 
     def channel_closed(self):
         """Channel callback: the channel was deleted; nsqd closes its consumers."""
@@ -113,6 +126,8 @@ class Subscriber:
         if self.state == CLOSING:
             return
         self.rdy = cmd.count
+        # the room was counted in the old window; a pump below takes what waits
+        self.defer_room = 0
         if self.channel is not None and self.rdy > self.in_flight:
             self.channel.schedule_pump()
         elif self.in_flight >= self.rdy:

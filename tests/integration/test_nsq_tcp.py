@@ -310,3 +310,29 @@ def test_only_the_owner_may_fin_req_touch(conns):
     a.send(b"FIN " + m.msg_id + b"\n")
     a.send(b"FIN " + m.msg_id + b"\n")
     assert a.frame() == (1, b"E_FIN_FAILED FIN " + m.msg_id + b" failed ID not in flight")
+
+
+def test_messages_published_one_by_one_reach_a_buffering_consumer_in_one_flush(conns):
+    """A consumer with RDY to spare and a 1 s output buffer timeout gets messages
+    published one at a time in one flush, in order, after the timeout (the broker leaves
+    them in the store until that flush, as nsqd's buffered writer holds them); the one
+    that fills its RDY goes at once."""
+    p = conns()
+    p.send(encode_command("PUB", "t_buffered", body=b"first"))
+    assert p.frame() == (0, b"OK")
+    c = conns()
+    identify(c, output_buffer_timeout=1000)
+    c.send(b"SUB t_buffered ch\nRDY 5\n")
+    assert c.frame() == (0, b"OK")
+    t0 = time.monotonic()
+    for body in (b"a", b"b", b"c"):
+        p.send(encode_command("PUB", "t_buffered", body=body))
+        assert p.frame() == (0, b"OK")
+    got = c.messages(4)
+    assert [m.body for m in got] == [b"first", b"a", b"b", b"c"]
+    assert time.monotonic() - t0 >= 0.8  # held for the buffer's timeout, not sent one by one
+    p.send(encode_command("PUB", "t_buffered", body=b"d"))
+    assert p.frame() == (0, b"OK")
+    t1 = time.monotonic()
+    (m,) = c.messages(1)  # in flight 5 = RDY 5: flushed at once
+    assert m.body == b"d" and time.monotonic() - t1 < 0.5
