@@ -37,8 +37,8 @@ class Replies:
 
     def _flush(self):
         if self.defer_room:
-            # arrivals the channel left in the store for this flush (Subscriber.deliver)
-            self.defer_room = 0
+            # arrivals the channel left in the store for this flush (Subscriber.deliver);
+            # their delivery may flush on its own, and this flush then sends the rest
             if self.channel is not None:
                 self.channel.pump_deferred()
             self.defer_room = 0  # the buffer goes out whole: no flush is scheduled
