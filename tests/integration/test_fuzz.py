@@ -26,13 +26,9 @@ pytestmark = pytest.mark.timeout(300)
 def srv(tmp_path_factory):
     s = ServerProcess(tmp_path_factory.mktemp("fuzz") / "data",
                       listen={d: "tcp:0:interface=127.0.0.1" for d in DOORS})
-    s.start()
-    prepare({d: s.ports[PORT_NAMES[d]] for d in DOORS})
-    yield s
-    try:
-        s.stop()
-    finally:
-        s.close()
+    with s.start():
+        prepare({d: s.ports[PORT_NAMES[d]] for d in DOORS})
+        yield s
 
 
 def port(srv, door):

@@ -65,13 +65,9 @@ def srv(tmp_path):
     Only the doors these tests use are open."""
     listen = {name: LOOPBACK for name in ("smss", "namesrv", "broker", "nsqd_tcp")}
     s = ServerProcess(tmp_path / "data", listen=listen)
-    s.start()
-    s.idle_peak = vm_hwm(s.proc.pid)
-    yield s
-    try:
-        s.stop()
-    finally:
-        s.close()
+    with s.start():
+        s.idle_peak = vm_hwm(s.proc.pid)
+        yield s
 
 
 def assert_alive_and_small(srv, growth_limit=None):
@@ -252,12 +248,8 @@ def idle_srv(tmp_path_factory):
     config = {"timeout": {"net": {"idle": 1000}, "server": {"alive": 300}},
               "rocketmq": {"serverChannelMaxIdleTimeSeconds": 1}, "nsq": {"lookupdIdleTimeout": 1000}}
     s = ServerProcess(tmp_path_factory.mktemp("idle") / "data", listen=listen, config=config)
-    s.start()
-    yield s
-    try:
-        s.stop()
-    finally:
-        s.close()
+    with s.start():
+        yield s
 
 
 def wait_closed(sock, timeout):

@@ -39,13 +39,9 @@ def rmq(tmp_path_factory):
     acl.write_text(ACL)
     s = rocket_server(base / "broker", config={"rocketmq": {
         "aclEnable": True, "aclFile": str(acl), "aclCheckIntervalMs": 0}})
-    s.start()
-    s.acl, s.home, s.ns = acl, base / "home", namesrv_addr(s)
-    yield s
-    try:
-        s.stop()
-    finally:
-        s.close()
+    with s.start():
+        s.acl, s.home, s.ns = acl, base / "home", namesrv_addr(s)
+        yield s
 
 
 def java_signed(ext, body, ak, sk):

@@ -24,14 +24,10 @@ QUEUES_A = {("broker-a", q) for q in range(4)}
 def rmq(tmp_path_factory):
     base = tmp_path_factory.mktemp("rmq")
     s = rocket_server(base / "broker", config={"rocketmq": {"messageDelayLevel": FAST_DELAYS}})
-    s.start()
-    s.home = base / "home"
-    s.ns = namesrv_addr(s)
-    yield s
-    try:
-        s.stop()
-    finally:
-        s.close()
+    with s.start():
+        s.home = base / "home"
+        s.ns = namesrv_addr(s)
+        yield s
 
 
 def produce(rmq, topic, *args, timeout=60):

@@ -19,12 +19,8 @@ BATCH = 1.0
 def srv(tmp_path_factory):
     s = rocket_server(tmp_path_factory.mktemp("batch") / "broker", namesrv=False, smss=False,
                       config={"rocketmq": {"longPollBatchMs": int(BATCH * 1000)}})
-    s.start()
-    yield s
-    try:
-        s.stop()
-    finally:
-        s.close()
+    with s.start():
+        yield s
 
 
 @pytest.fixture

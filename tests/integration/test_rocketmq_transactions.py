@@ -25,12 +25,8 @@ COMMIT, ROLLBACK, UNKNOW = 8, 12, 0
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     s = rocket_server(tmp_path_factory.mktemp("tx") / "broker", config=TX_CONFIG)
-    s.start()
-    yield s
-    try:
-        s.stop()
-    finally:
-        s.close()
+    with s.start():
+        yield s
 
 
 def java_client(srv, group):

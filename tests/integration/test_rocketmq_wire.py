@@ -26,12 +26,8 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     s = rocket_server(tmp_path_factory.mktemp("wire") / "broker", config={"rocketmq": {"longPollMaxMs": 2000}})
-    s.start()
-    yield s
-    try:
-        s.stop()
-    finally:
-        s.close()
+    with s.start():
+        yield s
 
 
 @pytest.fixture

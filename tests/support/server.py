@@ -145,6 +145,16 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(10)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        """Stop the server (L{stop}), and in any case L{close}."""
+        try:
+            self.stop()
+        finally:
+            self.close()
+
     def close(self):
         """Make sure the process is gone and the log file closed."""
         self.kill()
