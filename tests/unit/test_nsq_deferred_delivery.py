@@ -8,6 +8,8 @@ real store)."""
 import json
 import struct
 
+from twisted.internet.task import Clock
+
 from protocols.nsq.factory import make_factory
 from tests.support.inprocess import door_fixtures
 from tests.unit.test_channels import Consumer, open_broker, publish
@@ -125,16 +127,22 @@ class Buffering(Consumer):
         super().deliver(items)
 
 
-def test_the_channel_leaves_arrivals_within_the_room_then_hands_them_over_in_one_pass(tmp_path):
-    from twisted.internet.task import Clock
-
+def channel_with(tmp_path, *consumers):
+    """A broker on a Clock whose topic "t" holds b"first", and its channel "ch" with
+    C{consumers}, which have been handed b"first"."""
     clock = Clock()
     store, broker = open_broker(tmp_path, clock)
     publish(broker, "t", [b"first"])
     ch = broker.channels.create_channel("t", "ch")
-    c = Buffering(room=0, rdy=100)
-    ch.add_consumer(c)
+    for c in consumers:
+        ch.add_consumer(c)
     clock.advance(0)
+    return clock, store, broker, ch
+
+
+def test_the_channel_leaves_arrivals_within_the_room_then_hands_them_over_in_one_pass(tmp_path):
+    c = Buffering(room=0, rdy=100)
+    clock, store, broker, ch = channel_with(tmp_path, c)
     assert [x[2] for x in c.take()] == [b"first"]
     c.defer_room = 2
     publish(broker, "t", [b"a"])
@@ -151,16 +159,8 @@ def test_the_channel_leaves_arrivals_within_the_room_then_hands_them_over_in_one
 
 
 def test_two_consumers_are_pumped_as_before(tmp_path):
-    from twisted.internet.task import Clock
-
-    clock = Clock()
-    store, broker = open_broker(tmp_path, clock)
-    publish(broker, "t", [b"first"])
-    ch = broker.channels.create_channel("t", "ch")
     c1, c2 = Buffering(room=10, rdy=100), Buffering(room=10, rdy=100)
-    ch.add_consumer(c1)
-    ch.add_consumer(c2)
-    clock.advance(0)
+    clock, store, broker, ch = channel_with(tmp_path, c1, c2)
     publish(broker, "t", [b"a"])
     clock.advance(0)
     assert not ch.left_for_flush

@@ -17,7 +17,6 @@ from protocols.remoting.codec import encode, encode_pull_answer, encode_response
 from protocols.remoting.longpolls import EARLY
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.pulling import PullResult
-from protocols.remoting.topicview import make_attrs
 
 from tests.unit.test_rocketmq_door import Door
 
@@ -33,9 +32,7 @@ TAGS = ("A", "B", "C")
 def _door(path):
     d = Door(path)
     for name, queues, perm, expire_at, read in TOPICS:
-        done = []
-        d.broker.create_topic(name, expire_at, queues, perm, make_attrs(None, read, queues)).addBoth(done.append)
-        assert done and not hasattr(done[0], "check"), done
+        d.create_topic(name, queues, perm, expire_at, read, queues)
     # a deleted topic the registry still held would be refused as a missing one
     d.broker.registry.topics["Dead"].state = 1
     d.hb_conn = d.connect()

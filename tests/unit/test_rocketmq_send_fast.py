@@ -15,7 +15,6 @@ from protocols.remoting.broker_protocol import sent
 from protocols.remoting.codec import FrameDecoder, RemotingProtocolError, encode, encode_send_answer
 from protocols.remoting.sending import SHORT_NAMES, offset_msg_ids
 from protocols.remoting.messages import RemotingCommand
-from protocols.remoting.topicview import make_attrs
 
 from tests.unit.test_rocketmq_door import Door
 
@@ -28,9 +27,7 @@ TOPICS = [("T4", 4, 6, 0, 4), ("W2", 4, 6, 0, 1), ("RO", 2, 4, 0, 2), ("%RETRY%G
 def _door(path):
     d = Door(path)
     for name, queues, perm, expire_at, write in TOPICS:
-        done = []
-        d.broker.create_topic(name, expire_at, queues, perm, make_attrs(None, queues, write)).addBoth(done.append)
-        assert done and not hasattr(done[0], "check"), done
+        d.create_topic(name, queues, perm, expire_at, queues, write)
     return d
 
 
