@@ -97,6 +97,11 @@ class IChannelConsumer(Interface):
     sample_rate = Attribute("0, or the percentage (1..99) of messages to deliver.")
     can_receive = Attribute("False while the consumer must get nothing (closing, "
                             "output buffer full).")
+    defer_room = Attribute("While the consumer holds what it is handed for a flush it has "
+                           "scheduled: how many more messages it could take before they "
+                           "would leave at once; else 0. The channel may leave that many "
+                           "arrivals in the store, and the consumer calls its "
+                           "pump_deferred() before it flushes.")
 
     def deliver(items):
         """Send messages: a list of (timestamp ns, attempts, eventId, buffer, body start,

@@ -12,9 +12,9 @@ C{sample_rate} (0..99), C{can_receive} (bool), a method C{deliver(items)} taking
 C{(ts_ns, attempts, event_id, buf, body_start, body_end)}, and C{channel_closed()}
 (the channel was deleted).
 
-A consumer that buffers what it is handed until a flush it has scheduled (NSQ's output
-buffer) may also have C{defer_room}: how many more messages it could take before they
-would leave at once (its ready window or its buffer full). While a channel's only
+A consumer also has C{defer_room}: 0, or, while it buffers what it is handed until a
+flush it has scheduled (NSQ's output buffer), how many more messages it could take
+before they would leave at once (its ready window or its buffer full). While a channel's only
 consumer has room for every message waiting, an arrival leaves them in the store
 (L{Channel.left_for_flush}) instead of handing them over one pump at a time; the consumer
 calls L{Channel.pump_deferred} before it flushes, and takes them all in one pass. What
@@ -221,7 +221,7 @@ class Channel:
         consumer's flush (see the module docstring)."""
         consumers = self.consumers
         if len(consumers) == 1:
-            room = getattr(consumers[0], "defer_room", 0)
+            room = consumers[0].defer_room
             positions = self.cursor.positions
             pos = positions.get(queue_id) if len(positions) == 1 else None
             if room and pos is not None and not self.requeued:

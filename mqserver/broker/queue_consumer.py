@@ -59,6 +59,7 @@ class QueueConsumer:
     """
 
     sample_rate = 0
+    defer_room = 0  # every batch goes to the sink at once
 
     def __init__(self, service, channel, attrs, sink, window, on_closed=None):
         self.service = service

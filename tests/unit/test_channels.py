@@ -16,6 +16,7 @@ class Consumer:
         self.msg_timeout = msg_timeout
         self.sample_rate = 0
         self.can_receive = True
+        self.defer_room = 0
         self.got = []
         self.closed = False
 
