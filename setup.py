@@ -9,6 +9,7 @@ SPEEDUPS = [
     ("mqserver.broker._inflight", "mqserver/broker/_inflight.c", []),
     ("mqserver.store._pack", "mqserver/store/_pack.c", []),
     ("mqserver.store._hash", "mqserver/store/_hash.c", []),
+    ("mqserver.store._index", "mqserver/store/_index.c", []),
     # zlib's crc32 (the one Python's zlib module wraps); without zlib's headers this one
     # is not built and the store checks records in Python.
     ("mqserver.store._check", "mqserver/store/_check.c", ["z"]),

@@ -1,7 +1,7 @@
 """The store's C speedups, loaded and handed the storage layout.
 
 The C code (C{_pack.c}: record packing on publish; C{_check.c}: the read-path record
-check) writes no layout of its own: this module gives each its C{configure()} the offsets
+check; C{_index.c}: the key index's usual put) writes no layout of its own: this module gives each its C{configure()} the offsets
 and sizes of the fields it touches, derived from the construct schemas of
 L{mqserver.store.format}, once, at import. A module that is not built (or
 C{MQSERVER_PURE_PYTHON}) is None here, and the store runs the Python code.
@@ -10,7 +10,8 @@ C{MQSERVER_PURE_PYTHON}) is None here, and the store runs the Python code.
 from mqserver import speedups
 from mqserver.store import format as fmt
 
-__all__ = ["check", "configure_check", "configure_pack", "first_damaged", "pack", "spans"]
+__all__ = ["check", "configure_check", "configure_index", "configure_pack", "first_damaged",
+           "index", "pack", "spans"]
 
 #: The order of the header fields in C{_pack.configure()}'s spans.
 PACK_FIELDS = (
@@ -21,6 +22,11 @@ PACK_FIELDS = (
 ENTRY_FIELDS = ("offset", "size", "tag_hash")
 #: The order of the header fields in C{_check.configure()}'s spans.
 CHECK_FIELDS = ("total_size", "magic", "body_crc", "body_length")
+#: The order of the index file's header, slot and entry fields in C{_index.configure()}.
+INDEX_HEADER_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset",
+                       "end_phy_offset", "hash_slot_count", "index_count")
+INDEX_SLOT_FIELDS = ("newest",)
+INDEX_ENTRY_FIELDS = ("key_hash", "phy_offset", "time_diff", "next_index_offset")
 
 
 def spans(layout, names):
@@ -33,6 +39,13 @@ def configure_pack(module, header=fmt.HEADER_LAYOUT, entry=fmt.CQ_LAYOUT):
     """Hand the record and consume-queue entry layouts to C{module} (C{_pack})."""
     module.configure(header.size, spans(header, PACK_FIELDS), entry.size,
                      spans(entry, ENTRY_FIELDS), fmt.PROPS_LEN.size, fmt.SYSFLAG_BATCH_MORE)
+
+
+def configure_index(module, header=fmt.INDEX_HEADER_LAYOUT, slot=fmt.INDEX_SLOT_LAYOUT,
+                    entry=fmt.INDEX_ENTRY_LAYOUT):
+    """Hand the index file's header, slot and entry layouts to C{module} (C{_index})."""
+    module.configure(header.size, spans(header, INDEX_HEADER_FIELDS), slot.size,
+                     spans(slot, INDEX_SLOT_FIELDS), entry.size, spans(entry, INDEX_ENTRY_FIELDS))
 
 
 def configure_check(module, header=fmt.HEADER_LAYOUT):
@@ -50,3 +63,7 @@ check = speedups.load("mqserver.store._check")
 if check is not None:
     configure_check(check)
 first_damaged = fmt.first_damaged if check is None else check.first_damaged
+#: The C speedup of the key index's usual put (index.put_uniq_py).
+index = speedups.load("mqserver.store._index")
+if index is not None:
+    configure_index(index)

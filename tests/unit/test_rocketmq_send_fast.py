@@ -9,7 +9,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mqserver.store.index import IndexFile
 from protocols.remoting import codes
 from protocols.remoting.broker_protocol import sent
 from protocols.remoting.codec import FrameDecoder, RemotingProtocolError, encode, encode_send_answer
@@ -191,22 +190,3 @@ def test_one_frame_read_decodes_as_the_buffered_path(cmd, damage, max_frame):
             data[pos] = value
     one, buffered = _feed_alike(bytes(data), max_frame)
     assert one == buffered
-
-
-@given(st.lists(st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 1 << 40), st.integers(-10**7, 10**7)),
-                min_size=1, max_size=40))
-@settings(max_examples=100, deadline=None)
-def test_index_put_one_writes_what_put_and_finish_batch_write(tmp_path_factory, puts):
-    d = tmp_path_factory.mktemp("index")
-    one, batch = IndexFile(str(d / "one"), 7, 16), IndexFile(str(d / "batch"), 7, 16)
-    try:
-        ts = 1_700_000_000_000
-        for key_hash, offset, step in puts:
-            ts += step
-            added = one.put_one(key_hash, offset, ts)
-            assert added == batch.put(key_hash, offset, ts)
-            batch.finish_batch()
-            assert one.map[:] == batch.map[:]
-    finally:
-        one.close()
-        batch.close()

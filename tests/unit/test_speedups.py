@@ -13,6 +13,7 @@ from twisted.internet.task import Clock
 from mqserver import speedups
 from mqserver.broker import channels
 from mqserver.store import format as fmt
+from mqserver.store import index
 from mqserver.store import native
 from mqserver.store import writer as store_module
 from mqserver.layout import layout
@@ -26,7 +27,8 @@ from protocols.smss import wire as smss_wire
 
 _SPEEDUPS = ["protocols.smss._push", "protocols.smss._pub", "protocols.nsq._frames",
              "mqserver.store._pack", "mqserver.broker._inflight", "mqserver.store._check",
-             "protocols.remoting._pull", "mqserver.store._hash", "protocols.remoting._header"]
+             "protocols.remoting._pull", "mqserver.store._hash", "protocols.remoting._header",
+             "mqserver.store._index"]
 #: (module, what the hot path calls, the Python reference)
 _PAIRS = [(views, "encode_records", "py_encode_records"),
           (smss_codec, "_bare_pub", "py_bare_pub"),
@@ -34,7 +36,8 @@ _PAIRS = [(views, "encode_records", "py_encode_records"),
           (channels, "_take_fresh", "_take_fresh_py"), (channels, "_finish", "_finish_py"),
           (pulling, "records_body", "py_records_body"),
           (fmt, "java_string_hash", "java_string_hash_py"),
-          (fmt, "tag_hash_of", "tag_hash_of_py"), (fmt, "index_key_hash", "index_key_hash_py")]
+          (fmt, "tag_hash_of", "tag_hash_of_py"), (fmt, "index_key_hash", "index_key_hash_py"),
+          (index, "put_uniq", "put_uniq_py")]
 
 
 def _c_module(name):
