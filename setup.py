@@ -22,7 +22,8 @@ SPEEDUPS = [
 
 setup(
     ext_modules=[
-        Extension(name, [source], include_dirs=["mqserver"], depends=["mqserver/_bytes.h"],
+        Extension(name, [source], include_dirs=["mqserver"],
+                  depends=["mqserver/_bytes.h", "mqserver/_javahash.h"],
                   libraries=libs, optional=True, extra_compile_args=["-O2"])
         for name, source, libs in SPEEDUPS
     ],

@@ -17,23 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* h continued over the UTF-16 units of the str u (Java's String.hashCode from h). */
-static uint32_t hash_units(uint32_t h, PyObject *u) {
-    Py_ssize_t n = PyUnicode_GET_LENGTH(u);
-    int kind = PyUnicode_KIND(u);
-    const void *data = PyUnicode_DATA(u);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c >= 0x10000) {
-            c -= 0x10000;
-            h = h * 31u + (uint32_t)(0xD800 + (c >> 10));
-            h = h * 31u + (uint32_t)(0xDC00 + (c & 0x3FF));
-        } else {
-            h = h * 31u + (uint32_t)c;
-        }
-    }
-    return h;
-}
+#include "_javahash.h"
 
 static PyObject *java_string_hash(PyObject *self, PyObject *arg) {
     if (!PyUnicode_Check(arg)) {

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "_bytes.h"
+#include "_javahash.h"
 
 /* The header, slot and entry fields, in the order configure() takes their spans. */
 enum { H_BEGIN_TS, H_END_TS, H_BEGIN_OFF, H_END_OFF, H_SLOTS, H_COUNT, N_HEADER };
@@ -95,24 +96,6 @@ static int has_keys(const unsigned char *d, Py_ssize_t n) {
     return 0;
 }
 
-/* Java's String.hashCode continued from h over the UTF-16 units of the str u. */
-static uint32_t hash_str(uint32_t h, PyObject *u) {
-    Py_ssize_t n = PyUnicode_GET_LENGTH(u);
-    int kind = PyUnicode_KIND(u);
-    const void *data = PyUnicode_DATA(u);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c >= 0x10000) {
-            c -= 0x10000;
-            h = h * 31u + (uint32_t)(0xD800 + (c >> 10));
-            h = h * 31u + (uint32_t)(0xDC00 + (c & 0x3FF));
-        } else {
-            h = h * 31u + (uint32_t)c;
-        }
-    }
-    return h;
-}
-
 /* put_uniq(map, topic, properties, offset, store_ts) -> PUT_*: index.put_uniq_py. */
 static PyObject *index_put_uniq(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer m, p;
@@ -177,7 +160,7 @@ static PyObject *index_put_uniq(PyObject *self, PyObject *const *args, Py_ssize_
         result = PUT_ELSEWHERE;
         goto done;
     }
-    uint32_t h = hash_str(0, args[1]) * 31u + (uint32_t)'#';
+    uint32_t h = hash_units(0, args[1]) * 31u + (uint32_t)'#';
     for (Py_ssize_t i = 0; i < klen; i++)
         h = h * 31u + d[key + i];
     int32_t kh = (int32_t)h;
