@@ -25,6 +25,9 @@ class CommitLog:
     @ivar segment_size: bytes per segment.
     @ivar end: the offset just after the last written byte.
     @ivar min_offset: the start of the oldest retained segment.
+    @ivar open_end: where the segment written last ends (its start plus
+        L{segment_size}) while it is open, else 0: records that end below it, written
+        at L{end}, may go to L{append_open}.
     """
 
     def __init__(self, directory, segment_size, io=None):
@@ -36,6 +39,7 @@ class CommitLog:
         self._lock = threading.Lock()  # guards _fds against the flusher thread
         self._unsynced = set()
         self._cur = None  # (segment start, fd) of the segment being written
+        self.open_end = 0  # follows _cur (_set_cur)
         starts = sorted(
             int(n) for n in os.listdir(directory) if len(n) == 20 and n.isdigit()
         )
@@ -125,8 +129,44 @@ class CommitLog:
         if start not in self.segments:
             self.segments.append(start)
         fd = self._fd(start, create=True)
-        self._cur = (start, fd)
+        self._set_cur(start, fd)
         return start, fd, pos
+
+    def _set_cur(self, start, fd):
+        # The segment being written, or none (start None); open_end follows it.
+        if start is None:
+            self._cur = None
+            self.open_end = 0
+        else:
+            self._cur = (start, fd)
+            self.open_end = start + self.segment_size
+
+    def append_open(self, data):
+        """L{append} of C{data}, whole records that end at or before L{open_end}, for a writer
+        that checked they do (the usual publish, L{mqserver.store.writer.Writer}): at
+        L{end}, in the segment written last. The same on an I/O error.
+
+        @raise ValueError: they do not (nothing is written).
+        """
+        offset = self.end
+        size = len(data)
+        # end is never below the open segment's start (_drop forgets the segment
+        # first), so a write that ends at or before open_end is inside it.
+        if offset + size > self.open_end:
+            raise ValueError("records do not fit in the open segment")
+        start, fd = self._cur
+        try:
+            written = self._pwrite(fd, data, offset - start)
+            if written != size:
+                self._write_rest(self._pwrite, fd, data, written, offset - start)
+        except OSError:
+            try:
+                os.ftruncate(fd, offset - start)
+            except OSError:
+                pass
+            raise
+        self._unsynced.add(start)
+        self.end = offset + size
 
     @staticmethod
     def _write_rest(pwrite, fd, data, written, pos):
@@ -165,7 +205,7 @@ class CommitLog:
         self.end = offset
 
     def _drop(self, start):
-        self._cur = None
+        self._set_cur(None, None)
         with self._lock:
             fd = self._fds.pop(start, None)
             if fd is not None:
@@ -207,7 +247,7 @@ class CommitLog:
 
     def close(self):
         """Close every open file."""
-        self._cur = None
+        self._set_cur(None, None)
         with self._lock:
             for fd in self._fds.values():
                 os.close(fd)

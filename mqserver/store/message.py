@@ -31,14 +31,13 @@ class PutResult:
     # default factories cost that path about as much as the rest of its bookkeeping.
     __slots__ = ("event_id", "queue_id", "log_offsets", "queue_offsets", "sizes", "store_ts")
 
-    def __init__(self, event_id, queue_id, store_ts=0, log_offsets=None, queue_offsets=None,
-                 sizes=None):
+    def __init__(self, event_id, queue_id, store_ts, log_offsets, queue_offsets, sizes):
         self.event_id = event_id
         self.queue_id = queue_id
         self.store_ts = store_ts
-        self.log_offsets = [] if log_offsets is None else log_offsets
-        self.queue_offsets = [] if queue_offsets is None else queue_offsets
-        self.sizes = [] if sizes is None else sizes
+        self.log_offsets = log_offsets
+        self.queue_offsets = queue_offsets
+        self.sizes = sizes
 
     def __repr__(self):
         return (f"PutResult(event_id={self.event_id}, queue_id={self.queue_id}, "

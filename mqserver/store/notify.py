@@ -48,6 +48,15 @@ class Notifier:
         self._notify(topic, queue_id)
         return result
 
+    def written(self, end, topic, queue_id):
+        """L{after_write} at flush levels 0 and 1 of a message write that ended the log
+        at C{end} (the writer's usual publish), without the result."""
+        self.visible_end = end
+        for cb in self._arrival_listeners:
+            cb(topic, queue_id)
+        for cb in self._append_listeners:
+            cb()
+
     def durable(self, offset):
         """The log is durable up to C{offset}: at flush level 2, show what it holds."""
         if self.flush_level < 2:

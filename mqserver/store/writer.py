@@ -52,6 +52,10 @@ class Writer:
         self._store = store
         self._disk = disk
         self._after_write = notifier.after_write
+        self._written = notifier.written
+        #: put_messages_now may take its short path (flush levels 0 and 1; the
+        #: equivalence tests turn it off to compare).
+        self.usual_path = notifier.flush_level < 2
         # the notifier's very containers: listeners are added after the writer is made
         self._any_dispatch_listener = notifier.all_dispatch_listeners
         self._topic_dispatch_listeners = notifier.topic_dispatch_listeners
@@ -100,6 +104,55 @@ class Writer:
         write is refused or fails."""
         if self._disk.refusal is not None:
             raise self._disk.refusal
+        # The usual publish in short, the rest through _put_any (the reference, which
+        # gives the same bytes, results and calls): one message (a list of one), at the
+        # next eventId and the time of the write, to a queue that is open of a topic
+        # written before, packed by C into the segment written last, at flush level 0
+        # or 1 (usual_path).
+        q = self._queues.get((topic, queue_id))
+        tail = self._topic_tails.get(topic)
+        if (tail is None or q is None or now_ms is not None or event_id is not None
+                or type(messages) is not list or len(messages) != 1 or _pack is None
+                or not self.usual_path):
+            return self._put_any(topic, queue_id, messages, now_ms, event_id)
+        log = self.commitlog
+        start = log.end
+        event_id = self.next_event_id
+        qoff = q.max_offset
+        now = int(self._clock() * 1000)
+        t0 = 0.0 if event_id & _TIME_EVERY_MASK else _perf_counter()
+        # open_end - end: the room left in the open segment, none when none is open
+        record, entry, offs, qoffs, sizes, stop = _pack.pack(
+            messages, 0, _MESSAGE_MAGIC, queue_id, 0, True, qoff, start,
+            log.open_end - start, _BLANK_SIZE, now, self.store_host, event_id, tail,
+            self.max_message_size, _crc32, _tag_hash_of)
+        if stop:  # a new segment, or a body over the limit: nothing is written yet
+            return self._put_any(topic, queue_id, messages, None, None)
+        try:
+            log.append_open(record)
+        except OSError as e:
+            log.truncate(start)  # as _append and put_messages_now's general path do
+            raise self._write_failed(e) from None
+        except BaseException:
+            log.truncate(start)
+            raise
+        self.next_event_id = event_id + 1
+        self.last_record = (topic, queue_id, qoff, start, record)
+        size = sizes[0]
+        q.add(entry, size)
+        # see _append: dispatch listeners hear of records with properties or of topics
+        # they named
+        if self._any_dispatch_listener and (
+                type(messages[0]) is not bytes or topic in self._topic_dispatch_listeners):
+            self._dispatch(topic, offs, messages, now)
+        self._checkpoints.dirty = True
+        if t0:
+            self.write_latency.observe(_perf_counter() - t0)
+        self._written(start + size, topic, queue_id)
+        return PutResult(event_id, queue_id, now, offs, qoffs, sizes)
+
+    def _put_any(self, topic, queue_id, messages, now_ms, event_id):
+        # put_messages_now of any write (the refusal already checked).
         if event_id is not None:
             self._force_event_id(event_id)
         try:
@@ -221,7 +274,7 @@ class Writer:
         host = self.store_host
         pack = fmt.HEADER.pack
         crc, crc_mask, props_len = zlib.crc32, fmt.CRC_MASK, fmt.PROPS_LEN.pack
-        result = PutResult(event_id, queue_id, now)
+        result = PutResult(event_id, queue_id, now, [], [], [])
         offsets, qoffsets, sizes = result.log_offsets, result.queue_offsets, result.sizes
         chunk = []
         entries = []
