@@ -1,0 +1,315 @@
+"""The store's short path for the usual one-message publish (Writer.put_messages_now)
+against the general path (Writer._put_any, the reference): the same commit log, consume
+queues, eventIds, PutResults, listener calls and bookkeeping, for any mix of writes."""
+
+import errno
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from twisted.internet import defer
+from twisted.internet.task import Clock
+
+from mqserver import speedups
+from mqserver.errors import StoreError
+from mqserver.store import format as fmt
+from mqserver.store import writer as writer_module
+from mqserver.store.message import PutResult
+from mqserver.store.store import Message, MessageStore
+
+_HOST = b"\x7f\x00\x00\x01\x00\x00\x30\x39"
+
+
+class ScriptedPwrite:
+    """The commit log's pwrite, failing as told for the next write: C{"enospc"} or
+    C{"eio"} (nothing written), C{"short"} (half written, the rest by the next call),
+    C{"short-eio"} (half written, then EIO)."""
+
+    def __init__(self, real):
+        self.real = real
+        self.plan = []
+        self.calls = 0
+
+    def __call__(self, fd, data, pos):
+        self.calls += 1
+        step = self.plan.pop(0) if self.plan else None
+        if step in ("enospc", "eio"):
+            code = errno.ENOSPC if step == "enospc" else errno.EIO
+            raise OSError(code, os.strerror(code))
+        if step in ("short", "short-eio"):
+            if step == "short-eio":
+                self.plan.insert(0, "eio")
+            return self.real(fd, bytes(data)[: max(1, len(data) // 2)], pos)
+        return self.real(fd, data, pos)
+
+
+class Recorder:
+    """Every listener call of a store, in order."""
+
+    def __init__(self, store):
+        self.calls = []
+        store.add_arrival_listener(lambda t, q: self.calls.append(("arrived", t, q)))
+        store.add_append_listener(lambda: self.calls.append(("appended",)))
+        store.add_dispatch_listener(lambda *a: self.calls.append(("dispatch", *a)))
+        store.add_dispatch_listener(lambda *a: self.calls.append(("dispatch-b", *a)),
+                                    topics=["b"])
+
+
+def _open(path, usual, flush_level=1, runner=None):
+    ms = [1_700_000_000.0]
+    s = MessageStore(str(path), Clock(), clock=lambda: ms[0], segment_size=2048,
+                     cq_entries_per_file=10, max_message_size=400, store_host=_HOST,
+                     flush_level=flush_level, runner=runner)
+    s.open()
+    if not usual:
+        s.writer.usual_path = False  # the reference: every write the general path's
+    s.commitlog._pwrite = ScriptedPwrite(s.commitlog._pwrite)
+    return s, Recorder(s), ms
+
+
+def _outcome(call):
+    try:
+        r = call()
+    except Exception as e:  # noqa: BLE001 - the error is the outcome compared
+        return ("raised", type(e).__name__, str(e))
+    if type(r) is PutResult:
+        return ("now", _fields(r))
+    got = []
+    r.addBoth(got.append)
+    if not got:
+        return ("waiting",)
+    v = got[0]
+    return ("later", _fields(v)) if type(v) is PutResult else ("failed", str(v.value))
+
+
+def _fields(r):
+    return (r.event_id, r.queue_id, r.store_ts, r.log_offsets, r.queue_offsets, r.sizes)
+
+
+def _state(s):
+    w, log = s.writer, s.commitlog
+    queues = {key: (q.max_offset, q.in_bytes, q.in_msgs, bytes(q._tail), q._tail_start)
+              for key, q in sorted(s.queue_table.queues.items())}
+    return (w.next_event_id, w.last_record, log.end, sorted(log._unsynced), log.open_end,
+            s.visible_end, s.checkpoints.dirty, sum(s.write_latency.counts), s.disk_errors,
+            s.disk_trouble, queues, sorted(os.path.relpath(q.directory, s.path) for q in s.queue_table._tails))
+
+
+def _files(s):
+    s.flush_queues()
+    segments = [s.commitlog.read_segment(start) for start in s.commitlog.segments]
+    entries = {key: s.read_entries(key[0], key[1], 0, 10_000)
+               for key in sorted(s.queue_table.queues)}
+    return segments, entries
+
+
+def _run(path, ops, usual, flush_level=1):
+    """Apply C{ops} to a fresh store; return what each gave and what the store holds."""
+    s, rec, ms = _open(path, usual, flush_level)
+    pwrite = s.commitlog._pwrite
+    seen = []
+    for op in ops:
+        kind = op[0]
+        s.checkpoints.dirty = False
+        if kind == "put":
+            _, topic, qid, messages, now_ms, event_id, fault = op
+            pwrite.plan = list(fault)
+            got = _outcome(lambda: s.put_messages_now(topic, qid, messages, now_ms, event_id))
+            pwrite.plan = []
+        elif kind == "open-queue":  # a reader opens a queue before anything is written
+            s.queue(op[1], op[2])
+            got = "opened"
+        elif kind == "admin":
+            got = _outcome(lambda: s.put_admin(fmt.OP_UPDATE, op[1], b"body"))
+        elif kind == "tick":  # the clock moves: store times differ
+            ms[0] += op[1]
+            got = None
+        elif kind == "refuse":
+            s.disk.refusal = StoreError("refused for the test") if op[1] else None
+            got = None
+        elif kind == "flush":
+            s.flush_queues()
+            got = None
+        seen.append((got, rec.calls[:], _state(s)))
+        rec.calls.clear()
+    files = _files(s)
+    s.close()
+    return seen, files
+
+
+_body = st.sampled_from([b"", b"m", b"x" * 200, b"y" * 401, b"z" * 900])
+_props = st.sampled_from([b"", b"TAGS\x01tagA\x02", b"KEYS\x01k1 k2\x02TAGS\x01B\x02",
+                          b"UNIQ_KEY\x01U\x02"])
+_message = st.one_of(
+    _body,  # bytes: a body alone
+    st.builds(Message, body=_body, properties=_props, flag=st.integers(0, 3),
+              sys_flag=st.sampled_from([0, 4]), born_ts=st.sampled_from([0, 5]),
+              born_host=st.just(b"\x0a\x00\x00\x02\x00\x00\x04\xd2")),
+)
+_messages = st.one_of(
+    st.lists(_message, min_size=1, max_size=1),  # the usual case, mostly
+    st.lists(_message, min_size=1, max_size=1),
+    st.lists(_message, min_size=0, max_size=4),
+    st.lists(_message, min_size=1, max_size=1).map(tuple),  # not a list
+)
+_fault = st.sampled_from([(), (), (), ("enospc",), ("eio",), ("short",), ("short-eio",)])
+_put = st.tuples(st.just("put"), st.sampled_from(["a", "b", "c"]), st.integers(0, 2),
+                 _messages, st.sampled_from([None, None, None, 1_600_000_000_123]),
+                 st.sampled_from([None, None, None, None, "skip"]), _fault)
+_op = st.one_of(
+    _put, _put, _put, _put, _put,
+    st.tuples(st.just("open-queue"), st.sampled_from(["a", "c", "d"]), st.integers(0, 2)),
+    st.tuples(st.just("admin"), st.sampled_from(["a", "z"])),
+    st.tuples(st.just("tick"), st.integers(1, 5)),
+    st.tuples(st.just("refuse"), st.booleans()),
+    st.tuples(st.just("flush")),
+)
+
+
+def _compare(tmp_path_factory, ops, flush_level=1):
+    ops = [_event_ids(op) for op in ops]
+    short = _run(tmp_path_factory.mktemp("short"), ops, True, flush_level)
+    general = _run(tmp_path_factory.mktemp("general"), ops, False, flush_level)
+    assert short[0] == general[0]
+    assert short[1] == general[1]
+
+
+def _event_ids(op):
+    # "skip" asks for an eventId ahead of the writer's next (a replication slave's);
+    # the same number in both stores, since both hand out the same ones.
+    if op[0] == "put" and op[5] == "skip":
+        return op[:5] + (10_000 + len(str(op)),) + op[6:]
+    return op
+
+
+_settings = settings(max_examples=250, deadline=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@_settings
+@given(st.lists(_op, min_size=1, max_size=30))
+def test_short_path_writes_as_the_general_path(tmp_path_factory, ops):
+    """Single and batch writes, bodies and Messages with and without properties, three
+    topics and queues, segment rollover (2 KiB segments), bodies over the limit, queues
+    opened before their first write, times and eventIds given, refused and failing
+    writes (ENOSPC, EIO, short writes): each call gives the same result, listener calls
+    and bookkeeping, and the files hold the same bytes."""
+    _compare(tmp_path_factory, ops)
+
+
+@_settings
+@given(st.lists(_op, min_size=1, max_size=12))
+def test_flush_level_2_writes_as_the_general_path(tmp_path_factory, ops):
+    _compare(tmp_path_factory, ops, flush_level=2)
+
+
+@pytest.fixture
+def pure_python():
+    saved = writer_module._pack
+    writer_module._pack = None
+    yield
+    writer_module._pack = saved
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_op, min_size=1, max_size=12))
+def test_pure_python_packing_takes_the_general_path(tmp_path_factory, pure_python, ops):
+    """Without the C packer (MQSERVER_PURE_PYTHON, or not built) every write is the
+    general path's."""
+    _compare(tmp_path_factory, ops)
+
+
+def _usual_store(tmp_path):
+    s, rec, _ = _open(tmp_path, True)
+    s.put_messages_now("a", 0, [b"first"])  # the topic and queue are known now
+
+    def general(*args):
+        raise AssertionError("the general path served the usual publish")
+
+    s.writer._put_any = general
+    return s, rec
+
+
+@pytest.mark.parametrize("message", [b"x" * 200, Message(b"x", b"TAGS\x01A\x02")])
+def test_the_usual_publish_takes_the_short_path(tmp_path, message):
+    if speedups.pure_python():
+        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no short path")
+    s, rec = _usual_store(tmp_path)
+    r = s.put_messages_now("a", 0, [message])
+    assert type(r) is PutResult and r.queue_offsets == [1] and r.event_id == 2
+    assert ("arrived", "a", 0) in rec.calls
+    s.close()
+
+
+def test_a_write_error_on_the_short_path_leaves_nothing(tmp_path):
+    """ENOSPC on the short path: DiskFullError, the disk told, nothing of it stays in the
+    log, the queue or the eventIds, and the next write lands where it would have."""
+    if speedups.pure_python():
+        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no short path")
+    s, rec = _usual_store(tmp_path)
+    end, errors = s.commitlog.end, s.disk_errors
+    rec.calls.clear()
+    s.commitlog._pwrite.plan = ["short-eio"]
+    with pytest.raises(StoreError, match="write failed"):
+        s.put_messages_now("a", 0, [b"y" * 100])
+    assert (s.commitlog.end, s.next_event_id, s.find_queue("a", 0).max_offset) == (end, 2, 1)
+    assert s.disk_errors == errors + 1 and rec.calls == []
+    assert os.path.getsize(os.path.join(str(tmp_path), "commitlog", fmt.segment_name(0))) == end
+    s.commitlog._pwrite.plan = ["enospc"]
+    with pytest.raises(StoreError, match="disk full"):
+        s.put_messages_now("a", 0, [b"y" * 100])
+    r = s.put_messages_now("a", 0, [b"z"])
+    assert r.log_offsets == [end] and r.event_id == 2 and r.queue_offsets == [1]
+    s.close()
+
+
+def test_flush_level_2_answers_after_the_flusher(tmp_path):
+    """At flush level 2 the usual publish is answered, and shown, only once the fsync
+    that covers it is done."""
+    runs = []
+
+    class HeldRunner:
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+        def run(self, f, *args):
+            d = defer.Deferred()
+            runs.append((d, f, args))
+            return d
+
+    s, rec, _ = _open(tmp_path, True, flush_level=2, runner=HeldRunner())
+    for body in (b"one", b"two"):  # the second one is the usual publish
+        got, shown = [], s.visible_end
+        rec.calls.clear()
+        s.put_messages_now("a", 0, [body]).addCallback(got.append)
+        assert got == [] and s.visible_end == shown < s.commitlog.end
+        assert not [c for c in rec.calls if c[0] == "arrived"]
+        while runs:
+            d, f, args = runs.pop(0)
+            d.callback(f(*args))
+        assert type(got[0]) is PutResult and s.visible_end == s.commitlog.end
+    s.close()
+
+
+def test_append_open_refuses_what_does_not_fit(tmp_path):
+    """CommitLog.append_open writes only inside the open segment, and nothing else."""
+    s, _, _ = _open(tmp_path, True)
+    log = s.commitlog
+    with pytest.raises(ValueError):  # no segment open yet
+        log.append_open(b"x" * 10)
+    s.put_messages_now("a", 0, [b"first"])
+    end = log.end
+    assert log.open_end == log.segment_size
+    with pytest.raises(ValueError):
+        log.append_open(b"x" * (log.open_end - end + 1))
+    assert log.end == end and os.path.getsize(log._path(0)) == end
+    log.append_open(b"x" * (log.open_end - end))  # up to the end of the segment
+    assert log.end == log.open_end
+    log.truncate(0)  # the segment is gone: no segment is open
+    assert log.open_end == 0
+    s.close()
