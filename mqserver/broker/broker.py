@@ -268,8 +268,8 @@ class Broker:
         the publish is refused or the write fails."""
         t = self.registry.topics.get(topic)
         if (t is not None and (t.queues == 1 if queue_id is None else 0 <= queue_id < t.queues)
-                and self.is_master and t.state == 0
-                and (t.expire_at == 0 or t.valid(self.now_ms()))):
+                and self.is_master and not t.state
+                and (not t.expire_at or t.valid(self.now_ms()))):
             # The usual publish, in short: a writable topic on a master, a one-queue topic
             # or a queue named in range (a RocketMQ send); one that never expires needs
             # no clock.
@@ -405,8 +405,11 @@ class Broker:
                 del self._watchers[topic]
 
     def _arrived(self, topic, queue_id):
-        for w in list(self._watchers.get(topic, ())):
-            w.data_available(topic, queue_id)
+        # every publish calls this: a topic nobody watches costs a lookup
+        watchers = self._watchers.get(topic)
+        if watchers:
+            for w in list(watchers):
+                w.data_available(topic, queue_id)
 
     def _topic_deleted(self, topic):
         for key in [k for k in self._claims if k[0] == topic]:

@@ -8,7 +8,9 @@
  * this code writes. A record is its header, the body, the topic tail (built by the
  * caller: length + topic) and the length-prefixed properties. The caller passes
  * zlib.crc32 and format.tag_hash_of, so the CRC and the Java tag hash are computed by
- * the same code as everywhere else.
+ * the same code as everywhere else. usual() is pack() for the usual publish of one message
+ * (Writer.put_messages_now's short path), with its constants set once and the PutResult
+ * made here; the general path (Writer._put_any) stays the reference it is tested against.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -312,6 +314,82 @@ fail:
     return result;
 }
 
+/* The usual publish (Writer.put_messages_now): its constants, set by configure_usual(). */
+static PyObject *u_magic, *u_zero, *u_blank_size, *u_crc32, *u_tag_hash, *u_empty;
+static PyTypeObject *u_result_type;
+static PyObject *s_event_id, *s_queue_id, *s_store_ts, *s_log_offsets, *s_queue_offsets,
+    *s_sizes;
+
+/* configure_usual(message_magic, blank_size, crc32, tag_hash, result_type) */
+static PyObject *pack_configure_usual(PyObject *self, PyObject *args) {
+    PyObject *magic, *blank, *crc32, *tag_hash, *rtype;
+    if (!PyArg_ParseTuple(args, "O!O!OOO!", &PyLong_Type, &magic, &PyLong_Type, &blank, &crc32,
+                          &tag_hash, &PyType_Type, &rtype))
+        return NULL;
+    if (u_empty == NULL && (u_empty = PyTuple_New(0)) == NULL)
+        return NULL;
+    if (u_zero == NULL && (u_zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
+    Py_XSETREF(u_magic, Py_NewRef(magic));
+    Py_XSETREF(u_blank_size, Py_NewRef(blank));
+    Py_XSETREF(u_crc32, Py_NewRef(crc32));
+    Py_XSETREF(u_tag_hash, Py_NewRef(tag_hash));
+    Py_XSETREF(u_result_type, (PyTypeObject *)Py_NewRef(rtype));
+    Py_RETURN_NONE;
+}
+
+/* usual(messages, queue_id, qoff, pos, room, now, host, event_id, tail, max_size)
+ *   -> (record, entry, result) or None
+ *
+ * pack() of a write of one message record (flag op 0, a message: queue offset qoff) with
+ * the constants of configure_usual(), when messages is a list of one and its record fits
+ * in room (the bytes left in the open segment) with a BLANK marker after it, and its
+ * body is within max_size; else None, having done nothing (the caller takes the general
+ * path, which says what is wrong). result is a new instance of the result type (not
+ * initialised by its __init__) with event_id, queue_id, store_ts (now), log_offsets,
+ * queue_offsets and sizes set, as Writer._append makes it. */
+static PyObject *pack_usual(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "usual() takes 10 arguments");
+        return NULL;
+    }
+    if (u_result_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure_usual() was not called");
+        return NULL;
+    }
+    PyObject *messages = args[0];
+    if (!PyList_CheckExact(messages) || PyList_GET_SIZE(messages) != 1)
+        Py_RETURN_NONE;
+    PyObject *full[17] = {messages, u_zero, u_magic, args[1], u_zero, Py_True, args[2], args[3],
+                          args[4], u_blank_size, args[5], args[6], args[7], args[8], args[9],
+                          u_crc32, u_tag_hash};
+    PyObject *packed = pack_pack(self, full, 17);
+    if (packed == NULL)
+        return NULL;
+    /* (data, entries, offsets, queue_offsets, sizes, stop) */
+    if (PyLong_AsLong(PyTuple_GET_ITEM(packed, 5)) != 0) {
+        Py_DECREF(packed);
+        Py_RETURN_NONE;
+    }
+    PyObject *result = u_result_type->tp_new(u_result_type, u_empty, NULL);
+    if (result == NULL ||
+        PyObject_SetAttr(result, s_event_id, args[7]) < 0 ||
+        PyObject_SetAttr(result, s_queue_id, args[1]) < 0 ||
+        PyObject_SetAttr(result, s_store_ts, args[5]) < 0 ||
+        PyObject_SetAttr(result, s_log_offsets, PyTuple_GET_ITEM(packed, 2)) < 0 ||
+        PyObject_SetAttr(result, s_queue_offsets, PyTuple_GET_ITEM(packed, 3)) < 0 ||
+        PyObject_SetAttr(result, s_sizes, PyTuple_GET_ITEM(packed, 4)) < 0) {
+        Py_XDECREF(result);
+        Py_DECREF(packed);
+        return NULL;
+    }
+    PyObject *out = PyTuple_Pack(3, PyTuple_GET_ITEM(packed, 0), PyTuple_GET_ITEM(packed, 1),
+                                 result);
+    Py_DECREF(result);
+    Py_DECREF(packed);
+    return out;
+}
+
 static PyMethodDef pack_methods[] = {
     {"configure", pack_configure, METH_VARARGS,
      "configure(header_size, header_spans, entry_size, entry_spans, props_len_size, "
@@ -320,6 +398,12 @@ static PyMethodDef pack_methods[] = {
      "pack(messages, start, magic, queue_id, op, is_msg, qoff, pos, seg_left, blank_size, "
      "now, host, event_id, tail, max_size, crc32, tag_hash) -> (data, entries, offsets, "
      "queue_offsets, sizes, stop): see _pack.c."},
+    {"configure_usual", pack_configure_usual, METH_VARARGS,
+     "configure_usual(message_magic, blank_size, crc32, tag_hash, result_type): the "
+     "constants of usual() (see native.py)."},
+    {"usual", (PyCFunction)(void (*)(void))pack_usual, METH_FASTCALL,
+     "usual(messages, queue_id, qoff, pos, room, now, host, event_id, tail, max_size) -> "
+     "(record, entry, result) or None: see _pack.c."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -339,5 +423,11 @@ PyMODINIT_FUNC PyInit__pack(void) {
     INTERN(s_reconsume_times, "reconsume_times");
     INTERN(s_born_ts, "born_ts");
     INTERN(s_born_host, "born_host");
+    INTERN(s_event_id, "event_id");
+    INTERN(s_queue_id, "queue_id");
+    INTERN(s_store_ts, "store_ts");
+    INTERN(s_log_offsets, "log_offsets");
+    INTERN(s_queue_offsets, "queue_offsets");
+    INTERN(s_sizes, "sizes");
     return PyModule_Create(&pack_module);
 }

@@ -7,11 +7,14 @@ L{mqserver.store.format}, once, at import. A module that is not built (or
 C{MQSERVER_PURE_PYTHON}) is None here, and the store runs the Python code.
 """
 
+import zlib
+
 from mqserver import speedups
 from mqserver.store import format as fmt
+from mqserver.store.message import PutResult
 
-__all__ = ["check", "configure_check", "configure_index", "configure_pack", "first_damaged",
-           "index", "pack", "spans"]
+__all__ = ["check", "configure_check", "configure_index", "configure_pack", "configure_usual",
+           "first_damaged", "index", "pack", "spans"]
 
 #: The order of the header fields in C{_pack.configure()}'s spans.
 PACK_FIELDS = (
@@ -48,6 +51,14 @@ def configure_index(module, header=fmt.INDEX_HEADER_LAYOUT, slot=fmt.INDEX_SLOT_
                      spans(slot, INDEX_SLOT_FIELDS), entry.size, spans(entry, INDEX_ENTRY_FIELDS))
 
 
+def configure_usual(module):
+    """Hand C{module} (C{_pack}) the constants of its C{usual()} (the usual publish of
+    L{mqserver.store.writer.Writer}): the message magic, the BLANK size, the CRC and tag
+    hash functions, and the type of the result it makes."""
+    module.configure_usual(fmt.MESSAGE_MAGIC, fmt.BLANK_SIZE, zlib.crc32, fmt.tag_hash_of,
+                           PutResult)
+
+
 def configure_check(module, header=fmt.HEADER_LAYOUT):
     """Hand the record layout to C{module} (C{_check})."""
     module.configure(header.size, spans(header, CHECK_FIELDS), fmt.MIN_RECORD_SIZE,
@@ -58,6 +69,7 @@ def configure_check(module, header=fmt.HEADER_LAYOUT):
 pack = speedups.load("mqserver.store._pack")
 if pack is not None:
     configure_pack(pack)
+    configure_usual(pack)
 #: The C speedup of the read-path record check (format.first_damaged).
 check = speedups.load("mqserver.store._check")
 if check is not None:

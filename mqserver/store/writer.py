@@ -107,13 +107,12 @@ class Writer:
         # The usual publish in short, the rest through _put_any (the reference, which
         # gives the same bytes, results and calls): one message (a list of one), at the
         # next eventId and the time of the write, to a queue that is open of a topic
-        # written before, packed by C into the segment written last, at flush level 0
-        # or 1 (usual_path).
+        # written before, packed by C (_pack.usual, which also makes the PutResult) into
+        # the segment written last, at flush level 0 or 1 (usual_path).
         q = self._queues.get((topic, queue_id))
         tail = self._topic_tails.get(topic)
         if (tail is None or q is None or now_ms is not None or event_id is not None
-                or type(messages) is not list or len(messages) != 1 or _pack is None
-                or not self.usual_path):
+                or _pack is None or not self.usual_path):
             return self._put_any(topic, queue_id, messages, now_ms, event_id)
         log = self.commitlog
         start = log.end
@@ -121,13 +120,14 @@ class Writer:
         qoff = q.max_offset
         now = int(self._clock() * 1000)
         t0 = 0.0 if event_id & _TIME_EVERY_MASK else _perf_counter()
-        # open_end - end: the room left in the open segment, none when none is open
-        record, entry, offs, qoffs, sizes, stop = _pack.pack(
-            messages, 0, _MESSAGE_MAGIC, queue_id, 0, True, qoff, start,
-            log.open_end - start, _BLANK_SIZE, now, self.store_host, event_id, tail,
-            self.max_message_size, _crc32, _tag_hash_of)
-        if stop:  # a new segment, or a body over the limit: nothing is written yet
+        # None: not a list of one, or it needs a new segment (open_end - end is the room
+        # left in the open segment, none when none is open), or a body over the limit;
+        # nothing is written yet
+        packed = _pack.usual(messages, queue_id, qoff, start, log.open_end - start, now,
+                             self.store_host, event_id, tail, self.max_message_size)
+        if packed is None:
             return self._put_any(topic, queue_id, messages, None, None)
+        record, entry, result = packed
         try:
             log.append_open(record)
         except OSError as e:
@@ -138,18 +138,18 @@ class Writer:
             raise
         self.next_event_id = event_id + 1
         self.last_record = (topic, queue_id, qoff, start, record)
-        size = sizes[0]
+        size = len(record)
         q.add(entry, size)
         # see _append: dispatch listeners hear of records with properties or of topics
         # they named
         if self._any_dispatch_listener and (
                 type(messages[0]) is not bytes or topic in self._topic_dispatch_listeners):
-            self._dispatch(topic, offs, messages, now)
+            self._dispatch(topic, result.log_offsets, messages, now)
         self._checkpoints.dirty = True
         if t0:
             self.write_latency.observe(_perf_counter() - t0)
         self._written(start + size, topic, queue_id)
-        return PutResult(event_id, queue_id, now, offs, qoffs, sizes)
+        return result
 
     def _put_any(self, topic, queue_id, messages, now_ms, event_id):
         # put_messages_now of any write (the refusal already checked).

@@ -589,3 +589,38 @@ def test_index_key_hash_of_integer_min_value_is_zero():
     assert index_key_hash("t", key) == fmt.index_key_hash_py("t", key) == 0
     with pytest.raises(TypeError):
         index_key_hash("t", b"k")
+
+
+def _usual(pack, messages, room=1 << 20, max_size=1 << 16):
+    return pack.usual(messages, 3, 10, 1000, room, 1_700_000_000_000,
+                      b"\x7f\x00\x00\x01\x00\x00\x30\x39", 42, b"\x01t", max_size)
+
+
+@settings(max_examples=100)
+@given(st.one_of(_store_message, st.binary(max_size=700)))
+def test_pack_usual_is_pack_of_one_message(message):
+    """usual() gives pack()'s record and entry of a list of one message, and the PutResult
+    Writer._append makes of them."""
+    pack = _c_module("mqserver.store._pack")
+    record, entry, result = _usual(pack, [message])
+    data, entries, offsets, qoffsets, sizes, stop = _c_pack(pack, [message])
+    assert (record, entry, stop) == (data, entries, 0)
+    assert type(result) is store_module.PutResult
+    assert (result.event_id, result.queue_id, result.store_ts, result.log_offsets,
+            result.queue_offsets, result.sizes) == (42, 3, 1_700_000_000_000, offsets,
+                                                    qoffsets, sizes)
+
+
+def test_pack_usual_leaves_the_rest_to_the_general_path():
+    """None (nothing done) for what is not one message in a list, a record that leaves no
+    room for a BLANK marker in the segment, and a body over the limit."""
+    pack = _c_module("mqserver.store._pack")
+    one = [b"x" * 100]
+    size = len(_usual(pack, one)[0])
+    assert _usual(pack, one, room=size + fmt.BLANK_SIZE) is not None
+    for messages, room, max_size in [([], 1 << 20, 1 << 16), ([b"a", b"b"], 1 << 20, 1 << 16),
+                                     ((b"a",), 1 << 20, 1 << 16), (one, size + 7, 1 << 16),
+                                     (one, 0, 1 << 16), (one, -5, 1 << 16), (one, 1 << 20, 99)]:
+        assert _usual(pack, messages, room, max_size) is None
+    with pytest.raises(TypeError):
+        pack.usual(one)

@@ -140,12 +140,12 @@ def _run(path, ops, usual, flush_level=1):
 
 _body = st.sampled_from([b"", b"m", b"x" * 200, b"y" * 401, b"z" * 900])
 _props = st.sampled_from([b"", b"TAGS\x01tagA\x02", b"KEYS\x01k1 k2\x02TAGS\x01B\x02",
-                          b"UNIQ_KEY\x01U\x02"])
+                          b"UNIQ_KEY\x01U\x02", b"K\x01" + b"v" * 70_000 + b"\x02"])
 _message = st.one_of(
     _body,  # bytes: a body alone
     st.builds(Message, body=_body, properties=_props, flag=st.integers(0, 3),
               sys_flag=st.sampled_from([0, 4]), born_ts=st.sampled_from([0, 5]),
-              born_host=st.just(b"\x0a\x00\x00\x02\x00\x00\x04\xd2")),
+              born_host=st.sampled_from([b"\x0a\x00\x00\x02\x00\x00\x04\xd2", b"bad"])),
 )
 _messages = st.one_of(
     st.lists(_message, min_size=1, max_size=1),  # the usual case, mostly
