@@ -129,13 +129,9 @@ class Writer:
             return self._put_any(topic, queue_id, messages, None, None)
         record, entry, result = packed
         try:
-            log.append_open(record)
+            log.append_open(record)  # which leaves nothing of a failed write
         except OSError as e:
-            log.truncate(start)  # as _append and put_messages_now's general path do
             raise self._write_failed(e) from None
-        except BaseException:
-            log.truncate(start)
-            raise
         self.next_event_id = event_id + 1
         self.last_record = (topic, queue_id, qoff, start, record)
         size = len(record)

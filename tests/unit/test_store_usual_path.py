@@ -204,6 +204,50 @@ def test_flush_level_2_writes_as_the_general_path(tmp_path_factory, ops):
     _compare(tmp_path_factory, ops, flush_level=2)
 
 
+def _put(topic, messages, qid=0, now_ms=None, event_id=None, fault=()):
+    return ("put", topic, qid, messages, now_ms, event_id, fault)
+
+
+_M = [b"m"]
+_TAGGED = Message(b"t", b"TAGS\x01A\x02KEYS\x01k\x02")
+#: Named write sequences, each taking the usual publish off its short path in one way
+#: (or along it through one of its cases), after a first write to topic "a", queue 0.
+CASES = {
+    "a queue a reader opened, of a topic not written yet": [("open-queue", "c", 0), _put("c", _M)],
+    "a new queue of a topic written before": [_put("a", _M, qid=1)],
+    "a time given": [_put("a", _M, now_ms=1_600_000_000_123)],
+    "an eventId given": [_put("a", _M, event_id=50), _put("a", _M)],
+    "an eventId behind the log": [_put("a", _M, event_id=1)],
+    "a batch": [_put("a", [b"m", _TAGGED])],
+    "no message": [_put("a", [])],
+    "a tuple of one": [_put("a", (b"m",))],
+    "a new segment": [_put("a", [b"x" * 300]) for _ in range(8)],
+    "a body over the limit": [_put("a", [b"y" * 401])],
+    "properties over 65535 bytes": [_put("a", [Message(b"p", b"K\x01" + b"v" * 70_000 + b"\x02")])],
+    "a born host not of 8 bytes": [_put("a", [Message(b"h", born_host=b"bad")])],
+    "properties: dispatched": [_put("a", [_TAGGED]), _put("a", [Message(b"no properties")])],
+    "a topic a dispatch listener named": [_put("b", _M), _put("b", _M), _put("b", [_TAGGED])],
+    "ENOSPC": [_put("a", _M, fault=("enospc",)), _put("a", _M)],
+    "EIO": [_put("a", _M, fault=("eio",)), _put("a", _M)],
+    "a short write": [_put("a", _M, fault=("short",)), _put("a", _M)],
+    "a short write, then EIO": [_put("a", _M, fault=("short-eio",)), _put("a", _M)],
+    "a failed first write of a segment": [_put("a", [b"x" * 300]) for _ in range(6)] + [
+        _put("a", [b"x" * 300], fault=("enospc",)), _put("a", _M), _put("a", _M)],
+    "refused": [("refuse", True), _put("a", _M), ("refuse", False), _put("a", _M)],
+    "the clock moves": [("tick", 3), _put("a", _M)],
+    "a sampled write latency": [_put("a", _M) for _ in range(70)],
+    "entries flushed at TAIL_LIMIT": [_put("a", [b""]) for _ in range(300)],
+    "entries flushed between": [_put("a", _M), ("flush",), _put("a", _M)],
+    "an admin record between": [("admin", "a"), _put("a", _M)],
+}
+
+
+@pytest.mark.parametrize("flush_level", [1, 2])
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_case_writes_as_the_general_path(tmp_path_factory, name, flush_level):
+    _compare(tmp_path_factory, [_put("a", _M)] + CASES[name], flush_level)
+
+
 @pytest.fixture
 def pure_python():
     saved = writer_module._pack
