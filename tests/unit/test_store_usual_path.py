@@ -131,6 +131,9 @@ def _run(path, ops, usual, flush_level=1):
         elif kind == "flush":
             s.flush_queues()
             got = None
+        elif kind == "sync":  # the once-a-second fsync: the log's segments are clean
+            s.sync()
+            got = None
         seen.append((got, rec.calls[:], _state(s)))
         rec.calls.clear()
     files = _files(s)
@@ -164,6 +167,7 @@ _op = st.one_of(
     st.tuples(st.just("tick"), st.integers(1, 5)),
     st.tuples(st.just("refuse"), st.booleans()),
     st.tuples(st.just("flush")),
+    st.tuples(st.just("sync")),
 )
 
 
@@ -238,6 +242,7 @@ CASES = {
     "a sampled write latency": [_put("a", _M) for _ in range(70)],
     "entries flushed at TAIL_LIMIT": [_put("a", [b""]) for _ in range(300)],
     "entries flushed between": [_put("a", _M), ("flush",), _put("a", _M)],
+    "the log synced between": [("sync",), _put("a", _M)],
     "an admin record between": [("admin", "a"), _put("a", _M)],
 }
 
