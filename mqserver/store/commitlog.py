@@ -96,41 +96,21 @@ class CommitLog:
         where it was, and the error is raised: nothing of a failed write stays.
         """
         offset = self.end
-        size = len(data)
         cur = self._cur
-        if cur is not None and 0 <= offset - cur[0] < self.segment_size:
-            start, fd = cur  # the usual case: the segment being written
-            pos = offset - start
-            if pos + size > self.segment_size:
-                raise ValueError("records do not fit in the current segment")
-        else:
-            start, fd, pos = self._open_for(offset, size)
-        try:
-            written = self._pwrite(fd, data, pos)
-            if written != size:
-                self._write_rest(self._pwrite, fd, data, written, pos)
-        except OSError:
-            try:
-                os.ftruncate(fd, offset - start)
-            except OSError:
-                pass
-            raise
-        self._unsynced.add(start)
-        self.end = offset + size
+        if cur is None or not 0 <= offset - cur[0] < self.segment_size:
+            self._open_for(offset, len(data))  # the segment of offset is now the open one
+        self.append_open(data)
         return offset
 
     def _open_for(self, offset, size):
-        # The segment a write of size bytes at offset goes to, when it is not the one
-        # written last: (start, fd, position in the segment).
+        # Open the segment a write of size bytes at offset goes to, when it is not the
+        # one written last.
         start = self.segment_start(offset)
-        pos = offset - start
-        if pos + size > self.segment_size:
+        if offset - start + size > self.segment_size:
             raise ValueError("records do not fit in the current segment")
         if start not in self.segments:
             self.segments.append(start)
-        fd = self._fd(start, create=True)
-        self._set_cur(start, fd)
-        return start, fd, pos
+        self._set_cur(start, self._fd(start, create=True))
 
     def _set_cur(self, start, fd):
         # The segment being written, or none (start None); open_end follows it.
@@ -142,18 +122,20 @@ class CommitLog:
             self.open_end = start + self.segment_size
 
     def append_open(self, data):
-        """L{append} of C{data}, whole records that end at or before L{open_end}, for a writer
-        that checked they do (the usual publish, L{mqserver.store.writer.Writer}): at
-        L{end}, in the segment written last. The same on an I/O error.
+        """Write C{data}, whole records that end at or before L{open_end}, at L{end}, in
+        the segment written last (L{append} once it opened the segment, and the usual
+        publish of L{mqserver.store.writer.Writer}, which checked they fit). On an I/O
+        error the segment is cut back to where it was, and the error is raised: nothing
+        of a failed write stays.
 
-        @raise ValueError: they do not (nothing is written).
+        @raise ValueError: they do not fit (nothing is written).
         """
         offset = self.end
         size = len(data)
         # end is never below the open segment's start (_drop forgets the segment
         # first), so a write that ends at or before open_end is inside it.
         if offset + size > self.open_end:
-            raise ValueError("records do not fit in the open segment")
+            raise ValueError("records do not fit in the current segment")
         start, fd = self._cur
         try:
             written = self._pwrite(fd, data, offset - start)

@@ -8,7 +8,6 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from twisted.internet import defer
 from twisted.internet.task import Clock
 
 from mqserver import speedups
@@ -17,6 +16,7 @@ from mqserver.store import format as fmt
 from mqserver.store import writer as writer_module
 from mqserver.store.message import PutResult
 from mqserver.store.store import Message, MessageStore
+from tests.unit.test_store import ManualRunner
 
 _HOST = b"\x7f\x00\x00\x01\x00\x00\x30\x39"
 
@@ -317,30 +317,15 @@ def test_a_write_error_on_the_short_path_leaves_nothing(tmp_path):
 def test_flush_level_2_answers_after_the_flusher(tmp_path):
     """At flush level 2 the usual publish is answered, and shown, only once the fsync
     that covers it is done."""
-    runs = []
-
-    class HeldRunner:
-        def start(self):
-            pass
-
-        def stop(self):
-            pass
-
-        def run(self, f, *args):
-            d = defer.Deferred()
-            runs.append((d, f, args))
-            return d
-
-    s, rec, _ = _open(tmp_path, True, flush_level=2, runner=HeldRunner())
+    runner = ManualRunner()
+    s, rec, _ = _open(tmp_path, True, flush_level=2, runner=runner)
     for body in (b"one", b"two"):  # the second one is the usual publish
         got, shown = [], s.visible_end
         rec.calls.clear()
         s.put_messages_now("a", 0, [body]).addCallback(got.append)
         assert got == [] and s.visible_end == shown < s.commitlog.end
         assert not [c for c in rec.calls if c[0] == "arrived"]
-        while runs:
-            d, f, args = runs.pop(0)
-            d.callback(f(*args))
+        runner.finish_all()
         assert type(got[0]) is PutResult and s.visible_end == s.commitlog.end
     s.close()
 
