@@ -29,10 +29,8 @@ class ScriptedPwrite:
     def __init__(self, real):
         self.real = real
         self.plan = []
-        self.calls = 0
 
     def __call__(self, fd, data, pos):
-        self.calls += 1
         step = self.plan.pop(0) if self.plan else None
         if step in ("enospc", "eio"):
             code = errno.ENOSPC if step == "enospc" else errno.EIO
@@ -157,11 +155,11 @@ _messages = st.one_of(
     st.lists(_message, min_size=1, max_size=1).map(tuple),  # not a list
 )
 _fault = st.sampled_from([(), (), (), ("enospc",), ("eio",), ("short",), ("short-eio",)])
-_put = st.tuples(st.just("put"), st.sampled_from(["a", "b", "c"]), st.integers(0, 2),
-                 _messages, st.sampled_from([None, None, None, 1_600_000_000_123]),
-                 st.sampled_from([None, None, None, None, "skip"]), _fault)
+_put_op = st.tuples(st.just("put"), st.sampled_from(["a", "b", "c"]), st.integers(0, 2),
+                    _messages, st.sampled_from([None, None, None, 1_600_000_000_123]),
+                    st.sampled_from([None, None, None, None, "skip"]), _fault)
 _op = st.one_of(
-    _put, _put, _put, _put, _put,
+    _put_op, _put_op, _put_op, _put_op, _put_op,
     st.tuples(st.just("open-queue"), st.sampled_from(["a", "c", "d"]), st.integers(0, 2)),
     st.tuples(st.just("admin"), st.sampled_from(["a", "z"])),
     st.tuples(st.just("tick"), st.integers(1, 5)),
