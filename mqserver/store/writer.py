@@ -60,6 +60,7 @@ class Writer:
         self._any_dispatch_listener = notifier.all_dispatch_listeners
         self._topic_dispatch_listeners = notifier.topic_dispatch_listeners
         self._dispatch = notifier.dispatch
+        self._dispatch_one = notifier.dispatch_one
         self._checkpoints = checkpoints
         self.store_host = store_host
         self.max_message_size = max_message_size
@@ -138,9 +139,12 @@ class Writer:
         q.add(entry, size)
         # see _append: dispatch listeners hear of records with properties or of topics
         # they named
-        if self._any_dispatch_listener and (
-                type(messages[0]) is not bytes or topic in self._topic_dispatch_listeners):
-            self._dispatch(topic, result.log_offsets, messages, now)
+        if self._any_dispatch_listener:
+            m = messages[0]
+            if type(m) is not bytes:
+                self._dispatch_one(start, topic, m.properties, now)
+            elif topic in self._topic_dispatch_listeners:
+                self._dispatch_one(start, topic, b"", now)
         self._checkpoints.dirty = True
         if t0:
             self.write_latency.observe(_perf_counter() - t0)
