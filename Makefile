@@ -9,7 +9,7 @@ ARGS ?=
 
 .PHONY: install java run test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-compare bench-audit audit audit-zip clean
 
-$(STAMP): setup.cfg setup.py pyproject.toml $(wildcard */*/*.c) mqserver/_bytes.h
+$(STAMP): setup.cfg setup.py pyproject.toml $(wildcard */*/*.c) $(wildcard mqserver/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q --config-settings editable_mode=compat -e '.[test,bench,spark]'
