@@ -213,10 +213,11 @@ class IndexService:
         return PUT_FULL if uniq_key(properties) else PUT_NONE
 
     def _dispatch_rest(self, offset, topic, properties, store_ts):
-        # What the usual put left: a full (or no) file, which _current replaces, or a
-        # record for the Python path (the reference, then the general path for KEYS).
-        r = put_uniq_py(self._current(offset).map, topic, properties, offset, store_ts)
-        if r != PUT_ELSEWHERE:
+        # What the usual put left (after its replay check): a full (or no) file, which
+        # _current replaces, or a key the C put leaves to the reference; or a record with
+        # KEYS, whose keys the general path reads (a file only when there are some).
+        if b"KEYS\x01" not in properties:
+            put_uniq_py(self._current(offset).map, topic, properties, offset, store_ts)
             return
         keys = []
         for k, v in fmt.decode_properties(properties):

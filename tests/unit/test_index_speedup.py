@@ -202,6 +202,7 @@ def test_service_makes_no_file_for_records_without_keys(tmp_path):
     s = IndexService(d)
     s.dispatch(10, "T", b"TAGS\x01A\x02", 1)
     s.dispatch(20, "T", b"UNIQ_KEY\x01\x02", 1)  # empty
+    s.dispatch(25, "T", b"KEYS\x01 \x02TAGS\x01A\x02", 1)  # KEYS without a word
     assert not os.path.exists(d)
     s.dispatch(30, "T", b"UNIQ_KEY\x01U1\x02", 1)
     assert s.lookup("T", "U1", 8, 0, 2**62) == [30]
