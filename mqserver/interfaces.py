@@ -45,9 +45,11 @@ class IBroker(Interface):
     def publish(topic, messages, queue_id=None):
         """Store messages in one write; Deferred firing with a PutResult."""
 
-    def publish_now(topic, messages, queue_id=None):
+    def publish_now(topic, messages, queue_id=None, answer=None):
         """As publish, but the PutResult itself when the write is already as durable as
-        asked (else a Deferred of it); raises BrokerError when refused or failed."""
+        asked (else a Deferred of it); raises BrokerError when refused or failed. With
+        answer, a write that completes at once calls answer(PutResult) as soon as it is
+        written, before the broker's bookkeeping of it, and returns None."""
 
     def delay(topic, delay_ms, messages):
         """Store messages to publish later; Deferred firing with the delay's eventId."""

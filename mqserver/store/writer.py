@@ -6,6 +6,7 @@ import time
 import zlib
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
 from mqserver.errors import DiskFullError, StoreError
 from mqserver.store import format as fmt
@@ -13,6 +14,8 @@ from mqserver.store import native
 from mqserver.store.latency import Latency
 from mqserver.store.message import Message, PutResult
 from mqserver.store.queues import safe_dir_name
+
+_log = Logger()
 
 
 #: The C speedup of the record packing (None: the Python loop, Writer._pack_py).
@@ -98,11 +101,21 @@ class Writer:
             return defer.fail(e)
         return result if type(result) is not PutResult else defer.succeed(result)
 
-    def put_messages_now(self, topic, queue_id, messages, now_ms=None, event_id=None):
+    def put_messages_now(self, topic, queue_id, messages, now_ms=None, event_id=None,
+                         answer=None):
         """L{put_messages} for a caller that answers at once when it can: returns the
         L{PutResult} itself when the write is already as durable as the flush level asks
         (levels 0 and 1), else a Deferred firing with it; raises L{StoreError} when the
-        write is refused or fails."""
+        write is refused or fails.
+
+        C{answer}: a callable the usual publish calls with the L{PutResult} as soon as
+        the record is written, before the store's bookkeeping of it (the queue's entry,
+        the listeners), and then returns None; any other write returns its result as
+        above and leaves C{answer} uncalled. Nothing can see the store between the call
+        and the bookkeeping (both run in this call, on the reactor's thread), so a client
+        answered early sees what it would have seen; its round trip no longer waits for
+        the bookkeeping. A failure in the bookkeeping after C{answer} is logged, not
+        raised: the record stands and its client has its answer."""
         if self._disk.refusal is not None:
             raise self._disk.refusal
         # The usual publish in short, the rest through _put_any (the reference, which
@@ -135,20 +148,33 @@ class Writer:
             raise self._write_failed(e) from None
         self.next_event_id = event_id + 1
         self.last_record = (topic, queue_id, qoff, start, record)
-        size = len(record)
-        q.add(entry, size)
-        # see _append: dispatch listeners hear of records with properties or of topics
-        # they named
-        if self._any_dispatch_listener:
-            m = messages[0]
-            if type(m) is not bytes:
-                self._dispatch_one(start, topic, m.properties, now)
-            elif topic in self._topic_dispatch_listeners:
-                self._dispatch_one(start, topic, b"", now)
-        self._checkpoints.dirty = True
-        if t0:
+        if t0:  # the write itself: what follows is the answer and the bookkeeping
             self.write_latency.observe(_perf_counter() - t0)
-        self._written(start + size, topic, queue_id)
+        if answer is not None:
+            try:
+                answer(result)
+            except Exception:  # the caller's fault; the bookkeeping must still be done
+                _log.failure("answering the write of {topic} {queue_id} at {offset}",
+                             topic=topic, queue_id=queue_id, offset=start)
+            result = None
+        try:
+            size = len(record)
+            q.add(entry, size)
+            # see _append: dispatch listeners hear of records with properties or of
+            # topics they named
+            if self._any_dispatch_listener:
+                m = messages[0]
+                if type(m) is not bytes:
+                    self._dispatch_one(start, topic, m.properties, now)
+                elif topic in self._topic_dispatch_listeners:
+                    self._dispatch_one(start, topic, b"", now)
+            self._checkpoints.dirty = True
+            self._written(start + size, topic, queue_id)
+        except Exception:
+            if answer is None:
+                raise
+            _log.failure("after the write of {topic} {queue_id} at {offset}, answered",
+                         topic=topic, queue_id=queue_id, offset=start)
         return result
 
     def _put_any(self, topic, queue_id, messages, now_ms, event_id):

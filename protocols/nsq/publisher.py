@@ -19,7 +19,14 @@ class Publisher:
             # Published straight away: publish_now checks the topic itself, so the usual
             # PUB looks it up once; only a refused publish asks whether the topic exists.
             try:
-                stored = broker.publish_now(topic, messages)
+                # With no reply ahead of it, OK goes out as soon as the message is
+                # written (_ok_now), before the store's bookkeeping: the round trip
+                # waits for less. None: answered.
+                stored = broker.publish_now(topic, messages, None,
+                                            None if self._answers else self._ok_now)
+                if stored is None:
+                    self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(messages)
+                    return
             except Exception as e:
                 if broker.topic(topic) is None:
                     # not there (or expired): created first, as nsqd does
@@ -37,6 +44,10 @@ class Publisher:
             return
         stored.addCallback(_ok)
         self._answer(stored, verb)
+
+    def _ok_now(self, result):
+        """Answer a publish the broker has written, with no reply ahead of it: OK."""
+        self._emit(OK)
 
     def _publish_later(self, topic, messages, defer_ms):
         # A DPUB, or a publish that creates its topic first: a Deferred.

@@ -129,9 +129,13 @@ class SmssServerProtocol(IdleWatch, Protocol):
                 publish, arg = self._pub, pub and pub[2]
             if pub is not None:
                 try:
-                    result = publish(pub[0], arg)
+                    # OK goes out as soon as the message is written (_send_ok), before
+                    # the store's bookkeeping: the round trip waits for less
+                    result = publish(pub[0], arg, self._send_ok)
                 except BrokerError as e:
                     result = codec.err(self._error_text(e))
+                if result is None:
+                    return  # answered
                 if type(result) is bytes:
                     send_now(self.transport, result)
                 else:
@@ -291,22 +295,28 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def do_Pub(self, ev):
         return self._pub(ev.topic, ev.payload)
 
-    def _pub(self, topic, payload):
+    def _pub(self, topic, payload, answer=None):
         try:
             msgs = payload_to_messages(payload)
         except InvalidPayload:
             return codec.err("invalid pub payload")
-        return self._publish(topic, msgs)
+        return self._publish(topic, msgs, answer)
 
-    def _publish(self, topic, msgs):
+    def _publish(self, topic, msgs, answer=None):
         """Publish C{msgs} (what L{payload_to_messages} gives) to the topic named by
-        the raw name C{topic}; return the answer, or a Deferred of it."""
+        the raw name C{topic}; return the answer, or a Deferred of it, or None when the
+        broker called C{answer} (see L{Broker.publish_now})."""
         if not self.broker.is_master:
             raise NotMaster("pub message")
         name = self.factory.names.get(topic)  # the names cache, looked up inline
         if name is None:
             name = self._topic_name(topic)
-        return _ok_when_done(self.broker.publish_now(name, msgs))
+        stored = self.broker.publish_now(name, msgs, None, answer)
+        return stored if stored is None else _ok_when_done(stored)
+
+    def _send_ok(self, result):
+        """Answer a publish the broker has written with OK, at once."""
+        send_now(self.transport, _OK)
 
     def do_Delay(self, ev):
         if not self.broker.is_master:

@@ -334,3 +334,22 @@ def test_a_pub_in_one_read_creates_its_topic_and_is_stored(node):
     node.clock.advance(0)
     node.clock.advance(0.25)
     assert [m.body for m in messages(r.take())] == [b"1", b"2"]
+
+
+def test_a_pub_is_answered_before_the_store_tells_its_listeners(node):
+    """The usual PUB's OK is written as soon as its message is, before the store's
+    bookkeeping (the queue's entry, the listeners that push it to consumers): the
+    producer's round trip does not wait for them. The message is stored all the same."""
+    from mqserver import speedups
+
+    if speedups.pure_python():
+        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no usual publish")
+    c = connect(node)
+    c.send(pub(b"t", b"one"))  # creates the topic: the usual path next
+    assert c.take() == OK
+    written = []
+    node.store.add_arrival_listener(lambda topic, qid: written.append(c.transport.value()))
+    c.send(pub(b"t", b"two"))
+    assert written == [OK]
+    assert c.take() == OK
+    assert node.store.queue("t", 0).max_offset == 2

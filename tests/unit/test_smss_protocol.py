@@ -335,3 +335,23 @@ def test_a_subscriber_that_acks_but_never_reads_is_closed_after_the_ack_timeout(
     c2 = subscribe(node, f, batch=5)
     (batch,) = events(c2.take(), cc.Expect.SUB)
     assert batch.messages[0].body.startswith(b"0000"), "from where this SUB asked (eventId 0)"
+
+
+def test_a_pub_is_answered_before_the_store_tells_its_listeners(node):
+    """The usual PUB's OK is written as soon as its message is, before the store's
+    bookkeeping (the queue's entry, the listeners that push it to subscribers): the
+    client's round trip does not wait for them. The message is stored all the same."""
+    from mqserver import speedups
+
+    if speedups.pure_python():
+        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no usual publish")
+    c = node.connect(smss(node))
+    c.send(CREATE_ORDER + PUB_ORDER_HELLO)  # the topic written once: the usual path next
+    assert c.take() == OK + OK
+    written = []
+    node.store.add_arrival_listener(lambda topic, qid: written.append(c.transport.value()))
+    c.send(PUB_ORDER_HELLO)
+    assert written == [OK]
+    assert c.take() == OK
+    assert node.store.queue("order", 0).max_offset == 2
+    assert _stored(node.store, "order")[1][0] == b"hello"

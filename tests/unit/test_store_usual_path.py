@@ -102,8 +102,25 @@ def _files(s):
     return segments, entries
 
 
-def _run(path, ops, usual, flush_level=1):
-    """Apply C{ops} to a fresh store; return what each gave and what the store holds."""
+def _answered(s, rec, topic, qid, messages, now_ms, event_id):
+    """put_messages_now with an answer callback, given as the result it was called with
+    when it was called (and None returned), else what the call returned; the callback
+    must be called at most once, only when None is returned, and before any listener
+    hears of the write."""
+    answers = []
+    r = s.put_messages_now(topic, qid, messages, now_ms, event_id,
+                           lambda result: answers.append((result, rec.calls[:])))
+    if r is not None:
+        assert answers == []
+        return r
+    [(result, heard)] = answers
+    assert type(result) is PutResult and heard == []
+    return result
+
+
+def _run(path, ops, usual, flush_level=1, answer=False):
+    """Apply C{ops} to a fresh store; return what each gave and what the store holds.
+    C{answer}: every put gives an answer callback (see L{_answered})."""
     s, rec, ms = _open(path, usual, flush_level)
     pwrite = s.commitlog._pwrite
     seen = []
@@ -113,7 +130,12 @@ def _run(path, ops, usual, flush_level=1):
         if kind == "put":
             _, topic, qid, messages, now_ms, event_id, fault = op
             pwrite.plan = list(fault)
-            got = _outcome(lambda: s.put_messages_now(topic, qid, messages, now_ms, event_id))
+            if answer:
+                got = _outcome(lambda: _answered(s, rec, topic, qid, messages, now_ms,
+                                                 event_id))
+            else:
+                got = _outcome(lambda: s.put_messages_now(topic, qid, messages, now_ms,
+                                                          event_id))
             pwrite.plan = []
         elif kind == "open-queue":  # a reader opens a queue before anything is written
             s.queue(op[1], op[2])
@@ -175,6 +197,9 @@ def _compare(tmp_path_factory, ops, flush_level=1):
     general = _run(tmp_path_factory.mktemp("general"), ops, False, flush_level)
     assert short[0] == general[0]
     assert short[1] == general[1]
+    answered = _run(tmp_path_factory.mktemp("answered"), ops, True, flush_level, True)
+    assert answered[0] == general[0]
+    assert answered[1] == general[1]
 
 
 def _event_ids(op):
@@ -344,4 +369,61 @@ def test_append_open_refuses_what_does_not_fit(tmp_path):
     assert log.end == log.open_end
     log.truncate(0)  # the segment is gone: no segment is open
     assert log.open_end == 0
+    s.close()
+
+
+@pytest.fixture
+def logged():
+    """The failures logged through twisted.logger while the test runs."""
+    from twisted.logger import globalLogPublisher
+
+    events = []
+
+    def observe(event):
+        if event.get("log_failure") is not None:
+            events.append(event)
+
+    globalLogPublisher.addObserver(observe)
+    yield events
+    globalLogPublisher.removeObserver(observe)
+
+
+def test_an_answer_that_raises_leaves_the_bookkeeping_done(tmp_path, logged):
+    """The write is kept whole when the caller's answer callback fails: its queue entry,
+    eventId and listeners are as without the callback, and the failure is logged."""
+    if speedups.pure_python():
+        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no short path")
+    s, rec = _usual_store(tmp_path)
+    rec.calls.clear()
+
+    def answer(result):
+        raise RuntimeError("the answer failed")
+
+    assert s.put_messages_now("a", 0, [b"second"], None, None, answer) is None
+    assert s.find_queue("a", 0).max_offset == 2 and s.next_event_id == 3
+    assert ("arrived", "a", 0) in rec.calls and s.visible_end == s.commitlog.end
+    assert [e["log_failure"].value.args for e in logged] == [("the answer failed",)]
+    s.flush_queues()
+    assert len(s.read_entries("a", 0, 0, 10)) == 2 * fmt.CQ_ENTRY_SIZE  # both entries
+    s.close()
+
+
+def test_a_listener_failing_after_the_answer_is_logged(tmp_path, logged):
+    """A listener that fails after the client was answered cannot take the answer back:
+    the failure is logged. Without an answer callback it is raised, as before."""
+    if speedups.pure_python():
+        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no short path")
+    s, rec = _usual_store(tmp_path)
+
+    def broken(topic, queue_id):
+        raise RuntimeError("listener")
+
+    s.add_arrival_listener(broken)
+    answers = []
+    assert s.put_messages_now("a", 0, [b"second"], None, None, answers.append) is None
+    assert [r.queue_offsets for r in answers] == [[1]]
+    assert [e["log_failure"].value.args for e in logged] == [("listener",)]
+    with pytest.raises(RuntimeError, match="listener"):
+        s.put_messages_now("a", 0, [b"third"])
+    assert s.find_queue("a", 0).max_offset == 3
     s.close()
