@@ -449,6 +449,79 @@ def test_probes_are_on_by_default_and_can_be_turned_off(monkeypatch):
     assert share > 0.5, share
 
 
+def test_a_spin_the_miss_rule_kept_off_is_not_taken_as_paying(monkeypatch):
+    """A peer sending every millisecond (the spin never catches anything, so the miss
+    rule keeps it off, and the probes' two windows cost alike), then a peer slow to turn
+    answers around (the RocketMQ C++ client's synchronous send: the 200 µs spin catches
+    each request, 100 µs after the answer, but burns more than the wake-up it saves). Windows that saw no spin must not count as the spin
+    paying: taken so, the verdict repeated and held ever longer, and the spin then ran
+    unmeasured through the slow peer's requests (a benchmark round at twice the broker's
+    CPU per send)."""
+    import mqserver.reactor as mr
+
+    clock = _FakeClock()
+    fake = _ModelPeer(clock, paced=1e-3, size=1000)  # enough bytes for a verdict
+    monkeypatch.setattr(mr, "monotonic", clock)
+    monkeypatch.setattr(mr, "thread_time", clock.cpu)
+    monkeypatch.setattr(mr, "sched_yield", lambda: None)
+    monkeypatch.setattr(mr, "readable_bytes", fake.readable_bytes)
+    reactor = SpinningEPollReactor(spin=0.0002, probe=True)
+    reactor.probe_window, reactor.probe_every = 0.01, 0.05
+    reactor._poller = fake
+    reactor._selectables[_MODEL_FD] = fake
+    start = clock.now
+    while clock.now - start < 2.0:
+        reactor.doPoll(None)
+    # the peer now waits for each answer and sends its next request 100 µs later
+    fake.paced, fake.turnaround = None, 100e-6
+    fake.arrivals = [clock.now + 100e-6]
+    start, polls, messages = clock.now, fake.spin_polls, fake.messages
+    while clock.now - start < 0.5:
+        reactor.doPoll(None)
+    share = (fake.spin_polls - polls) * fake.poll_cost / (clock.now - start)
+    assert fake.messages - messages > 1000
+    assert share < 0.15, share  # the probes' windows with the spin (0.77 without the rule)
+
+
+def test_a_probe_without_a_spin_gives_no_verdict_that_it_pays(monkeypatch):
+    """The verdict after a window with the spin allowed in which the reactor never spun:
+    whatever the windows' CPU per byte says, the spin stays off, until the next probe
+    (C{probe_every} later, or a window later when there was too little traffic to
+    tell), and the last verdict is kept for the next one's hold; a window in which it
+    spun is judged as before."""
+    import mqserver.reactor as mr
+
+    verdict = []
+    monkeypatch.setattr(mr, "spin_pays", lambda on, off: verdict[-1])
+    reactor = SpinningEPollReactor(probe=True)
+    reactor.probe_window, reactor.probe_every, reactor.probe_every_most = 0.05, 2.0, 8.0
+    now = 100.0
+    reactor._phase_end = now  # traffic flowing: the next phase is a probe
+
+    def probe(pays, spun):
+        nonlocal now
+        verdict.append(pays)
+        reactor._next_phase(now)  # hold -> window with the spin
+        reactor._spun = spun
+        now += 0.05
+        reactor._next_phase(now)  # -> window without
+        reactor._spun = True  # the spin is not allowed here: it cannot run
+        now += 0.05
+        reactor._next_phase(now)  # -> the verdict, and hold
+        held = (reactor._spin_pays, round(reactor._phase_end - now, 6))
+        now = reactor._phase_end
+        return held
+
+    assert probe(True, True) == (True, 2.0)
+    assert probe(True, False) == (False, 2.0)
+    assert probe(None, False) == (False, 0.05)
+    assert probe(False, False) == (False, 2.0)  # a verdict: it changed from True
+    assert probe(True, True) == (True, 2.0)
+    assert probe(True, False) == (False, 2.0)
+    assert probe(True, True) == (True, 4.0)  # repeats the last verdict: holds longer
+    assert probe(None, True) == (True, 0.05)
+
+
 def test_spin_pays_verdict():
     """(CPU seconds, bytes, seconds) of the window with the spin, then of the one
     without."""
@@ -555,6 +628,7 @@ def test_a_repeated_verdict_holds_longer(monkeypatch):
     holds = []
     for _ in range(10):
         reactor._next_phase(now)  # hold -> window with the spin
+        reactor._spun = True  # which it used
         now += 0.05
         reactor._next_phase(now)  # -> window without
         now += 0.05
