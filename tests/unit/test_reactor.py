@@ -375,6 +375,17 @@ def _model_run(monkeypatch, seconds, probe=True, **peer):
     """Run a spinning reactor's polls (with probes, unless C{probe} is false) against a
     L{_ModelPeer} for C{seconds} of the fake clock; return the share of that time it
     spent spinning, the messages per second and the reactor's CPU per message."""
+    clock, fake, reactor = _model_reactor(monkeypatch, probe, **peer)
+    start = clock.now
+    _poll_for(reactor, clock, seconds)
+    elapsed = clock.now - start
+    return (fake.spin_polls * fake.poll_cost / elapsed, fake.messages / elapsed,
+            clock.used / fake.messages)
+
+
+def _model_reactor(monkeypatch, probe=True, **peer):
+    """A spinning reactor (200 µs spin, 10 ms probe windows every 50 ms) whose epoll,
+    clocks and one connection are a L{_ModelPeer}'s: (clock, peer, reactor)."""
     import mqserver.reactor as mr
 
     clock = _FakeClock()
@@ -387,12 +398,14 @@ def _model_run(monkeypatch, seconds, probe=True, **peer):
     reactor.probe_window, reactor.probe_every = 0.01, 0.05
     reactor._poller = fake
     reactor._selectables[_MODEL_FD] = fake
+    return clock, fake, reactor
+
+
+def _poll_for(reactor, clock, seconds):
+    """Run the model reactor's polls for C{seconds} of the fake clock."""
     start = clock.now
     while clock.now - start < seconds:
         reactor.doPoll(None)
-    elapsed = clock.now - start
-    return (fake.spin_polls * fake.poll_cost / elapsed, fake.messages / elapsed,
-            clock.used / fake.messages)
 
 
 def test_spin_stops_for_a_sender_at_its_own_pace(monkeypatch):
@@ -453,31 +466,18 @@ def test_a_spin_the_miss_rule_kept_off_is_not_taken_as_paying(monkeypatch):
     """A peer sending every millisecond (the spin never catches anything, so the miss
     rule keeps it off, and the probes' two windows cost alike), then a peer slow to turn
     answers around (the RocketMQ C++ client's synchronous send: the 200 µs spin catches
-    each request, 100 µs after the answer, but burns more than the wake-up it saves). Windows that saw no spin must not count as the spin
-    paying: taken so, the verdict repeated and held ever longer, and the spin then ran
-    unmeasured through the slow peer's requests (a benchmark round at twice the broker's
-    CPU per send)."""
-    import mqserver.reactor as mr
-
-    clock = _FakeClock()
-    fake = _ModelPeer(clock, paced=1e-3, size=1000)  # enough bytes for a verdict
-    monkeypatch.setattr(mr, "monotonic", clock)
-    monkeypatch.setattr(mr, "thread_time", clock.cpu)
-    monkeypatch.setattr(mr, "sched_yield", lambda: None)
-    monkeypatch.setattr(mr, "readable_bytes", fake.readable_bytes)
-    reactor = SpinningEPollReactor(spin=0.0002, probe=True)
-    reactor.probe_window, reactor.probe_every = 0.01, 0.05
-    reactor._poller = fake
-    reactor._selectables[_MODEL_FD] = fake
-    start = clock.now
-    while clock.now - start < 2.0:
-        reactor.doPoll(None)
+    each request, 100 µs after the answer, but burns more than the wake-up it saves).
+    Windows that saw no spin must not count as the spin paying: taken so, the verdict
+    repeated and held ever longer, and the spin then ran unmeasured through the slow
+    peer's requests (a benchmark round at twice the broker's CPU per send)."""
+    # enough bytes in a window for a verdict
+    clock, fake, reactor = _model_reactor(monkeypatch, paced=1e-3, size=1000)
+    _poll_for(reactor, clock, 2.0)
     # the peer now waits for each answer and sends its next request 100 µs later
     fake.paced, fake.turnaround = None, 100e-6
     fake.arrivals = [clock.now + 100e-6]
     start, polls, messages = clock.now, fake.spin_polls, fake.messages
-    while clock.now - start < 0.5:
-        reactor.doPoll(None)
+    _poll_for(reactor, clock, 0.5)
     share = (fake.spin_polls - polls) * fake.poll_cost / (clock.now - start)
     assert fake.messages - messages > 1000
     assert share < 0.15, share  # the probes' windows with the spin (0.77 without the rule)
