@@ -17,7 +17,8 @@ from mqserver.broker.offsets import ConsumerOffsets
 from mqserver.broker.queues import QueueService
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
 from mqserver.broker.stats import Statistics
-from mqserver.broker.topics import TopicRegistry, create_body, validate_topic_name
+from mqserver.broker.topics import (
+    MAX_QUEUES, TopicRegistry, create_body, valid_queue_count, validate_topic_name)
 from mqserver.errors import InvalidRequest, NotMaster, TopicExists, TopicNotFound
 from mqserver.interfaces import IBroker
 from mqserver.store import format as fmt
@@ -27,6 +28,11 @@ from mqserver.store.store import Message
 #: A delayed message naming its queue in this property (RocketMQ's name for the queue a
 #: delayed message was sent to) is delivered to that queue when the delay fires.
 QUEUE_HINT_PROPERTY = b"REAL_QID"
+
+
+def _check_queue_count(queues):
+    if not valid_queue_count(queues):
+        raise InvalidRequest(f"queue count must be 1..{MAX_QUEUES}")
 
 
 def _queue_hint(properties, queues):
@@ -192,8 +198,7 @@ class Broker:
             self._require_master("manage topic")
             if name in self.registry.topics:
                 raise TopicExists(name)
-            if queues < 1 or queues > 1024:
-                raise InvalidRequest("queue count must be 1..1024")
+            _check_queue_count(queues)
         except Exception as e:
             return defer.fail(e)
         body = create_body(queues, expire_at, perm, attrs)
@@ -203,14 +208,16 @@ class Broker:
     def update_topic(self, name, queues=None, perm=None, attrs=None):
         """Change a topic's queue count, permissions or attributes (creating it when
         missing). Returns a Deferred firing with its L{Topic}."""
+        t = self.registry.get(name)
+        queues = queues or (t.queues if t else 1)
         try:
             validate_topic_name(name)
             self._require_master("manage topic")
+            _check_queue_count(queues)
         except Exception as e:
             return defer.fail(e)
-        t = self.registry.get(name)
         body = create_body(
-            queues or (t.queues if t else 1),
+            queues,
             t.expire_at if t else 0,
             perm if perm is not None else (t.perm if t else 6),
             attrs if attrs is not None else (t.attrs if t else {}),

@@ -59,6 +59,15 @@ class Topic:
         return self.state == 0 and (self.expire_at == 0 or self.expire_at > now_ms)
 
 
+#: The most queues a topic may have (and the fewest is 1).
+MAX_QUEUES = 1024
+
+
+def valid_queue_count(queues):
+    """Whether C{queues} is a queue count a topic may have: an int in 1..L{MAX_QUEUES}."""
+    return type(queues) is int and 1 <= queues <= MAX_QUEUES
+
+
 def create_body(queues=1, expire_at=0, perm=PERM_READ | PERM_WRITE, attrs=None):
     """Return the body of a CREATE or UPDATE admin record."""
     return json.dumps(
@@ -80,9 +89,12 @@ class TopicRegistry:
     def apply_create(self, name, body, event_id, ts):
         """Apply a CREATE record. A replayed CREATE of an existing name replaces it."""
         spec = json.loads(bytes(body))
+        queues = spec.get("queues", 1)
         self.topics[name] = Topic(
             name=name,
-            queues=spec.get("queues", 1),
+            # a count no broker takes now (a record written before it checked, or by
+            # hand) would have every reader of the topic walk its queues: one queue
+            queues=queues if valid_queue_count(queues) else 1,
             create_ts=ts,
             expire_at=spec.get("expireAt", 0),
             create_event_id=event_id,
@@ -98,7 +110,9 @@ class TopicRegistry:
         if t is None:
             return self.apply_create(name, body, event_id, ts)
         spec = json.loads(bytes(body))
-        t.queues = spec.get("queues", t.queues)
+        queues = spec.get("queues", t.queues)
+        if valid_queue_count(queues):  # else the count stays (see apply_create)
+            t.queues = queues
         t.perm = spec.get("perm", t.perm)
         t.attrs = spec.get("attrs", t.attrs)
         t.state_change_ts = ts

@@ -5,6 +5,7 @@ errors to remoting codes."""
 from mqserver.errors import (
     DiskFullError, InvalidRequest, InvalidTopicName, NotMaster, StoreError, TopicExists, TopicNotFound,
 )
+from mqserver.broker.topics import MAX_QUEUES
 
 from protocols.remoting import codes
 from protocols.remoting.bodies import check_group_config
@@ -43,6 +44,11 @@ class AdminHandlers:
             return error(cmd, codes.SYSTEM_ERROR, f"topic[{topic}] is illegal")
         read = int_field(cmd, "readQueueNums", 16)
         write = int_field(cmd, "writeQueueNums", 16)
+        if not (0 <= read <= MAX_QUEUES and 0 <= write <= MAX_QUEUES):
+            # the topic's queues are max(read, write) (at most MAX_QUEUES, the broker
+            # checks) and routes tell clients both counts
+            return error(cmd, codes.SYSTEM_ERROR,
+                         f"readQueueNums and writeQueueNums must be 0..{MAX_QUEUES}")
         perm = int_field(cmd, "perm", 6)
         t = self.broker.topic(topic)
         attrs = make_attrs(t.attrs if t else None, read, write, field(cmd, "topicFilterType", "SINGLE_TAG"),

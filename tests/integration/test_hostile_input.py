@@ -305,3 +305,29 @@ def test_smss_subscriber_outlives_the_idle_time(idle_srv):
     finally:
         sub_client.close()
         admin.close()
+
+
+@pytest.mark.parametrize("read, write", [(2 ** 64, 16), (16, 1_000_000), (-5, 16)])
+def test_rocketmq_topic_queue_counts_out_of_range_are_refused(srv, read, write):
+    """UPDATE_AND_CREATE_TOPIC with a queue count outside 0..1024 gets SYSTEM_ERROR and
+    changes nothing. (2**64 read queues were taken: the first NSQ SUB to that topic then
+    walked 2**64 queues, and the broker stopped answering and grew past 6 GB.)"""
+    c = RemotingClient("127.0.0.1", broker_port(srv))
+    try:
+        r = c.call(codes.UPDATE_AND_CREATE_TOPIC, {
+            "topic": "Huge", "defaultTopic": "TBW102", "readQueueNums": read,
+            "writeQueueNums": write, "perm": 6, "topicFilterType": "SINGLE_TAG",
+            "order": "false"})
+        assert r.code == codes.SYSTEM_ERROR
+        assert "0..1024" in r.remark
+        r = c.call(codes.GET_ALL_TOPIC_CONFIG, {})
+        assert b'"Huge"' not in r.body
+    finally:
+        c.close()
+    conn = V2(srv.ports["NsqdFactory"], timeout=20)
+    try:
+        conn.send(b"SUB Huge ch\n")  # the NSQ door creates the topic: one queue
+        assert conn.frame() == (0, b"OK")
+    finally:
+        conn.sock.close()
+    assert_alive_and_small(srv)
