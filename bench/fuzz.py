@@ -22,6 +22,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -185,6 +186,8 @@ def main(argv=None):
     server = ServerProcess(data, listen={d: "tcp:0:interface=127.0.0.1" for d in DOORS},
                            config={"rocketmq": {"serverChannelMaxIdleTimeSeconds": 30}})
     server.start()
+    # stopped from outside (timeout(1), a CI limit): stop the broker on the way out too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     print(f"broker pid {server.proc.pid}, log {server.log_path}", flush=True)
     prepare({d: server.ports[PORT_NAMES[d]] for d in DOORS})
     results = []
