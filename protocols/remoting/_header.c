@@ -12,6 +12,8 @@
  * nothing here raises on bad input. json_command(header, body) builds the command itself
  * (the class, its field names and the defaults come from configure(), called by
  * codec.py): an instance whose __dict__ is what the dataclass's __init__ would set.
+ * json_frame(data, max_frame) does the same for a read that is exactly one whole frame
+ * (codec.FrameDecoder.whole, the usual read of a client waiting for each answer).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -255,22 +257,17 @@ done:
     return result;
 }
 
-/* The header's fields as a tuple, or NULL (no exception: the Python path). */
-static PyObject *read_header(PyObject *header, PyObject *default_language) {
-    Py_buffer view;
+/* The fields of the header in buf[0:len] as a tuple, or NULL (no exception: the Python
+ * path). */
+static PyObject *read_header_at(const unsigned char *buf, Py_ssize_t len,
+                                PyObject *default_language) {
     Cur c;
     PyObject *obj = NULL, *result = NULL;
-    if (PyObject_GetBuffer(header, &view, PyBUF_SIMPLE) < 0) {
-        PyErr_Clear(); /* not bytes: the Python path says what it is */
-        return NULL;
-    }
-    c.p = view.buf;
-    c.end = c.p + view.len;
-    c.scratch = PyMem_Malloc(view.len ? (size_t)view.len : 1);
-    if (c.scratch == NULL) {
-        PyBuffer_Release(&view);
+    c.p = buf;
+    c.end = c.p + len;
+    c.scratch = PyMem_Malloc(len ? (size_t)len : 1);
+    if (c.scratch == NULL)
         return NULL; /* the Python path, which has its own memory to find */
-    }
     skip_ws(&c);
     if (c.p < c.end && *c.p == '{' && (obj = parse_object(&c, 0)) != NULL) {
         skip_ws(&c);
@@ -279,9 +276,21 @@ static PyObject *read_header(PyObject *header, PyObject *default_language) {
     }
     Py_XDECREF(obj);
     PyMem_Free(c.scratch);
-    PyBuffer_Release(&view);
     if (result == NULL)
         PyErr_Clear(); /* whatever it was, the Python path says it again */
+    return result;
+}
+
+/* The header's fields as a tuple, or NULL (no exception: the Python path). */
+static PyObject *read_header(PyObject *header, PyObject *default_language) {
+    Py_buffer view;
+    PyObject *result;
+    if (PyObject_GetBuffer(header, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear(); /* not bytes: the Python path says what it is */
+        return NULL;
+    }
+    result = read_header_at(view.buf, view.len, default_language);
+    PyBuffer_Release(&view);
     return result;
 }
 
@@ -297,18 +306,24 @@ static PyObject *json_header(PyObject *self, PyObject *const *args, Py_ssize_t n
     return result;
 }
 
-/* configure(command_class, field_names, json_type, default_language): what json_command
- * builds. field_names: the class's fields in order, the 7 of the header then body and
- * serialize_type. */
+/* configure(command_class, field_names, json_type, default_language, type_shift,
+ * header_mask): what json_command builds, and how json_frame reads a frame's second word
+ * (wire.py's SERIALIZE_TYPE_SHIFT and MAX_HEADER_LENGTH). field_names: the class's fields
+ * in order, the 7 of the header then body and serialize_type. */
 static PyObject *command_class, *field_names, *json_type, *default_lang;
+static unsigned int type_shift, header_mask;
 
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *cls, *names, *jtype, *lang;
-    if (!PyArg_ParseTuple(args, "O!O!O!U", &PyType_Type, &cls, &PyTuple_Type, &names, &PyLong_Type,
-                          &jtype, &lang))
+    if (!PyArg_ParseTuple(args, "O!O!O!UII", &PyType_Type, &cls, &PyTuple_Type, &names,
+                          &PyLong_Type, &jtype, &lang, &type_shift, &header_mask))
         return NULL;
     if (PyTuple_GET_SIZE(names) != 9) {
         PyErr_SetString(PyExc_ValueError, "a command has 9 fields");
+        return NULL;
+    }
+    if (type_shift == 0 || type_shift > 31) {
+        PyErr_SetString(PyExc_ValueError, "type_shift is 1..31");
         return NULL;
     }
     Py_INCREF(cls);
@@ -322,22 +337,12 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* json_command(header, body): the command (an instance of the configured class whose
- * __dict__ holds its fields, as its __init__ would set them), or None. */
-static PyObject *json_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *fields, *body, *dict = NULL, *cmd = NULL, *empty;
+/* The command of the header's C{fields} (a reference taken) and C{body} (a reference
+ * taken; NULL: an error is set): an instance of the configured class whose __dict__ holds
+ * its fields, as its __init__ would set them. */
+static PyObject *make_command(PyObject *fields, PyObject *body) {
+    PyObject *dict = NULL, *cmd = NULL, *empty;
     Py_ssize_t i;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "json_command(header, body)");
-        return NULL;
-    }
-    if (command_class == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_header.configure() was not called");
-        return NULL;
-    }
-    if ((fields = read_header(args[0], default_lang)) == NULL)
-        Py_RETURN_NONE;
-    body = PyBytes_CheckExact(args[1]) ? (Py_INCREF(args[1]), args[1]) : PyBytes_FromObject(args[1]);
     if (body == NULL || (dict = PyDict_New()) == NULL)
         goto done;
     for (i = 0; i < 7; i++) {
@@ -360,14 +365,77 @@ done:
     return cmd;
 }
 
+static int configured(void) {
+    if (command_class == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_header.configure() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* json_command(header, body): the command, or None. */
+static PyObject *json_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *fields, *body;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "json_command(header, body)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    if ((fields = read_header(args[0], default_lang)) == NULL)
+        Py_RETURN_NONE;
+    body = PyBytes_CheckExact(args[1]) ? (Py_INCREF(args[1]), args[1]) : PyBytes_FromObject(args[1]);
+    return make_command(fields, body);
+}
+
+static unsigned int be32(const unsigned char *p) {
+    return ((unsigned int)p[0] << 24) | ((unsigned int)p[1] << 16) | ((unsigned int)p[2] << 8) | p[3];
+}
+
+/* json_frame(data, max_frame): the command of data (bytes) when it is exactly one whole
+ * frame (length prefix included) of at most max_frame bytes with a JSON header within it,
+ * read as json_command reads a header; None for anything else (the Python path). */
+static PyObject *json_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const unsigned char *p;
+    Py_ssize_t n, max_frame, header_len;
+    unsigned int word;
+    PyObject *fields;
+    if (nargs != 2 || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "json_frame(data, max_frame: int)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    if (!PyBytes_CheckExact(args[0]))
+        Py_RETURN_NONE;
+    if ((max_frame = PyLong_AsSsize_t(args[1])) == -1 && PyErr_Occurred())
+        return NULL;
+    p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    n = PyBytes_GET_SIZE(args[0]);
+    if (n < 8 || n > max_frame || (Py_ssize_t)be32(p) + 4 != n)
+        Py_RETURN_NONE;
+    word = be32(p + 4);
+    header_len = (Py_ssize_t)(word & header_mask);
+    if (word >> type_shift || header_len > n - 8)
+        Py_RETURN_NONE;
+    if ((fields = read_header_at(p + 8, header_len, default_lang)) == NULL)
+        Py_RETURN_NONE;
+    return make_command(fields, PyBytes_FromStringAndSize((const char *)p + 8 + header_len,
+                                                          n - 8 - header_len));
+}
+
 static PyMethodDef methods[] = {
     {"json_header", (PyCFunction)(void (*)(void))json_header, METH_FASTCALL,
      "json_header(header, default_language) -> (code, language, version, opaque, flag, "
      "remark, extFields) or None: see codec.py_decode_json_header."},
     {"json_command", (PyCFunction)(void (*)(void))json_command, METH_FASTCALL,
      "json_command(header, body) -> the command json_header's fields make, or None."},
+    {"json_frame", (PyCFunction)(void (*)(void))json_frame, METH_FASTCALL,
+     "json_frame(data, max_frame) -> the command of data when it is one whole frame with a "
+     "JSON header json_command reads, or None."},
     {"configure", configure, METH_VARARGS,
-     "configure(command_class, field_names, json_type, default_language)"},
+     "configure(command_class, field_names, json_type, default_language, type_shift, "
+     "header_mask)"},
     {NULL, NULL, 0, NULL},
 };
 

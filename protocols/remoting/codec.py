@@ -34,11 +34,13 @@ from protocols.remoting.wire import (
 _LENGTH_SIZE = LENGTH_STRUCT.size
 #: The C speedup of decode_json_header (None: py_decode_json_header only).
 _header = speedups.load("protocols.remoting._header")
-_json_command = None
+_json_command = _json_frame = None
 if _header is not None:
     _header.configure(RemotingCommand, tuple(f.name for f in dataclasses.fields(RemotingCommand)),
-                      codes.SERIALIZE_JSON, codes.LANGUAGE_JAVA)
+                      codes.SERIALIZE_JSON, codes.LANGUAGE_JAVA, SERIALIZE_TYPE_SHIFT,
+                      MAX_HEADER_LENGTH)
     _json_command = _header.json_command
+    _json_frame = _header.json_frame
 _PREFIX_SIZE = FRAME_PREFIX_STRUCT.size
 
 _JSON_TYPE_NAME = codes.SERIALIZE_TYPE_NAMES[codes.SERIALIZE_JSON]
@@ -503,35 +505,56 @@ class FrameDecoder:
         """Return how many received bytes are waiting for the rest of their frame."""
         return len(self._buffer) - self._pos
 
+    def whole(self, data) -> RemotingCommand | None:
+        """Return the command when ``data`` is exactly one whole frame with a JSON header
+        within the limits and nothing is waiting (the usual read of a client that sends
+        a request and waits for its answer); else None, having taken nothing (``feed``
+        then takes ``data``, and raises what is wrong with it)."""
+        if self._buffer or self._error is not None:
+            return None
+        if _json_frame is not None:
+            cmd = _json_frame(data, self.max_frame)
+            if cmd is not None:
+                return cmd
+        return self.py_whole(data)
+
+    def py_whole(self, data) -> RemotingCommand | None:
+        """L{whole} in Python, once the decoder is known to wait for nothing: the
+        reference of the C speedup (C{_header.json_frame}), and what reads every frame it
+        leaves."""
+        if len(data) < _PREFIX_SIZE:
+            return None
+        length, word = FRAME_PREFIX_STRUCT.unpack_from(data, 0)
+        size = length + _LENGTH_SIZE
+        end = word & MAX_HEADER_LENGTH
+        if (size != len(data) or word >> SERIALIZE_TYPE_SHIFT or size > self.max_frame
+                or end > length - WORD_SIZE):
+            return None
+        # a JSON header within the frame (what _check_prefix and decode_payload check,
+        # in short)
+        data = bytes(data)
+        end += _LENGTH_SIZE + WORD_SIZE
+        try:
+            return decode_json_header(data[_LENGTH_SIZE + WORD_SIZE:end], data[end:])
+        except RemotingProtocolError:
+            return None
+
     def feed(self, data) -> list[RemotingCommand]:
         """Add ``data`` and return every command it completes, in order."""
         if self._error is not None:
             raise RemotingProtocolError(f"decoder failed earlier: {self._error}")
         buffer = self._buffer
-        if not buffer and len(data) >= _PREFIX_SIZE:
-            # The usual read: exactly one whole frame and nothing waiting. Decode it
-            # from the chunk itself, without a round trip through the buffer.
-            length, word = FRAME_PREFIX_STRUCT.unpack_from(data, 0)
-            size = length + _LENGTH_SIZE
-            if size == len(data):
-                end = word & MAX_HEADER_LENGTH
-                if (not word >> SERIALIZE_TYPE_SHIFT and size <= self.max_frame
-                        and end <= length - WORD_SIZE):
-                    # a JSON header within the frame (what _check_prefix and
-                    # decode_payload check, in short)
-                    data = bytes(data)
-                    end += _LENGTH_SIZE + WORD_SIZE
-                    try:
-                        return [decode_json_header(data[_LENGTH_SIZE + WORD_SIZE:end], data[end:])]
-                    except RemotingProtocolError as exc:
-                        self._error = exc
-                        raise
-                try:
-                    self._check_prefix(data, len(data))
-                    return [decode_payload(bytes(data)[_LENGTH_SIZE:])]
-                except RemotingProtocolError as exc:
-                    self._error = exc
-                    raise
+        if (not buffer and len(data) >= _PREFIX_SIZE
+                and FRAME_PREFIX_STRUCT.unpack_from(data, 0)[0] + _LENGTH_SIZE == len(data)):
+            # Exactly one whole frame and nothing waiting (one that whole() does not take:
+            # another serialization, or what is wrong with it to say): decoded from the
+            # chunk itself, without a round trip through the buffer.
+            try:
+                self._check_prefix(data, len(data))
+                return [decode_payload(bytes(data)[_LENGTH_SIZE:])]
+            except RemotingProtocolError as exc:
+                self._error = exc
+                raise
         buffer += data
         commands: list[RemotingCommand] = []
         try:

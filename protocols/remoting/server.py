@@ -140,6 +140,13 @@ class RemotingProtocol(IdleWatch, Protocol):
     def dataReceived(self, data):
         self.active = True
         self._gathered = 0
+        cmd = self.decoder.whole(data)
+        if cmd is not None:
+            # A request alone in its read (a client waiting for each answer), handled as
+            # _received would: with nothing to gather its answer with, it goes out as it
+            # is made.
+            self._command(cmd)
+            return
         self._cork.received(self.transport, self._received, data)
 
     def _send(self, data):

@@ -58,6 +58,24 @@ def test_send_fed_one_byte_at_a_time(node):
     assert c.connected
 
 
+def test_a_read_shaped_like_a_frame_is_the_rest_of_the_one_begun(node):
+    """A request alone in its read is handled at once (FrameDecoder.whole), but only
+    when no frame is begun: here the second read is a whole GET_MAX_OFFSET request by
+    itself, and the body of the SEND the first read began."""
+    inner = request(codes.GET_MAX_OFFSET, 2, {"topic": "T", "queueId": 0})
+    outer = request(codes.SEND_MESSAGE, 1, send_fields("T"), inner)
+    c = node.connect(node.factory)
+    c.send(outer[:-len(inner)])
+    assert c.take() == b""
+    c.send(outer[-len(inner):])
+    (r,) = commands(c.take())
+    assert (r.code, r.opaque) == (codes.SUCCESS, 1)
+    assert node.store.queue("T", 0).max_offset == 1
+    c.send(inner)  # alone in its read this time: answered at once
+    (r,) = commands(c.take())
+    assert (r.opaque, r.ext_fields["offset"]) == (2, "1")
+
+
 def test_pipelined_requests_each_answered_by_opaque(node):
     c = node.connect(node.factory)
     c.send(request(codes.SEND_MESSAGE, 1, send_fields("T"), b"a")

@@ -4,6 +4,7 @@ reads, and None (the Python path) for every one it does not."""
 
 import importlib
 import json
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -128,3 +129,90 @@ def test_a_header_that_is_no_buffer_is_left_to_python():
     assert _module().json_command(None, b"") is None
     with pytest.raises(TypeError):
         _c()(b"{}", None)
+
+
+# -- a read that is one whole frame (_header.json_frame, FrameDecoder.whole) ---------------
+
+def _frame(header, body=b"", serialize_type=0, header_len=None, length=None):
+    header_len = len(header) if header_len is None else header_len
+    length = 4 + len(header) + len(body) if length is None else length
+    return struct.pack(">II", length, serialize_type << 24 | header_len) + header + body
+
+
+def _same_frame(data, max_frame=codec.DEFAULT_MAX_FRAME):
+    """Assert that the C reading of the read C{data} is the Python one's, or None where
+    the C code leaves it (the Python path then reads it)."""
+    built = _module().json_frame(data, max_frame)
+    expected = codec.FrameDecoder(max_frame).py_whole(data)
+    if built is None:
+        if expected is not None:  # a frame whose header the C code leaves to Python
+            assert _module().json_command(data[8:8 + (len(data) - len(expected.body) - 8)],
+                                          expected.body) is None, data
+        return expected
+    assert expected is not None, data
+    assert type(built) is codec.RemotingCommand and type(built.body) is bytes
+    assert built == expected, data
+    assert [(k, type(v)) for k, v in vars(built).items()] == [
+        (k, type(v)) for k, v in vars(expected).items()]
+    return built
+
+
+def test_a_cpp_send_alone_in_its_read_is_read_in_c():
+    cmd = _same_frame(_frame(CPP_SEND, b"body"))
+    assert cmd is not None and cmd.body == b"body" and cmd.code == 10
+    # what FrameDecoder.whole uses, and what a protocol's dataReceived takes it through
+    assert codec._json_frame is not None
+    assert codec.FrameDecoder().whole(_frame(CPP_SEND, b"body")) == cmd
+
+
+@pytest.mark.parametrize("data,max_frame", [
+    (b"", 100), (_frame(b'{"code":1}')[:7], 100),
+    (_frame(b'{"code":1}'), 100),  # one whole frame
+    (_frame(b'{"code":1}', b"x"), 100),  # with a body
+    (_frame(b'{"code":1}') + b"x", 100),  # more than the frame: a pipelined read
+    (_frame(b'{"code":1}')[:-1], 100),  # less: a frame in parts
+    (_frame(b'{"code":1}', b"xyz")[:-1], 100),  # the header whole, the body not
+    (_frame(b'{"code":1}', length=3), 100),  # a length shorter than the word
+    (_frame(b'{"code":1}', b"xy"), 20),  # over max_frame (22 bytes with the prefix)
+    (_frame(b'{"code":1}', b"x"), 19),  # at it
+    (_frame(b'{"code":1}', b"xy"), 19),  # one byte over it
+    (_frame(b'{"code":1}', serialize_type=1), 100),  # RocketMQ serialization
+    (_frame(b'{"code":1}', serialize_type=128), 100),
+    (_frame(b'{"code":1}', header_len=11), 100),  # a header longer than the frame
+    (_frame(b'{"code":1}', b"x", header_len=9), 100),  # shorter: the rest is the body
+    (_frame(b'{"code":1}', header_len=0xFFFFFF), 100),
+    (_frame(b'{"code":1,"extFields":{"a":"\\ud83d\\ude00"}}'), 100),  # left to Python
+    (_frame(b"{x}"), 100),  # no JSON: None, and feed says what is wrong
+])
+def test_c_frame_reading_matches_python_on_edges(data, max_frame):
+    _same_frame(data, max_frame)
+
+
+@given(_header, st.binary(max_size=8), st.integers(-3, 3), st.integers(-3, 3),
+       st.sampled_from([0, 0, 0, 1, 255]), st.integers(8, 400))
+@settings(max_examples=500)
+def test_c_frame_reading_matches_python(obj, body, length_off, header_off, serialize_type,
+                                        max_frame):
+    header = json.dumps(obj).encode("utf-8", "surrogatepass")
+    data = _frame(header, body, serialize_type, max(0, len(header) + header_off),
+                  max(0, 4 + len(header) + len(body) + length_off))
+    _same_frame(data, max_frame)
+
+
+def test_a_read_that_is_no_bytes_or_an_unsized_limit():
+    assert _module().json_frame(bytearray(_frame(b'{"code":1}')), 100) is None
+    with pytest.raises(TypeError):
+        _module().json_frame(_frame(b'{"code":1}'), None)
+    with pytest.raises(OverflowError):
+        _module().json_frame(_frame(b'{"code":1}'), 2**70)
+
+
+def test_whole_takes_nothing_and_waits_for_nothing():
+    """FrameDecoder.whole reads a read alone only when no part of a frame waits, and
+    takes nothing when it does not read it: feed then sees every byte."""
+    one = _frame(b'{"code":1,"opaque":1}')
+    d = codec.FrameDecoder()
+    assert d.whole(one + one) is None and d.buffered() == 0
+    assert [c.opaque for c in d.feed(one[:5])] == [] and d.buffered() == 5
+    assert d.whole(one) is None, "a frame-shaped read after part of a frame is its rest"
+    assert d.buffered() == 5
