@@ -22,7 +22,8 @@ from protocols.remoting.codec import encode_response, encode_send_answer
 from protocols.remoting.props import MAX_PROPERTIES_LENGTH
 from protocols.remoting.pull_handlers import PullHandlers
 from protocols.remoting.sending import (
-    NUMBERS as _NUMBERS, NO_HOST_FLAGS as _NO_HOST_FLAGS, build_messages, dlq_topic, host_bytes,
+    NUMBERS as _NUMBERS, NO_HOST_FLAGS as _NO_HOST_FLAGS, SHORT_NAMES, build_messages, dlq_topic,
+    host_bytes,
     normalize_properties, offset_msg_ids, property_value, retry_copy, retry_topic, send_header,
     header_int, with_real_queue,
 )
@@ -37,6 +38,13 @@ from protocols.remoting.topicview import (
 
 #: What a send header's C{batch} says when it is a batch (L{sending.header_bool}).
 _TRUE = ("true", "1")
+#: The send header fields _usual_send reads, by their long names and by SEND_MESSAGE_V2's.
+_LONG_READ = ("topic", "queueId", "sysFlag", "flag", "bornTimestamp", "reconsumeTimes",
+              "properties", "batch")
+_SHORT_READ = tuple(next(s for s, n in SHORT_NAMES.items() if n == name) for name in _LONG_READ)
+#: Every long name a short one stands for: a V2 header holding none is read by its short
+#: names alone.
+_LONG_NAMES = frozenset(SHORT_NAMES.values())
 
 def sent(cmd, msg_ids, qid, queue_offset):
     """Return the frame of the SUCCESS answer to a send: what 4.9 writes, in our key order."""
@@ -90,35 +98,44 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
     def send(self, cmd):
         # most sends are the usual one (_usual_send), answered at once
         code = cmd.code
+        ext = cmd.ext_fields
         if code == codes.SEND_MESSAGE:  # the C++ client's
-            answer = self._usual_send(cmd, cmd.ext_fields)
+            answer = self._usual_send(cmd, ext, _LONG_READ)
         elif code == codes.SEND_MESSAGE_V2:  # the Java and Go clients', short field names
-            answer = self._usual_send(cmd, send_header(cmd))
+            if "b" in ext and _LONG_NAMES.isdisjoint(ext):
+                # read by their short names: what send_header's renaming would give, as
+                # no long name is there to clash with one
+                answer = self._usual_send(cmd, ext, _SHORT_READ)
+            else:
+                answer = self._usual_send(cmd, send_header(cmd), _LONG_READ)
         else:
             answer = None
         return self._any_send(cmd) if answer is None else answer
 
-    def _usual_send(self, cmd, ext):
+    def _usual_send(self, cmd, ext, names):
         """Store and answer the usual send in short, or return None (L{_any_send} then serves
         it, and also says what is wrong): one message, not a batch, to a writable topic
         that exists, never expires and is no retry topic, on a queue in range, neither
         delayed nor a half message, within the size limits, on a master, the write done
-        at once (flush levels 0 and 1). The answer is what L{_any_send} gives it."""
-        topic = ext.get("topic")
+        at once (flush levels 0 and 1). The answer is what L{_any_send} gives it.
+        C{names}: the header's names of the fields read (L{_LONG_READ} or
+        L{_SHORT_READ})."""
+        TOPIC, QUEUE_ID, SYS_FLAG, FLAG, BORN, RECONSUME, PROPERTIES, BATCH = names
+        topic = ext.get(TOPIC)
         t = self.broker.registry.topics.get(topic)
         if (t is None or t.state or t.expire_at or not t.perm & PERM_WRITE
                 or topic not in _USUAL_NAMES and not usual_send_name(topic)):
             return None
         try:
-            qid = int(ext["queueId"])
+            qid = int(ext[QUEUE_ID])
             sys_flag, flag, born_ts, reconsume = numbers = (
-                int(ext.get("sysFlag") or 0), int(ext.get("flag") or 0),
-                int(ext.get("bornTimestamp") or 0), int(ext.get("reconsumeTimes") or 0))
+                int(ext.get(SYS_FLAG) or 0), int(ext.get(FLAG) or 0),
+                int(ext.get(BORN) or 0), int(ext.get(RECONSUME) or 0))
             _NUMBERS.pack(*numbers)
         except (KeyError, ValueError, struct.error):
             return None
-        props = ext.get("properties")
-        batch = ext.get("batch")
+        props = ext.get(PROPERTIES)
+        batch = ext.get(BATCH)
         body = cmd.body
         if (not 0 <= qid < t.queues or qid >= write_queues(t)
                 or batch is not None and batch.lower() in _TRUE

@@ -129,6 +129,37 @@ def test_usual_send_answers_and_stores_as_the_general_path(doors, sends):
     assert_same_records(doors)
 
 
+def send_raw_to_both(doors, ext, code=codes.SEND_MESSAGE_V2):
+    """L{send_to_both} with C{ext} as it is, names unchanged."""
+    fast = doors[0]
+    fast.opaque += 1
+    frame = encode(RemotingCommand(code=code, language="JAVA", version=401, opaque=fast.opaque,
+                                   ext_fields=ext, body=b"mixed"))
+    answers = []
+    for d in doors:
+        d.conn.dataReceived(frame)
+        answers.append(d.conn.transport.value())
+        d.conn.transport.clear()
+    assert answers[0] == answers[1], ext
+    return answers[0]
+
+
+def test_v2_headers_with_long_names_too_answer_as_the_general_path(doors):
+    """A SEND_MESSAGE_V2 is read by its short names only when no long name is there;
+    with one, the header is renamed as the general path renames it (a long name after
+    its short one wins, "topic" turns the renaming off), whichever field it is."""
+    usual = {_SHORT.get(k, k): v for k, v in USUAL.items()}
+    for long_name, value in [("properties", "TAGS\x01L\x02DELAY\x013\x02"), ("queueId", "1"),
+                             ("batch", "true"), ("topic", "T4"), ("flag", "x"),
+                             ("maxReconsumeTimes", "1"), ("sysFlag", "8"),
+                             ("reconsumeTimes", "2")]:
+        send_raw_to_both(doors, {**usual, long_name: value})
+        short = _SHORT[long_name]
+        send_raw_to_both(doors, {**{k: v for k, v in usual.items() if k != short},
+                                 long_name: value, short: usual.get(short, "0")})
+    assert_same_records(doors)
+
+
 @pytest.mark.parametrize("code", [codes.SEND_MESSAGE, codes.SEND_MESSAGE_V2])
 def test_the_usual_send_takes_the_short_path(doors, code):
     """The C++ client's usual send (and V2's) does not reach the general path."""
