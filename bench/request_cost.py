@@ -13,8 +13,9 @@ Requests: smss PUB and NSQ PUB, one 200-byte message each, as the benchmarks sen
 the NSQ PUB with a consumer attached (``nsqsub``: one more reactor turn for the channel's
 pump per PUB, and the consumer FINs what the broker flushes to it, as the steady rows);
 RocketMQ SEND_MESSAGE (code 10, JSON header as the C++ client writes it) of one 200-byte
-message, RocketMQ PULL_MESSAGE of one stored message, and of 32 (these three with
-``--only rmqsend,rmqpull,rmqpull32``), and the steady cycle of a RocketMQ push consumer
+message, the same as SEND_MESSAGE_V2 (``rmqsend2``: code 310, the Java client's header
+and short field names), RocketMQ PULL_MESSAGE of one stored message, and of 32 (these
+with ``--only rmqsend,rmqsend2,rmqpull,rmqpull32``), and the steady cycle of a RocketMQ push consumer
 keeping up (``rmqpoll``: a PULL at the queue's tail is parked, a SEND arrives on a second
 connection and is answered, and the parked PULL is answered with the new message; the
 broker then runs with ``rocketmq.longPollBatchMs: 0``, one message per pull).
@@ -26,7 +27,7 @@ with the load of a shared machine, for comparing two versions of the request pat
 Asserts nothing.
 
     python bench/request_cost.py [--requests 20000] [--repeat 5]
-                                 [--only smss,nsq,nsqsub,rmqsend,rmqpull,rmqpull32,rmqpoll]
+                                 [--only smss,nsq,nsqsub,rmqsend,rmqsend2,rmqpull,rmqpull32,rmqpoll]
                                  [--also broker] [--opcodes 500] [--top 25]
 """
 
@@ -249,6 +250,22 @@ def rmqsend_session(port):
     return sock, remoting_request(codes.SEND_MESSAGE, RMQ_SEND, body=BODY), RemotingReply(b'{"code":0,')
 
 
+#: SEND_MESSAGE_V2 as the Java client writes it (vectors/rocketmq/java-go-client-frames.txt):
+#: short field names, every value a string; no KEYS (the C++ row's properties).
+RMQ_SEND_V2 = {"a": "PID_COST", "b": "cost", "c": "TBW102", "d": "4", "e": "0", "f": "0",
+               "g": "1795270508239", "h": "0", "i": RMQ_SEND["properties"], "j": "0",
+               "k": "false", "m": "false"}
+
+
+def rmqsend2_session(port):
+    sock = connect(port)
+    header = json.dumps({"code": codes.SEND_MESSAGE_V2, "extFields": RMQ_SEND_V2, "flag": 0,
+                         "language": "JAVA", "opaque": 1, "serializeTypeCurrentRPC": "JSON",
+                         "version": 401}, separators=(",", ":")).encode()
+    frame = pack_frame_prefix(codes.SERIALIZE_JSON, len(header), len(BODY)) + header + BODY
+    return sock, frame, RemotingReply(b'{"code":0,')
+
+
 def rmqpull_session(port):
     sock, send, reply = rmqsend_session(port)
     round_trips(sock, send, reply, 1)  # something to pull, whichever row ran before
@@ -364,7 +381,7 @@ def main():
     p.add_argument("--requests", type=int, default=20000, help="round trips per run")
     p.add_argument("--repeat", type=int, default=5, help="runs; the best is printed")
     p.add_argument("--only", default="smss,nsq",
-                   help="comma-separated: smss, nsq, nsqsub, rmqsend, rmqpull, rmqpull32, rmqpoll "
+                   help="comma-separated: smss, nsq, nsqsub, rmqsend, rmqsend2, rmqpull, rmqpull32, rmqpoll "
                         "(default smss,nsq)")
     p.add_argument("--also", default="", metavar="DOORS",
                    help="comma-separated doors to start as well, unmeasured (e.g. broker: the"
@@ -382,6 +399,7 @@ def main():
                     "nsq": (nsq_session, "nsqd_tcp", "nsq PUB"),
                     "nsqsub": (nsqsub_session, "nsqd_tcp", "nsq PUB+sub"),
                     "rmqsend": (rmqsend_session, "broker", "rmq SEND"),
+                    "rmqsend2": (rmqsend2_session, "broker", "rmq SENDv2"),
                     "rmqpull": (rmqpull_session, "broker", "rmq PULL"),
                     "rmqpull32": (rmqpull32_session, "broker", "rmq PULL32"),
                     "rmqpoll": (rmqpoll_session, "broker", "rmq POLL")}
