@@ -19,7 +19,8 @@ from mqserver.idle import IdleWatch
 from mqserver.sendnow import Cork
 
 from protocols.remoting import codes
-from protocols.remoting.codec import FrameDecoder, RemotingProtocolError, encode
+from protocols.remoting.codec import RemotingProtocolError, encode
+from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand, make_response
 
 

@@ -6,7 +6,8 @@ import socket
 import time
 
 from protocols.remoting import codes
-from protocols.remoting.codec import FrameDecoder, encode
+from protocols.remoting.codec import encode
+from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand
 
 

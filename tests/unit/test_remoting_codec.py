@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from protocols.remoting import codes, wire
 from protocols.remoting.codec import (
-    FrameDecoder,
     RemotingProtocolError,
     decode_frame,
     decode_payload,
@@ -19,6 +18,7 @@ from protocols.remoting.codec import (
     encode_response,
     ext_value_to_str,
 )
+from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand, make_response
 from protocols.remoting.props import (
     BatchMessage,
@@ -491,7 +491,7 @@ def test_batch_body_must_tile_exactly(cut):
 def test_deeply_nested_json_header_is_a_protocol_error():
     """100,000 "[" as a JSON header is refused like any undecodable header, not a
     RecursionError out of the decoder."""
-    from protocols.remoting.codec import FrameDecoder, RemotingProtocolError
+    from protocols.remoting.codec import RemotingProtocolError
 
     header = b"[" * 100_000
     frame = struct.pack(">II", 4 + len(header), len(header)) + header

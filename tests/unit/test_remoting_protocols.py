@@ -11,7 +11,8 @@ from twisted.internet.address import IPv4Address
 
 from protocols.remoting import codes
 from protocols.remoting.broker_door import make_factory as broker_factory
-from protocols.remoting.codec import FrameDecoder, encode
+from protocols.remoting.codec import encode
+from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.namesrv import NamesrvFactory, make_table
 from tests.support.inprocess import Connection, door_fixtures, running

@@ -10,7 +10,8 @@ from typing import NamedTuple
 import pytest
 
 from protocols.remoting import codes
-from protocols.remoting.codec import FrameDecoder, decode_frame, encode
+from protocols.remoting.codec import decode_frame, encode
+from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.props import decode_properties, encode_properties, tag_hash_code, uniq_key_ip
 
 VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "vectors" / "rocketmq"

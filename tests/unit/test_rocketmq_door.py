@@ -14,7 +14,8 @@ from mqserver.store.format import RecordView, decode_properties
 from mqserver.store.store import MessageStore
 from protocols.remoting import codes
 from protocols.remoting.broker_door import BrokerDoor
-from protocols.remoting.codec import FrameDecoder, decode_frame, encode
+from protocols.remoting.codec import decode_frame, encode
+from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.topicview import make_attrs
 

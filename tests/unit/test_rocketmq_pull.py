@@ -10,7 +10,8 @@ from mqserver import speedups
 from mqserver.store import format as fmt
 from mqserver.store.store import Message, MessageStore
 from protocols.remoting import codes
-from protocols.remoting.codec import FrameDecoder, encode
+from protocols.remoting.codec import encode
+from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.props import tag_hash_code
 from protocols.remoting.pulling import MAX_BYTES, pull_once

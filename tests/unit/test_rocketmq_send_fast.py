@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from protocols.remoting import codes
 from protocols.remoting.broker_protocol import sent
-from protocols.remoting.codec import FrameDecoder, RemotingProtocolError, encode, encode_send_answer
+from protocols.remoting.codec import RemotingProtocolError, encode, encode_send_answer
+from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.sending import SHORT_NAMES, offset_msg_ids
 from protocols.remoting.messages import RemotingCommand
 

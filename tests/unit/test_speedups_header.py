@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from mqserver import speedups
 from protocols.remoting import codec, codes
 from protocols.remoting.codec import RemotingProtocolError, py_decode_json_header
+from protocols.remoting.framing import FrameDecoder
+from protocols.remoting.wire import DEFAULT_MAX_FRAME
 
 #: A C++ client's SEND header (bench/request_cost.py), numbers as JSON numbers.
 CPP_SEND = (b'{"code":10,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","batch":"0",'
@@ -139,11 +141,11 @@ def _frame(header, body=b"", serialize_type=0, header_len=None, length=None):
     return struct.pack(">II", length, serialize_type << 24 | header_len) + header + body
 
 
-def _same_frame(data, max_frame=codec.DEFAULT_MAX_FRAME):
+def _same_frame(data, max_frame=DEFAULT_MAX_FRAME):
     """Assert that the C reading of the read C{data} is the Python one's, or None where
     the C code leaves it (the Python path then reads it)."""
     built = _module().json_frame(data, max_frame)
-    expected = codec.FrameDecoder(max_frame).py_whole(data)
+    expected = FrameDecoder(max_frame).py_whole(data)
     if built is None:
         if expected is not None:  # a frame whose header the C code leaves to Python
             assert _module().json_command(data[8:8 + (len(data) - len(expected.body) - 8)],
@@ -161,8 +163,8 @@ def test_a_cpp_send_alone_in_its_read_is_read_in_c():
     cmd = _same_frame(_frame(CPP_SEND, b"body"))
     assert cmd is not None and cmd.body == b"body" and cmd.code == 10
     # what FrameDecoder.whole uses, and what a protocol's dataReceived takes it through
-    assert codec._json_frame is not None
-    assert codec.FrameDecoder().whole(_frame(CPP_SEND, b"body")) == cmd
+    assert codec.json_frame is not None
+    assert FrameDecoder().whole(_frame(CPP_SEND, b"body")) == cmd
 
 
 @pytest.mark.parametrize("data,max_frame", [
@@ -211,7 +213,7 @@ def test_whole_takes_nothing_and_waits_for_nothing():
     """FrameDecoder.whole reads a read alone only when no part of a frame waits, and
     takes nothing when it does not read it: feed then sees every byte."""
     one = _frame(b'{"code":1,"opaque":1}')
-    d = codec.FrameDecoder()
+    d = FrameDecoder()
     assert d.whole(one + one) is None and d.buffered() == 0
     assert [c.opaque for c in d.feed(one[:5])] == [] and d.buffered() == 5
     assert d.whole(one) is None, "a frame-shaped read after part of a frame is its rest"

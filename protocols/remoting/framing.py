@@ -1,0 +1,141 @@
+"""The incremental decoder of a remoting connection's bytes: whatever arrived in, whole
+commands out (frames as in L{protocols.remoting.codec}, specs/rocketmq-remoting.md 1.2)."""
+
+from protocols.remoting import codes
+from protocols.remoting.codec import (
+    RemotingProtocolError, decode_json_header, decode_payload, json_frame as _json_frame,
+)
+from protocols.remoting.messages import RemotingCommand
+from protocols.remoting.wire import (
+    DEFAULT_MAX_FRAME,
+    FRAME_PREFIX_STRUCT,
+    LENGTH_STRUCT,
+    MAX_HEADER_LENGTH,
+    SERIALIZE_TYPE_OFFSET,
+    SERIALIZE_TYPE_SHIFT,
+    WORD_SIZE,
+)
+
+_LENGTH_SIZE = LENGTH_STRUCT.size
+_PREFIX_SIZE = FRAME_PREFIX_STRUCT.size
+# Compaction threshold: below it a consumed prefix is kept, since deleting it would cost
+# more than it saves.
+_COMPACT_MIN = 64 * 1024
+
+
+class FrameDecoder:
+    """Incremental frame decoder: feed it bytes as they arrive, get whole commands back.
+
+    ``max_frame`` bounds a whole frame including its 4-byte length prefix (Java's
+    LengthFieldBasedFrameDecoder counts the prefix).  The announced length is checked
+    as soon as its 4 bytes are in, before any of the frame is waited for.  After an
+    error the decoder stays failed; drop the connection.
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME):
+        """Create a decoder that rejects frames longer than ``max_frame`` bytes."""
+        self.max_frame = max_frame
+        self._buffer = bytearray()
+        self._pos = 0  # start of the first unconsumed byte in _buffer
+        self._need = 0  # total size of the frame at _pos once its length is known
+        self._error: RemotingProtocolError | None = None
+
+    def buffered(self) -> int:
+        """Return how many received bytes are waiting for the rest of their frame."""
+        return len(self._buffer) - self._pos
+
+    def whole(self, data) -> RemotingCommand | None:
+        """Return the command when ``data`` is exactly one whole frame with a JSON header
+        within the limits and nothing is waiting (the usual read of a client that sends
+        a request and waits for its answer); else None, having taken nothing (``feed``
+        then takes ``data``, and raises what is wrong with it)."""
+        if self._buffer or self._error is not None:
+            return None
+        if _json_frame is not None:
+            cmd = _json_frame(data, self.max_frame)
+            if cmd is not None:
+                return cmd
+        return self.py_whole(data)
+
+    def py_whole(self, data) -> RemotingCommand | None:
+        """L{whole} in Python, once the decoder is known to wait for nothing: the
+        reference of the C speedup (C{_header.json_frame}), and what reads every frame it
+        leaves."""
+        if len(data) < _PREFIX_SIZE:
+            return None
+        length, word = FRAME_PREFIX_STRUCT.unpack_from(data, 0)
+        size = length + _LENGTH_SIZE
+        end = word & MAX_HEADER_LENGTH
+        if (size != len(data) or word >> SERIALIZE_TYPE_SHIFT or size > self.max_frame
+                or end > length - WORD_SIZE):
+            return None
+        # a JSON header within the frame (what _check_prefix and decode_payload check,
+        # in short)
+        data = bytes(data)
+        end += _LENGTH_SIZE + WORD_SIZE
+        try:
+            return decode_json_header(data[_LENGTH_SIZE + WORD_SIZE:end], data[end:])
+        except RemotingProtocolError:
+            return None
+
+    def feed(self, data) -> list[RemotingCommand]:
+        """Add ``data`` and return every command it completes, in order."""
+        if self._error is not None:
+            raise RemotingProtocolError(f"decoder failed earlier: {self._error}")
+        buffer = self._buffer
+        if (not buffer and len(data) >= _PREFIX_SIZE
+                and FRAME_PREFIX_STRUCT.unpack_from(data, 0)[0] + _LENGTH_SIZE == len(data)):
+            # Exactly one whole frame and nothing waiting (one that whole() does not take:
+            # another serialization, or what is wrong with it to say): decoded from the
+            # chunk itself, without a round trip through the buffer.
+            try:
+                self._check_prefix(data, len(data))
+                return [decode_payload(bytes(data)[_LENGTH_SIZE:])]
+            except RemotingProtocolError as exc:
+                self._error = exc
+                raise
+        buffer += data
+        commands: list[RemotingCommand] = []
+        try:
+            while True:
+                available = len(buffer) - self._pos
+                if not self._need:
+                    if available < _LENGTH_SIZE:
+                        break
+                    self._need = self._check_prefix(buffer, available)
+                if available < self._need:
+                    break
+                start = self._pos
+                # Decode from an immutable copy: a view into the bytearray (kept alive by
+                # a traceback, say) would forbid resizing it later.
+                with memoryview(buffer) as view:
+                    payload = bytes(view[start + _LENGTH_SIZE:start + self._need])
+                commands.append(decode_payload(payload))
+                self._pos = start + self._need
+                self._need = 0
+        except RemotingProtocolError as exc:
+            exc.commands = commands
+            self._error = exc
+            buffer.clear()
+            raise
+        if self._pos == len(buffer):
+            buffer.clear()
+            self._pos = 0
+        elif self._pos >= _COMPACT_MIN and self._pos * 2 >= len(buffer):
+            del buffer[:self._pos]
+            self._pos = 0
+        return commands
+
+    def _check_prefix(self, buffer: bytearray, available: int) -> int:
+        """Validate the announced length (and the type byte if present); return the frame size."""
+        (length,) = LENGTH_STRUCT.unpack_from(buffer, self._pos)
+        size = length + _LENGTH_SIZE
+        if size > self.max_frame:
+            raise RemotingProtocolError(f"frame of {size} bytes exceeds the {self.max_frame}-byte limit")
+        if length < WORD_SIZE:
+            raise RemotingProtocolError(f"frame length {length} leaves no room for the header length")
+        if available > SERIALIZE_TYPE_OFFSET:
+            serialize_type = buffer[self._pos + SERIALIZE_TYPE_OFFSET]
+            if serialize_type not in codes.SERIALIZE_TYPE_NAMES:
+                raise RemotingProtocolError(f"unknown serialize type {serialize_type}")
+        return size
