@@ -20,7 +20,6 @@ import hashlib
 import hmac
 import ipaddress
 import json
-import os
 
 import yaml
 from twisted.logger import Logger

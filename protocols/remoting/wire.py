@@ -6,7 +6,6 @@ positions the codec uses on the hot path are derived from them at import
 (``mqserver.layout``). See specs/rocketmq-remoting.md sections 1.2, 1.5 and 6.7.
 """
 
-import struct
 
 from construct import (
     Bytes,
