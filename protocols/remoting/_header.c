@@ -13,7 +13,7 @@
  * (the class, its field names and the defaults come from configure(), called by
  * codec.py): an instance whose __dict__ is what the dataclass's __init__ would set.
  * json_frame(data, max_frame) does the same for a read that is exactly one whole frame
- * (codec.FrameDecoder.whole, the usual read of a client waiting for each answer).
+ * (framing.FrameDecoder.whole, the usual read of a client waiting for each answer).
  */
 
 #define PY_SSIZE_T_CLEAN
