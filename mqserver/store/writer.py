@@ -244,8 +244,10 @@ class Writer:
         single = None  # the record's bytes when this append writes one message
         try:
             if _pack is None:
-                result, entries = self._pack_py(messages, magic, queue_id, op, is_msg,
-                                                first_qoff, now, tail, event_id)
+                result, entries, data = self._pack_py(messages, magic, queue_id, op, is_msg,
+                                                      first_qoff, now, tail, event_id)
+                if is_msg and len(result.sizes) == 1:
+                    single = data
             else:
                 packed = _pack.pack(
                     messages, 0, magic, queue_id, op, is_msg, first_qoff, start,
@@ -289,8 +291,8 @@ class Writer:
         return result
     def _pack_py(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id):
         # The reference packing and writing (the C speedup _pack.c packs the same bytes):
-        # one pwrite per segment touched. Returns the PutResult and the consume-queue
-        # entries.
+        # one pwrite per segment touched. Returns the PutResult, the consume-queue
+        # entries and the bytes of the last write (a single message's record).
         log = self.commitlog
         pos = log.end
         seg_left = log.space_left()
@@ -342,9 +344,11 @@ class Writer:
             event_id += 1
             if is_msg:
                 qoff += 1
+        data = b""
         if chunk:
-            log.append(b"".join(chunk))
-        return result, b"".join(entries)
+            data = b"".join(chunk)
+            log.append(data)
+        return result, b"".join(entries), data
 
     def _pack_c_rest(self, messages, magic, queue_id, op, is_msg, first_qoff, now, tail,
                      event_id, first):

@@ -6,7 +6,6 @@ segment and consume-queue file boundaries, tags) and the body built from their r
 import pytest
 from twisted.internet.task import Clock
 
-from mqserver import speedups
 from mqserver.store import format as fmt
 from mqserver.store.store import Message, MessageStore
 from protocols.remoting import codes
@@ -179,10 +178,6 @@ def test_a_pull_at_the_tail_serves_the_record_just_written_without_reading_it(st
     """A consumer keeping up with a producer pulls the record the last send wrote: it is
     served from the store's memory (no read of the log) and is what reading it back
     serves; a pull further behind, or filtered by tag, reads the log as before."""
-    if speedups.pure_python():
-        # the C packer's path keeps the record it wrote (Writer.last_record); the
-        # Python reference reads it back, which the other pull tests cover
-        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, the record is read back")
     reads = []
     log_read = store.commitlog.read
 
