@@ -35,8 +35,11 @@ java:
 run: $(STAMP) java
 	PYTHONPATH=$(CURDIR) $(PY) -m mqserver -n --pidfile= mqserver $(ARGS)
 
+# Every test, then the unit tests again on the pure-Python paths (the reference of each C
+# speedup, and what runs where none is built).
 test: $(STAMP) java
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest tests -q -p no:cacheprovider
+	MQSERVER_PURE_PYTHON=1 PYTHONPATH=$(CURDIR) $(PY) -m pytest tests/unit -q -p no:cacheprovider
 
 bench: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/smss_bench.py --quick
