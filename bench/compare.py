@@ -411,6 +411,15 @@ def _measure(table, make, fig, fn, rnd, peaks):
         table.add(f"{fig} peak RSS MB", sysm.name, peak, ld)
 
 
+def settings(items):
+    """{key: value} of C{KEY=VALUE} strings: ints and true/false as such, else text."""
+    over = {}
+    for item in items:
+        k, _, val = item.partition("=")
+        over[k] = int(val) if val.lstrip("-").isdigit() else {"true": True, "false": False}.get(val, val)
+    return over
+
+
 def run(a):
     tmp = tempfile.mkdtemp(prefix="mq-compare-")
     skipped = []
@@ -434,10 +443,7 @@ def run(a):
     names = ["mqserver"]
     for v in a.variant:
         name, _, kv = v.partition(":")
-        over = {}
-        for item in kv.split(","):
-            k, _, val = item.partition("=")
-            over[k] = int(val) if val.lstrip("-").isdigit() else {"true": True, "false": False}.get(val, val)
+        over = settings(kv.split(","))
         mqs.append(lambda name=name, over=over, **kw: Mq(name, tmp, over, **kw))
         names.append(name)
     for t in a.tree:

@@ -3,11 +3,17 @@
 import os
 
 
-def cpu_seconds(pid):
-    """User + system CPU time the process has used, in seconds."""
+def user_system_seconds(pid):
+    """User and system CPU time the process has used, in seconds (tick-sampled)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_seconds(pid):
+    """User + system CPU time the process has used, in seconds."""
+    return sum(user_system_seconds(pid))
 
 
 def _status_mb(pid, field):

@@ -15,8 +15,8 @@ pump per PUB, and the consumer FINs what the broker flushes to it, as the steady
 RocketMQ SEND_MESSAGE (code 10, JSON header as the C++ client writes it) of one 200-byte
 message, the same as SEND_MESSAGE_V2 (``rmqsend2``: code 310, the Java client's header
 and short field names), RocketMQ PULL_MESSAGE of one stored message, and of 32 (these
-with ``--only rmqsend,rmqsend2,rmqpull,rmqpull32``), and the steady cycle of a RocketMQ push consumer
-keeping up (``rmqpoll``: a PULL at the queue's tail is parked, a SEND arrives on a second
+with ``--only rmqsend,rmqsend2,rmqpull,rmqpull32``), and the steady cycle of a RocketMQ
+push consumer keeping up (``rmqpoll``: a PULL at the queue's tail is parked, a SEND arrives on a second
 connection and is answered, and the parked PULL is answered with the new message; the
 broker then runs with ``rocketmq.longPollBatchMs: 0``, one message per pull).
 Prints µs per round trip (process CPU time, which leaves out time stolen by the host,
@@ -225,11 +225,13 @@ def nsq_session(port):
     return sock, request, NSQ_OK
 
 
-def remoting_request(code, ext, opaque=1, body=b""):
+def remoting_request(code, ext, opaque=1, body=b"", **fields):
     """Return a remoting request frame with a JSON header as the C++ client writes it:
-    some extFields values are JSON numbers (as in vectors/rocketmq/cpp-client-sessions.log)."""
-    header = json.dumps({"code": code, "extFields": ext, "flag": 0, "language": "CPP",
-                         "opaque": opaque, "remark": "", "version": 63}).encode()
+    some extFields values are JSON numbers (as in vectors/rocketmq/cpp-client-sessions.log).
+    C{fields} replace header fields (None: left out), for another client's header."""
+    header = {"code": code, "extFields": ext, "flag": 0, "language": "CPP",
+              "opaque": opaque, "remark": "", "version": 63, **fields}
+    header = json.dumps({k: v for k, v in header.items() if v is not None}).encode()
     return pack_frame_prefix(codes.SERIALIZE_JSON, len(header), len(body)) + header + body
 
 
@@ -258,12 +260,9 @@ RMQ_SEND_V2 = {"a": "PID_COST", "b": "cost", "c": "TBW102", "d": "4", "e": "0", 
 
 
 def rmqsend2_session(port):
-    sock = connect(port)
-    header = json.dumps({"code": codes.SEND_MESSAGE_V2, "extFields": RMQ_SEND_V2, "flag": 0,
-                         "language": "JAVA", "opaque": 1, "serializeTypeCurrentRPC": "JSON",
-                         "version": 401}, separators=(",", ":")).encode()
-    frame = pack_frame_prefix(codes.SERIALIZE_JSON, len(header), len(BODY)) + header + BODY
-    return sock, frame, RemotingReply(b'{"code":0,')
+    frame = remoting_request(codes.SEND_MESSAGE_V2, RMQ_SEND_V2, body=BODY, language="JAVA",
+                             remark=None, serializeTypeCurrentRPC="JSON", version=401)
+    return connect(port), frame, RemotingReply(b'{"code":0,')
 
 
 def rmqpull_session(port):

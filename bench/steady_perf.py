@@ -31,19 +31,12 @@ for p in (HERE, os.path.dirname(HERE)):
 
 import compare  # noqa: E402
 import compare_rocketmq as crm  # noqa: E402
+from procstat import user_system_seconds  # noqa: E402
 
 #: What perf counts: the software events, then each system call of the request path.
 EVENTS = ["context-switches", "page-faults"] + [
     f"syscalls:sys_enter_{name}" for name in (
         "epoll_wait", "recvfrom", "sendto", "pwrite64", "pread64", "sched_yield", "futex")]
-
-
-def user_system(pid):
-    """The process's user and system CPU seconds (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def perf_counts(text):
@@ -57,10 +50,7 @@ def perf_counts(text):
 
 
 def run(a):
-    over = {}
-    for item in a.set:
-        k, _, v = item.partition("=")
-        over[k] = int(v) if v.lstrip("-").isdigit() else v
+    over = compare.settings(a.set)
     tmp = tempfile.mkdtemp(prefix="mq-steadyperf-")
     opts = types.SimpleNamespace(steady_seconds=a.seconds, steady_per_write=1)
     m = compare.Mq("mqserver", tmp, over, tree=os.path.abspath(a.tree),
@@ -70,12 +60,12 @@ def run(a):
         if shutil.which("perf"):
             perf = subprocess.Popen(["perf", "stat", "-x", ",", "-e", ",".join(EVENTS),
                                      "-p", str(m.pid)], stderr=subprocess.PIPE, text=True)
-        u0 = user_system(m.pid)
+        u0 = user_system_seconds(m.pid)
         if a.proto == "rocketmq":
             r = crm.steady(m, opts, a.rate, compare._rmq_paced(opts))
         else:
             r = compare.steady(m, opts, a.proto, a.rate)
-        u1 = user_system(m.pid)
+        u1 = user_system_seconds(m.pid)
         report = ""
         if perf is not None:
             perf.send_signal(signal.SIGINT)

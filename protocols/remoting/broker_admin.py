@@ -2,10 +2,10 @@
 statistics requests are in L{protocols.remoting.admin_stats}); and the mapping of core
 errors to remoting codes."""
 
+from mqserver.broker.topics import MAX_QUEUES
 from mqserver.errors import (
     DiskFullError, InvalidRequest, InvalidTopicName, NotMaster, StoreError, TopicExists, TopicNotFound,
 )
-from mqserver.broker.topics import MAX_QUEUES
 
 from protocols.remoting import codes
 from protocols.remoting.bodies import check_group_config

@@ -23,9 +23,8 @@ from protocols.remoting.props import MAX_PROPERTIES_LENGTH
 from protocols.remoting.pull_handlers import PullHandlers
 from protocols.remoting.sending import (
     NUMBERS as _NUMBERS, NO_HOST_FLAGS as _NO_HOST_FLAGS, SHORT_NAMES, build_messages, dlq_topic,
-    host_bytes,
-    normalize_properties, offset_msg_ids, property_value, retry_copy, retry_topic, send_header,
-    header_int, with_real_queue,
+    host_bytes, normalize_properties, offset_msg_ids, property_value, retry_copy, retry_topic,
+    send_header, header_int, with_real_queue,
 )
 from protocols.remoting.server import (
     BadRequest, RemotingProtocol, error, field, int_field, json_body, ok,
@@ -41,7 +40,7 @@ _TRUE = ("true", "1")
 #: The send header fields _usual_send reads, by their long names and by SEND_MESSAGE_V2's.
 _LONG_READ = ("topic", "queueId", "sysFlag", "flag", "bornTimestamp", "reconsumeTimes",
               "properties", "batch")
-_SHORT_READ = tuple(next(s for s, n in SHORT_NAMES.items() if n == name) for name in _LONG_READ)
+_SHORT_READ = tuple({long: short for short, long in SHORT_NAMES.items()}[n] for n in _LONG_READ)
 #: Every long name a short one stands for: a V2 header holding none is read by its short
 #: names alone.
 _LONG_NAMES = frozenset(SHORT_NAMES.values())
