@@ -9,6 +9,7 @@ is better). Reference servers are optional: with a binary absent its column says
     PYTHONPATH=. .venv/bin/python bench/compare.py [--rounds 2] [--seconds 5]
         [--smss-bin PATH] [--nsqd-bin PATH] [--bench-writer PATH] [--bench-reader PATH]
         [--only smss|nsq|rocketmq|steady|rss] [--variant NAME:KEY=VALUE[,KEY=VALUE]]
+        [--nsq-buffers default,25,none]
 
 The paths can also come from SMSS_BIN, NSQD_BIN, NSQ_BENCH_WRITER, NSQ_BENCH_READER.
 C{--variant} adds a second mqserver column with other configuration (e.g.
@@ -257,13 +258,26 @@ def paced(port, request, reply_size, rate, seconds, per_write, handshake=b""):
     return sent
 
 
-def _nsq_consumer(port, topic, total, counter, out):
-    nsq_bench._reader(port, topic, 120.0, 200, total, counter, 0, out)
+def _nsq_consumer(port, topic, total, counter, out, settings):
+    nsq_bench._reader(port, topic, 120.0, 200, total, counter, 0, out, settings)
 
 
-def steady(sysm, a, proto, rate):
+#: --nsq-buffers: what the NSQ steady consumer asks of its output buffer, in IDENTIFY.
+#: "default": no IDENTIFY (16 KB, flushed every 250 ms at the latest); "none": no buffer,
+#: every delivery written at once; N: flushed every N ms at the latest (nsqd's least is 25).
+def nsq_buffer(spec):
+    """(IDENTIFY settings or None, row label suffix) of one C{--nsq-buffers} item."""
+    if spec == "default":
+        return None, ""
+    if spec == "none":
+        return {"output_buffer_size": -1}, ", unbuffered"
+    return {"output_buffer_timeout": int(spec)}, f", buffer {int(spec)} ms"
+
+
+def steady(sysm, a, proto, rate, nsq_settings=None):
     """CPU of the server per message at a steady C{rate} with one consumer attached:
-    from the first publish until the consumer has every message."""
+    from the first publish until the consumer has every message. C{nsq_settings}: the
+    NSQ consumer's IDENTIFY (L{nsq_buffer})."""
     total = int(rate * a.steady_seconds)
     out = MP.Queue()
     if proto == "smss":
@@ -285,7 +299,8 @@ def steady(sysm, a, proto, rate):
         nsq_bench._read_frame(s, bytearray())
         s.close()
         consumer = MP.Process(target=_nsq_consumer, daemon=True,
-                              args=(sysm.nsq_port, topic, total + 1, counter, out))
+                              args=(sysm.nsq_port, topic, total + 1, counter, out,
+                                    nsq_settings))
         consumer.start()
         deadline = time.monotonic() + 30
         while counter.value < 1 and time.monotonic() < deadline:
@@ -483,8 +498,10 @@ def run(a):
             if proto not in a.steady_protos:
                 continue
             for rate in a.rates:
-                plan.append((systems, f"{proto} steady {rate}/s + consumer",
-                             lambda s, p=proto, r=rate: steady(s, a, p, r)))
+                for ident, label in ([nsq_buffer(b) for b in a.nsq_buffers]
+                                        if proto == "nsq" else [(None, "")]):
+                    plan.append((systems, f"{proto} steady {rate}/s + consumer{label}",
+                                 lambda s, p=proto, r=rate, c=ident: steady(s, a, p, r, c)))
         for rate in a.rates if "rocketmq" in a.steady_protos else ():
             plan.append((rmq_sys, f"rocketmq steady {rate}/s + consumer",
                          lambda s, r=rate: crm.steady(s, a, r, _rmq_paced(a))))
@@ -540,6 +557,9 @@ def parse_args(argv=None):
     ap.add_argument("--steady-protos", type=lambda t: t.split(","),
                     default=["smss", "nsq", "rocketmq"],
                     help="protocols of the steady rows (smss,nsq,rocketmq)")
+    ap.add_argument("--nsq-buffers", type=lambda t: t.split(","), default=["default"],
+                    help="the NSQ steady consumer's output buffer, one row each: default "
+                         "(16 KB, 250 ms), none (unbuffered) or N ms (default: default)")
     ap.add_argument("--idle-wait", type=float, default=2.0)
     ap.add_argument("--only", action="append", choices=ONLY)
     ap.add_argument("--rmq-sends", type=int, default=10_000,

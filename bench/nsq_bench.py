@@ -17,6 +17,7 @@ Prints msgs/s per scenario and the broker's peak RSS. The broker runs as the rea
 """
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -97,10 +98,23 @@ def _pub_one(port, topic, seconds, size, poll_us, out):
     sock.close()
 
 
-def _reader(port, topic, seconds, rdy, total, counter, poll_us, out):
+def identify(settings):
+    """The IDENTIFY command sending C{settings} (a dict, JSON-encoded)."""
+    body = json.dumps(settings).encode()
+    return b"IDENTIFY\n" + _U32.pack(len(body)) + body
+
+
+def _reader(port, topic, seconds, rdy, total, counter, poll_us, out, settings=None):
+    """Read and FIN C{total} messages (together with any other readers on C{counter});
+    C{settings}: sent in an IDENTIFY first, when given."""
     sock = _connect(port, poll_us)
-    sock.sendall(b"SUB %s ch\nRDY %d\n" % (topic.encode(), rdy))
     buf = bytearray()
+    if settings:
+        sock.sendall(identify(settings))
+        ftype, data = _read_frame(sock, buf)
+        if data != b"OK":
+            raise RuntimeError(f"IDENTIFY {settings}: {data!r}")
+    sock.sendall(b"SUB %s ch\nRDY %d\n" % (topic.encode(), rdy))
     _read_frame(sock, buf)  # OK
     n = 0
     unpack = _HDR.unpack_from
