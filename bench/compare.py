@@ -262,11 +262,11 @@ def _nsq_consumer(port, topic, total, counter, out, settings):
     nsq_bench._reader(port, topic, 120.0, 200, total, counter, 0, out, settings)
 
 
-#: --nsq-buffers: what the NSQ steady consumer asks of its output buffer, in IDENTIFY.
-#: "default": no IDENTIFY (16 KB, flushed every 250 ms at the latest); "none": no buffer,
-#: every delivery written at once; N: flushed every N ms at the latest (nsqd's least is 25).
 def nsq_buffer(spec):
-    """(IDENTIFY settings or None, row label suffix) of one C{--nsq-buffers} item."""
+    """(IDENTIFY settings or None, row label suffix) of one C{--nsq-buffers} item: what
+    the NSQ steady consumer asks of its output buffer. "default": no IDENTIFY (16 KB,
+    flushed every 250 ms at the latest); "none": no buffer, every delivery written at
+    once; N: flushed every N ms at the latest (nsqd's least is 25)."""
     if spec == "default":
         return None, ""
     if spec == "none":

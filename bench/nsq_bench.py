@@ -104,9 +104,9 @@ def identify(settings):
     return b"IDENTIFY\n" + _U32.pack(len(body)) + body
 
 
-def _reader(port, topic, seconds, rdy, total, counter, poll_us, out, settings=None):
-    """Read and FIN C{total} messages (together with any other readers on C{counter});
-    C{settings}: sent in an IDENTIFY first, when given."""
+def subscribe(port, topic, rdy, poll_us=0, settings=None):
+    """Connect a consumer of channel "ch" of C{topic} at RDY C{rdy}, having sent
+    C{settings} in an IDENTIFY first when given; return the connection and its buffer."""
     sock = _connect(port, poll_us)
     buf = bytearray()
     if settings:
@@ -116,6 +116,13 @@ def _reader(port, topic, seconds, rdy, total, counter, poll_us, out, settings=No
             raise RuntimeError(f"IDENTIFY {settings}: {data!r}")
     sock.sendall(b"SUB %s ch\nRDY %d\n" % (topic.encode(), rdy))
     _read_frame(sock, buf)  # OK
+    return sock, buf
+
+
+def _reader(port, topic, seconds, rdy, total, counter, poll_us, out, settings=None):
+    """Read and FIN C{total} messages (together with any other readers on C{counter});
+    C{settings}: sent in an IDENTIFY first, when given."""
+    sock, buf = subscribe(port, topic, rdy, poll_us, settings)
     n = 0
     unpack = _HDR.unpack_from
     end = time.monotonic() + seconds

@@ -38,13 +38,7 @@ _BODY = 4 + 4 + 8 + 2 + 16
 def consume(port, topic, count, settings, ready, out):
     """Receive C{count} messages; put the sorted latencies in seconds of those sent after
     the subscription."""
-    sock = nsq_bench._connect(port, 0)
-    buf = bytearray()
-    if settings:
-        sock.sendall(nsq_bench.identify(settings))
-        nsq_bench._read_frame(sock, buf)
-    sock.sendall(b"SUB %s ch\nRDY 200\n" % topic.encode())
-    nsq_bench._read_frame(sock, buf)  # OK
+    sock, buf = nsq_bench.subscribe(port, topic, 200, settings=settings)
     since = time.monotonic()  # what was published before (the topic's first) is left out
     ready.set()
     lat, got = [], 0

@@ -119,6 +119,8 @@ def raw_run(batch_ms, gap, count):
             offset = int(r.ext_fields.get("nextBeginOffset", offset))
         elapsed = time.monotonic() - t0
         sender.join(30)
+        producer.close()
+        consumer.close()
         lat.sort()
         if not lat:
             raise RuntimeError("the consumer received nothing")
