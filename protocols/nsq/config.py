@@ -5,10 +5,25 @@ KEYS = {
     "nsq.lookupdTcpAddresses": (list, [], lambda v: all(isinstance(a, str) and ":" in a for a in v),
                                 "a list of host:port strings"),
     "nsq.broadcastAddress": (str, "127.0.0.1", None, None),
-    "nsq.msgTimeout": (int, 60000, lambda v: 1000 <= v <= 900000, "1000..900000 (ms)"),
+    "nsq.msgTimeout": (int, 60000, lambda v: 1000 <= v <= 1 << 40, ">= 1000 (ms)"),
     "nsq.maxRdyCount": (int, 2500, lambda v: 1 <= v <= 1_000_000, "1..1000000"),
     "nsq.maxMsgSize": (int, 1048576, lambda v: 1 <= v <= 64 << 20, "1..67108864"),
     "nsq.maxBodySize": (int, 5242880, lambda v: 1 <= v <= 1 << 30, "1..1073741824"),
+    # nsqd's --max-msg-timeout and --max-req-timeout (ms): the most a consumer may ask of
+    # IDENTIFY msg_timeout and TOUCH, and of REQ and DPUB delays
+    "nsq.maxMsgTimeout": (int, 900000, lambda v: 1000 <= v <= 1 << 40, ">= 1000 (ms)"),
+    "nsq.maxReqTimeout": (int, 3600000, lambda v: 0 <= v <= 1 << 40, ">= 0 (ms)"),
+    # nsqd's client-overridable bounds (ms and bytes): what IDENTIFY may ask for, and the
+    # output buffer's flush interval of a client that does not ask
+    "nsq.maxHeartbeatInterval": (int, 60000, lambda v: 1000 <= v <= 1 << 40, "1000.. (ms)"),
+    "nsq.outputBufferTimeout": (int, 250, lambda v: 1 <= v <= 1 << 40, ">= 1 (ms)"),
+    "nsq.minOutputBufferTimeout": (int, 25, lambda v: 1 <= v <= 1 << 40, ">= 1 (ms)"),
+    "nsq.maxOutputBufferTimeout": (int, 30000, lambda v: 1 <= v <= 1 << 40, ">= 1 (ms)"),
+    "nsq.maxOutputBufferSize": (int, 65536, lambda v: 64 <= v <= 64 << 20, "64..67108864"),
+    # nsqd's --deflate, --max-deflate-level and --snappy (IDENTIFY's compression)
+    "nsq.deflate": (bool, True, None, None),
+    "nsq.maxDeflateLevel": (int, 6, lambda v: 1 <= v <= 9, "1..9"),
+    "nsq.snappy": (bool, True, None, None),
     # nsqd's --tls-cert/--tls-key (IDENTIFY tls_v1), --tls-required, --auth-http-address
     "nsq.tlsCert": (str, "", None, None),
     "nsq.tlsKey": (str, "", None, None),
@@ -30,3 +45,17 @@ def validate(values):
         raise ConfigError("config keys 'nsq.tlsCert' and 'nsq.tlsKey' go together")
     if values["nsq.tlsRequired"] and not values["nsq.tlsCert"]:
         raise ConfigError("config key 'nsq.tlsRequired' needs 'nsq.tlsCert' and 'nsq.tlsKey'")
+    # nsqd starts with any of these; a default no client could keep, or bounds that admit
+    # nothing, are refused here instead of failing every IDENTIFY later
+    low, high = values["nsq.minOutputBufferTimeout"], values["nsq.maxOutputBufferTimeout"]
+    if low > high:
+        raise ConfigError(f"config key 'nsq.minOutputBufferTimeout' ({low}) is above"
+                          f" 'nsq.maxOutputBufferTimeout' ({high})")
+    default = values["nsq.outputBufferTimeout"]
+    if not low <= default <= high:
+        raise ConfigError(f"config key 'nsq.outputBufferTimeout' ({default}) is outside"
+                          f" 'nsq.minOutputBufferTimeout'..'nsq.maxOutputBufferTimeout'"
+                          f" ({low}..{high})")
+    if values["nsq.msgTimeout"] > values["nsq.maxMsgTimeout"]:
+        raise ConfigError(f"config key 'nsq.msgTimeout' ({values['nsq.msgTimeout']}) is"
+                          f" above 'nsq.maxMsgTimeout' ({values['nsq.maxMsgTimeout']})")

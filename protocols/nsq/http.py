@@ -18,6 +18,9 @@ from protocols.nsq.stats import stats_json, stats_text
 from protocols.nsq.version import VERSION
 from protocols.nsq.wire import U32
 
+#: Nanoseconds in a millisecond: nsqd's HTTP answers give durations in ns (Go's
+#: time.Duration), the config keys in ms.
+_NS = 1_000_000
 
 
 def _bool_arg(request, name, default):
@@ -141,9 +144,11 @@ class NsqdHttpResource(resource.Resource):
         n = self.node
         return {"version": VERSION, "broadcast_address": n.broadcast_address,
                 "hostname": n.hostname, "http_port": n.http_port, "tcp_port": n.tcp_port,
-                "start_time": n.start_time, "max_heartbeat_interval": 60_000_000_000,
-                "max_output_buffer_size": 65536, "max_output_buffer_timeout": 30_000_000_000,
-                "max_deflate_level": 6}
+                "start_time": n.start_time,
+                "max_heartbeat_interval": n.server.max_heartbeat_interval_ms * _NS,
+                "max_output_buffer_size": n.server.max_output_buffer_size,
+                "max_output_buffer_timeout": n.server.max_output_buffer_timeout_ms * _NS,
+                "max_deflate_level": n.server.max_deflate_level}
 
     def _publish(self, topic, bodies, defer_ms=0):
         now = self.broker.now_ms()
@@ -279,11 +284,18 @@ class NsqdHttpResource(resource.Resource):
         n = self.node
         values = {
             "nsqlookupd_tcp_addresses": list(n.config["nsq.lookupdTcpAddresses"]),
-            "msg_timeout": n.server.msg_timeout_ms * 1_000_000,
-            "max_msg_timeout": n.server.max_msg_timeout_ms * 1_000_000,
+            "msg_timeout": n.server.msg_timeout_ms * _NS,
+            "max_msg_timeout": n.server.max_msg_timeout_ms * _NS,
             "max_rdy_count": n.server.max_rdy_count,
             "max_msg_size": n.max_msg_size, "max_body_size": n.max_body_size,
-            "max_req_timeout": n.max_req_timeout_ms * 1_000_000,
+            "max_req_timeout": n.max_req_timeout_ms * _NS,
+            "max_heartbeat_interval": n.server.max_heartbeat_interval_ms * _NS,
+            "output_buffer_timeout": n.server.output_buffer_timeout_ms * _NS,
+            "min_output_buffer_timeout": n.server.min_output_buffer_timeout_ms * _NS,
+            "max_output_buffer_timeout": n.server.max_output_buffer_timeout_ms * _NS,
+            "max_output_buffer_size": n.server.max_output_buffer_size,
+            "deflate": n.server.deflate_enabled, "max_deflate_level": n.server.max_deflate_level,
+            "snappy": n.server.snappy_enabled,
             "broadcast_address": n.broadcast_address, "log_level": "info",
             "tcp_address": f"127.0.0.1:{n.tcp_port}", "http_address": f"127.0.0.1:{n.http_port}",
         }

@@ -58,12 +58,21 @@ class NsqNode:
             version=VERSION,
             max_rdy_count=config["nsq.maxRdyCount"],
             msg_timeout_ms=config["nsq.msgTimeout"],
+            max_msg_timeout_ms=config["nsq.maxMsgTimeout"],
+            max_heartbeat_interval_ms=config["nsq.maxHeartbeatInterval"],
+            max_output_buffer_size=config["nsq.maxOutputBufferSize"],
+            output_buffer_timeout_ms=config["nsq.outputBufferTimeout"],
+            min_output_buffer_timeout_ms=config["nsq.minOutputBufferTimeout"],
+            max_output_buffer_timeout_ms=config["nsq.maxOutputBufferTimeout"],
+            deflate_enabled=config["nsq.deflate"],
+            max_deflate_level=config["nsq.maxDeflateLevel"],
+            snappy_enabled=config["nsq.snappy"],
             tls_available=self.tls_options is not None,
             auth_required=self.auth is not None,
         )
         self.max_msg_size = config["nsq.maxMsgSize"]
         self.max_body_size = config["nsq.maxBodySize"]
-        self.max_req_timeout_ms = 3600000
+        self.max_req_timeout_ms = config["nsq.maxReqTimeout"]
         self.broadcast_address = config["nsq.broadcastAddress"]
         self.hostname = socket.gethostname()
         self.start_time = int(reactor.seconds())

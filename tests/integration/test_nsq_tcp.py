@@ -8,32 +8,19 @@ import time
 import pytest
 
 from protocols.nsq.codec import encode_command, encode_mpub
-from tests.support.nsq import V2, NsqPorts, nsq_listen
-from tests.support.server import ServerProcess
+from tests.support.nsq import nsq_broker, v2_connections
 
 
 @pytest.fixture(scope="module")
 def nsq(tmp_path_factory):
-    s = ServerProcess(tmp_path_factory.mktemp("nsqtcp") / "broker", listen=nsq_listen()).start()
-    try:
-        yield NsqPorts(s)
-    finally:
-        s.stop()
-        s.close()
+    with nsq_broker(tmp_path_factory.mktemp("nsqtcp") / "broker") as ports:
+        yield ports
 
 
 @pytest.fixture
 def conns(nsq):
-    made = []
-
-    def connect():
-        c = V2(nsq.tcp)
-        made.append(c)
-        return c
-
-    yield connect
-    for c in made:
-        c.close()
+    with v2_connections(nsq.tcp) as connect:
+        yield connect
 
 
 def identify(c, **fields):

@@ -1,6 +1,7 @@
 """Helpers for NSQ integration tests: a broker with every NSQ door, raw V2 sockets, HTTP
 calls, and client-library scripts run in bounded subprocesses."""
 
+import contextlib
 import json
 import os
 import socket
@@ -31,6 +32,37 @@ class NsqPorts:
         self.http = p.get("NsqdHttpSite")
         self.lookupd_tcp = p.get("LookupdFactory")
         self.lookupd_http = p.get("LookupdHttpSite")
+
+
+@contextlib.contextmanager
+def nsq_broker(data, config=None):
+    """A started broker (its data in C{data}, C{config} its settings) with every NSQ door,
+    as its L{NsqPorts}; stopped on leaving."""
+    from tests.support.server import ServerProcess
+
+    s = ServerProcess(data, config=config, listen=nsq_listen()).start()
+    try:
+        yield NsqPorts(s)
+    finally:
+        s.stop()
+        s.close()
+
+
+@contextlib.contextmanager
+def v2_connections(port):
+    """A maker of raw L{V2} connections to C{port}; every one made is closed on leaving."""
+    made = []
+
+    def connect():
+        c = V2(port)
+        made.append(c)
+        return c
+
+    try:
+        yield connect
+    finally:
+        for c in made:
+            c.close()
 
 
 class V2:
