@@ -98,13 +98,15 @@ class Mq:
 
 
 class Ref:
-    """A reference server: C{kind} is C{"smss"} or C{"nsqd"}."""
+    """A reference server: C{kind} is C{"smss"} or C{"nsqd"}; C{extra_args} are added to
+    its command line."""
 
-    def __init__(self, name, kind, path, tmp):
+    def __init__(self, name, kind, path, tmp, extra_args=()):
         self.name, self.kind, self.path, self.tmp = name, kind, path, tmp
+        self.extra_args = extra_args
 
     def start(self):
-        self.server = RefServer(self.kind, self.path, self.tmp).start()
+        self.server = RefServer(self.kind, self.path, self.tmp, self.extra_args).start()
         self.pid = self.server.pid
         self.smss_port = self.nsq_port = self.server.port
         return self
@@ -266,12 +268,25 @@ def nsq_buffer(spec):
     """(IDENTIFY settings or None, row label suffix) of one C{--nsq-buffers} item: what
     the NSQ steady consumer asks of its output buffer. "default": no IDENTIFY (16 KB,
     flushed every 250 ms at the latest); "none": no buffer, every delivery written at
-    once; N: flushed every N ms at the latest (nsqd's least is 25)."""
+    once; N: flushed every N ms at the latest (nsqd's least is 25 unless its
+    --min-output-buffer-timeout is lowered: L{nsq_flush_floor})."""
     if spec == "default":
         return None, ""
     if spec == "none":
         return {"output_buffer_size": -1}, ", unbuffered"
     return {"output_buffer_timeout": int(spec)}, f", buffer {int(spec)} ms"
+
+
+def nsq_flush_floor(specs):
+    """(mqserver config overrides, nsqd arguments) that let a consumer ask for the
+    shortest flush interval among C{--nsq-buffers} C{specs} when it is below nsqd's
+    least (25 ms): both servers get the same floor, C{nsq.minOutputBufferTimeout} and
+    C{--min-output-buffer-timeout}. Nothing when no spec goes below 25 ms."""
+    asked = [int(s) for s in specs if s.isdigit()]
+    if not asked or min(asked) >= 25:
+        return {}, []
+    floor = min(asked)
+    return {"nsq.minOutputBufferTimeout": floor}, [f"--min-output-buffer-timeout={floor}ms"]
 
 
 def steady(sysm, a, proto, rate, nsq_settings=None):
@@ -454,17 +469,18 @@ def run(a):
     skipped.append(("RocketMQ reference column", "no reference RocketMQ broker (the Java "
                     "broker is not built here): its rows compare the broker with the C++ "
                     "client's CPU and with the issue's figures"))
-    mqs = [lambda **kw: Mq("mqserver", tmp, **kw)]
+    floor_over, nsqd_args = nsq_flush_floor(a.nsq_buffers)
+    mqs = [lambda **kw: Mq("mqserver", tmp, floor_over, **kw)]
     names = ["mqserver"]
     for v in a.variant:
         name, _, kv = v.partition(":")
-        over = settings(kv.split(","))
+        over = {**floor_over, **settings(kv.split(","))}
         mqs.append(lambda name=name, over=over, **kw: Mq(name, tmp, over, **kw))
         names.append(name)
     for t in a.tree:
         name, _, path = t.partition(":")
-        mqs.append(lambda name=name, path=os.path.abspath(path), **kw: Mq(name, tmp, tree=path,
-                                                                           **kw))
+        mqs.append(lambda name=name, path=os.path.abspath(path), **kw: Mq(
+            name, tmp, floor_over, tree=path, **kw))
         names.append(name)
     # the smss and NSQ rows start only their doors, unless asked for the RocketMQ ones too
     door = {"rocket": True} if a.rocketmq_door else {}
@@ -475,7 +491,8 @@ def run(a):
         # null smss servers: the publish rows only (they store nothing to catch up on)
         floors = [lambda: Ref("floor", "null", None, tmp),
                   lambda: Ref("floor-nowrite", "null-nowrite", None, tmp)]
-    nsq_sys = mq_sys + ([lambda: Ref("nsqd 1.3", "nsqd", nsqd_bin, tmp)] if nsqd_bin else [])
+    nsq_sys = mq_sys + ([lambda: Ref("nsqd 1.3", "nsqd", nsqd_bin, tmp, nsqd_args)]
+                        if nsqd_bin else [])
     rmq_sys = [lambda m=m: m(rocket=True) for m in mqs]
 
     plan = []  # (systems, figure, function)

@@ -115,10 +115,11 @@ def main():
     ap.add_argument("--nsqd-bin")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="nsqlat-")
-    systems = [lambda: compare.Mq("mqserver", tmp)]
+    floor_over, nsqd_args = compare.nsq_flush_floor(a.buffers)
+    systems = [lambda: compare.Mq("mqserver", tmp, floor_over)]
     nsqd = compare.binary(a.nsqd_bin, "NSQD_BIN")
     if nsqd:
-        systems.append(lambda: compare.Ref("nsqd 1.3", "nsqd", nsqd, tmp))
+        systems.append(lambda: compare.Ref("nsqd 1.3", "nsqd", nsqd, tmp, nsqd_args))
     for _ in range(a.rounds):
         for spec in a.buffers:
             for make in systems:

@@ -95,8 +95,9 @@ class RefServer:
     @ivar proc: the C{Popen}.
     """
 
-    def __init__(self, kind, path, tmp):
+    def __init__(self, kind, path, tmp, extra_args=()):
         self.kind, self.path = kind, path
+        self.extra_args = list(extra_args)
         self.dir = os.path.join(tmp, f"{kind}-{time.monotonic_ns()}")
         self.proc = None
         self.port = free_port()
@@ -117,6 +118,7 @@ class RefServer:
             os.makedirs(data)
             argv = [self.path, f"--tcp-address=127.0.0.1:{self.port}",
                     f"--http-address=127.0.0.1:{free_port()}", f"--data-path={data}"]
+        argv += self.extra_args
         log = open(os.path.join(self.dir, "server.log"), "wb")
         try:
             self.proc = subprocess.Popen(argv, cwd=self.dir, stdout=log, stderr=log,
