@@ -15,7 +15,7 @@ KEYS = {
     "nsq.maxReqTimeout": (int, 3600000, lambda v: 0 <= v <= 1 << 40, ">= 0 (ms)"),
     # nsqd's client-overridable bounds (ms and bytes): what IDENTIFY may ask for, and the
     # output buffer's flush interval of a client that does not ask
-    "nsq.maxHeartbeatInterval": (int, 60000, lambda v: 1000 <= v <= 1 << 40, "1000.. (ms)"),
+    "nsq.maxHeartbeatInterval": (int, 60000, lambda v: 1000 <= v <= 1 << 40, ">= 1000 (ms)"),
     "nsq.outputBufferTimeout": (int, 250, lambda v: 1 <= v <= 1 << 40, ">= 1 (ms)"),
     "nsq.minOutputBufferTimeout": (int, 25, lambda v: 1 <= v <= 1 << 40, ">= 1 (ms)"),
     "nsq.maxOutputBufferTimeout": (int, 30000, lambda v: 1 <= v <= 1 << 40, ">= 1 (ms)"),

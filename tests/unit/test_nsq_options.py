@@ -32,7 +32,7 @@ def test_defaults_are_nsqds():
     ({"msgTimeout": 60000, "maxMsgTimeout": 30000},
      "'nsq.msgTimeout' (60000) is above 'nsq.maxMsgTimeout' (30000)"),
     ({"maxOutputBufferSize": 63}, "'nsq.maxOutputBufferSize' must be 64.."),
-    ({"maxHeartbeatInterval": 999}, "'nsq.maxHeartbeatInterval' must be 1000.."),
+    ({"maxHeartbeatInterval": 999}, "'nsq.maxHeartbeatInterval' must be >= 1000"),
 ])
 def test_bad_options_refused_at_start(values, message):
     with pytest.raises(ConfigError) as e:
