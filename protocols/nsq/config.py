@@ -20,6 +20,8 @@ KEYS = {
     "nsq.minOutputBufferTimeout": (int, 25, lambda v: 1 <= v <= 1 << 40, ">= 1 (ms)"),
     "nsq.maxOutputBufferTimeout": (int, 30000, lambda v: 1 <= v <= 1 << 40, ">= 1 (ms)"),
     "nsq.maxOutputBufferSize": (int, 65536, lambda v: 64 <= v <= 64 << 20, "64..67108864"),
+    # nsqd's --max-channel-consumers: SUBs one channel may have at once (0: no limit)
+    "nsq.maxChannelConsumers": (int, 0, lambda v: 0 <= v <= 1 << 31, ">= 0 (0: no limit)"),
     # nsqd's --deflate, --max-deflate-level and --snappy (IDENTIFY's compression)
     "nsq.deflate": (bool, True, None, None),
     "nsq.maxDeflateLevel": (int, 6, lambda v: 1 <= v <= 9, "1..9"),

@@ -295,7 +295,7 @@ class NsqdHttpResource(resource.Resource):
             "max_output_buffer_timeout": n.server.max_output_buffer_timeout_ms * _NS,
             "max_output_buffer_size": n.server.max_output_buffer_size,
             "deflate": n.server.deflate_enabled, "max_deflate_level": n.server.max_deflate_level,
-            "snappy": n.server.snappy_enabled,
+            "snappy": n.server.snappy_enabled, "max_channel_consumers": n.max_channel_consumers,
             "broadcast_address": n.broadcast_address, "log_level": "info",
             "tcp_address": f"127.0.0.1:{n.tcp_port}", "http_address": f"127.0.0.1:{n.http_port}",
         }

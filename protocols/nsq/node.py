@@ -73,6 +73,7 @@ class NsqNode:
         self.max_msg_size = config["nsq.maxMsgSize"]
         self.max_body_size = config["nsq.maxBodySize"]
         self.max_req_timeout_ms = config["nsq.maxReqTimeout"]
+        self.max_channel_consumers = config["nsq.maxChannelConsumers"]
         self.broadcast_address = config["nsq.broadcastAddress"]
         self.hostname = socket.gethostname()
         self.start_time = int(reactor.seconds())

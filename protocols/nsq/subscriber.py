@@ -12,6 +12,8 @@ import re
 import struct
 from binascii import unhexlify
 
+from mqserver.errors import BrokerError
+
 from protocols.nsq import errors as E
 from protocols.nsq.codec import CLOSE_WAIT, OK
 from protocols.nsq.frames import delivery_frames
@@ -114,6 +116,10 @@ class Subscriber:
             if self._dead:
                 return OK
             ch = self.broker.channels.create_channel(cmd.topic, cmd.channel)
+            most = self.node.max_channel_consumers
+            if most and len(ch.consumers) >= most:  # E_SUB_FAILED, fatal, as nsqd
+                raise BrokerError(f"consumers for {cmd.topic}:{cmd.channel} exceeds limit"
+                                  f" of {most}")
             self.channel = ch
             self._update_ready()
             ch.add_consumer(self)

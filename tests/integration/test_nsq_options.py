@@ -1,10 +1,11 @@
 """nsqd's client-overridable options as config keys (nsqd's --max-heartbeat-interval,
 --output-buffer-timeout, --min/max-output-buffer-timeout, --max-output-buffer-size,
---max-msg-timeout, --max-req-timeout, --deflate, --max-deflate-level, --snappy), against
-the real broker with raw sockets and HTTP: what IDENTIFY grants and refuses, what DPUB
+--max-msg-timeout, --max-req-timeout, --deflate, --max-deflate-level, --snappy,
+--max-channel-consumers), against the real broker with raw sockets and HTTP: what IDENTIFY grants and refuses, what DPUB
 and REQ allow, and what /info and /config report."""
 
 import json
+import time
 
 import pytest
 
@@ -23,6 +24,7 @@ OPTIONS = {
         "maxReqTimeout": 2000,
         "maxDeflateLevel": 3,
         "snappy": False,
+        "maxChannelConsumers": 2,
     }
 }
 
@@ -100,7 +102,8 @@ def test_http_reports_the_options(nsq):
                        ("max_output_buffer_timeout", 500_000_000),
                        ("max_output_buffer_size", 1024),
                        ("max_heartbeat_interval", 10_000_000_000),
-                       ("max_deflate_level", 3), ("deflate", True), ("snappy", False)]:
+                       ("max_deflate_level", 3), ("deflate", True), ("snappy", False),
+                       ("max_channel_consumers", 2)]:
         assert http_json(nsq.http, "GET", f"/config/{opt}") == (200, value), opt
 
 
@@ -116,6 +119,33 @@ def test_a_one_ms_buffer_delivers(conn):
     assert p.frame() == (0, b"OK")
     (m,) = c.messages(1)
     assert m.body == b"soon"
+
+
+def test_max_channel_consumers(conn):
+    """A SUB past nsq.maxChannelConsumers (nsqd's --max-channel-consumers) fails as nsqd
+    fails it; a consumer that leaves makes room, and other channels have their own count."""
+    first, second = conn(), conn()
+    for c in (first, second):
+        c.send(b"SUB t_max ch\n")
+        assert c.frame() == (0, b"OK")
+    third = conn()
+    third.send(b"SUB t_max ch\n")
+    assert third.frame() == (1, b"E_SUB_FAILED SUB failed consumers for t_max:ch exceeds limit of 2")
+    assert third.closed()
+    other = conn()
+    other.send(b"SUB t_max other\n")
+    assert other.frame() == (0, b"OK")
+    first.send(b"CLS\n")
+    assert first.frame() == (0, b"CLOSE_WAIT")
+    first.close()
+    for _ in range(50):  # the broker sees the close on its next read
+        fourth = conn()
+        fourth.send(b"SUB t_max ch\n")
+        t, data = fourth.frame()
+        if t == 0:
+            break
+        time.sleep(0.05)
+    assert (t, data) == (0, b"OK")
 
 
 def test_pynsq_reader_with_a_one_ms_buffer_and_capped_deflate(nsq):

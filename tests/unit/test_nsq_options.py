@@ -20,6 +20,7 @@ def test_defaults_are_nsqds():
         d.max_output_buffer_timeout_ms, d.deflate_enabled, d.max_deflate_level,
         d.snappy_enabled)
     assert cfg["nsq.maxReqTimeout"] == 3600000
+    assert cfg["nsq.maxChannelConsumers"] == 0  # no limit
 
 
 @pytest.mark.parametrize("values, message", [
@@ -33,6 +34,7 @@ def test_defaults_are_nsqds():
      "'nsq.msgTimeout' (60000) is above 'nsq.maxMsgTimeout' (30000)"),
     ({"maxOutputBufferSize": 63}, "'nsq.maxOutputBufferSize' must be 64.."),
     ({"maxHeartbeatInterval": 999}, "'nsq.maxHeartbeatInterval' must be >= 1000"),
+    ({"maxChannelConsumers": -1}, "'nsq.maxChannelConsumers' must be >= 0"),
 ])
 def test_bad_options_refused_at_start(values, message):
     with pytest.raises(ConfigError) as e:
