@@ -31,7 +31,9 @@ DEFAULT_MAX_LINE = 16384  # nsqd reads lines through a 16 KiB bufio.Reader
 
 _NAME_RE = re.compile(rb"[.a-zA-Z0-9_-]+(?:#ephemeral)?")
 _U64 = (1 << 64) - 1
-_MS = 1_000_000  # ns per ms: nsqd multiplies in int64 nanoseconds
+#: Nanoseconds per millisecond: nsqd keeps durations in int64 ns (Go's time.Duration),
+#: the protocol and the config give ms.
+NS_PER_MS = 1_000_000
 
 
 def is_valid_name(name: bytes | str) -> bool:
@@ -378,11 +380,11 @@ class CommandDecoder:
         n = parse_base10(params[2])
         if n is None:
             raise E.dpub_parse(params[2])
-        ns = _i64(_i64(n) * _MS)  # time.Duration(ms) * time.Millisecond, int64 wrap included
-        if ns < 0 or ns > self.max_req_timeout_ms * _MS:
+        ns = _i64(_i64(n) * NS_PER_MS)  # time.Duration(ms) * time.Millisecond, int64 wrap included
+        if ns < 0 or ns > self.max_req_timeout_ms * NS_PER_MS:
             raise E.dpub_range(n, self.max_req_timeout_ms)
         self._topic = topic
-        self._defer_ms = ns // _MS
+        self._defer_ms = ns // NS_PER_MS
         self._expect_body("DPUB")
 
     def _sub(self, params: list[bytes]) -> Sub:
@@ -424,10 +426,10 @@ class CommandDecoder:
         n = parse_base10(params[2])
         if n is None:
             raise E.req_parse(params[2])
-        ns = _i64(_i64(n) * _MS)
+        ns = _i64(_i64(n) * NS_PER_MS)
         # REQ clamps silently where DPUB errors
-        ns = min(max(ns, 0), self.max_req_timeout_ms * _MS)
-        return Req(msg_id, ns // _MS)
+        ns = min(max(ns, 0), self.max_req_timeout_ms * NS_PER_MS)
+        return Req(msg_id, ns // NS_PER_MS)
 
     def _nop(self, params: list[bytes]) -> Nop:
         return _NOP

@@ -12,15 +12,11 @@ from mqserver import webrequest
 from mqserver.errors import BrokerError, InvalidTopicName
 from mqserver.store.store import Message
 
-from protocols.nsq.codec import is_valid_name, is_valid_topic
+from protocols.nsq.codec import NS_PER_MS as _NS, is_valid_name, is_valid_topic
 from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, result_body
 from protocols.nsq.stats import stats_json, stats_text
 from protocols.nsq.version import VERSION
 from protocols.nsq.wire import U32
-
-#: Nanoseconds in a millisecond: nsqd's HTTP answers give durations in ns (Go's
-#: time.Duration), the config keys in ms.
-_NS = 1_000_000
 
 
 def _bool_arg(request, name, default):

@@ -3,18 +3,13 @@ client runs in its own bounded subprocess (they retry forever and gnsq monkeypat
 
 import pytest
 
-from tests.support.nsq import NsqPorts, http_json, nsq_listen, run_client
-from tests.support.server import ServerProcess
+from tests.support.nsq import http_json, nsq_broker, run_client
 
 
 @pytest.fixture(scope="module")
 def nsq(tmp_path_factory):
-    s = ServerProcess(tmp_path_factory.mktemp("nsqcli") / "broker", listen=nsq_listen()).start()
-    try:
-        yield NsqPorts(s)
-    finally:
-        s.stop()
-        s.close()
+    with nsq_broker(tmp_path_factory.mktemp("nsqcli") / "broker") as ports:
+        yield ports
 
 
 PYNSQ_PRELUDE = """

@@ -7,18 +7,13 @@ import time
 
 import pytest
 
-from tests.support.nsq import V2, NsqPorts, http, http_json, nsq_listen
-from tests.support.server import ServerProcess
+from tests.support.nsq import V2, http, http_json, nsq_broker
 
 
 @pytest.fixture(scope="module")
 def nsq(tmp_path_factory):
-    s = ServerProcess(tmp_path_factory.mktemp("nsqhttp") / "broker", listen=nsq_listen()).start()
-    try:
-        yield NsqPorts(s)
-    finally:
-        s.stop()
-        s.close()
+    with nsq_broker(tmp_path_factory.mktemp("nsqhttp") / "broker") as ports:
+        yield ports
 
 
 def topic_stats(nsq, topic):

@@ -108,8 +108,8 @@ def test_http_reports_the_options(nsq):
 
 
 def test_a_one_ms_buffer_delivers(conn):
-    # the least flush interval the config allows is what a consumer may ask for, and its
-    # deliveries go out on that timer (not only when the buffer fills)
+    # the least flush interval the config allows is what a consumer may ask for (the
+    # default floor, 25 ms, refuses it), and a connection granted it gets its deliveries
     c = conn()
     assert identify(c, output_buffer_timeout=1) == (0, b"OK")
     c.send(b"SUB t_buf ch\nRDY 5\n")

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 from protocols.nsq.codec import FrameReader, decode_message
+from tests.support.server import ServerProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NSQ_DOORS = ("nsqd_tcp", "nsqd_http", "lookupd_tcp", "lookupd_http")
@@ -38,8 +39,6 @@ class NsqPorts:
 def nsq_broker(data, config=None):
     """A started broker (its data in C{data}, C{config} its settings) with every NSQ door,
     as its L{NsqPorts}; stopped on leaving."""
-    from tests.support.server import ServerProcess
-
     s = ServerProcess(data, config=config, listen=nsq_listen()).start()
     try:
         yield NsqPorts(s)
