@@ -193,47 +193,45 @@ class Broker:
 
     def create_topic(self, name, expire_at=0, queues=1, perm=6, attrs=None):
         """Create a topic. Returns a Deferred firing with its L{Topic}."""
-        try:
+        def write():
             validate_topic_name(name)
             self._require_master("manage topic")
             if name in self.registry.topics:
                 raise TopicExists(name)
             _check_queue_count(queues)
-        except Exception as e:
-            return defer.fail(e)
-        body = create_body(queues, expire_at, perm, attrs)
-        d = self.store.put_admin(fmt.OP_CREATE, name, body)
-        return d.addCallback(lambda _: self.registry.get(name))
+            return self.store.put_admin(fmt.OP_CREATE, name, create_body(queues, expire_at, perm, attrs))
+
+        return defer.maybeDeferred(write).addCallback(lambda _: self.registry.get(name))
 
     def update_topic(self, name, queues=None, perm=None, attrs=None):
         """Change a topic's queue count, permissions or attributes (creating it when
         missing). Returns a Deferred firing with its L{Topic}."""
         t = self.registry.get(name)
-        queues = queues or (t.queues if t else 1)
-        try:
+        count = queues or (t.queues if t else 1)
+
+        def write():
             validate_topic_name(name)
             self._require_master("manage topic")
-            _check_queue_count(queues)
-        except Exception as e:
-            return defer.fail(e)
-        body = create_body(
-            queues,
-            t.expire_at if t else 0,
-            perm if perm is not None else (t.perm if t else 6),
-            attrs if attrs is not None else (t.attrs if t else {}),
-        )
-        d = self.store.put_admin(fmt.OP_UPDATE, name, body)
-        return d.addCallback(lambda _: self.registry.get(name))
+            _check_queue_count(count)
+            body = create_body(
+                count,
+                t.expire_at if t else 0,
+                perm if perm is not None else (t.perm if t else 6),
+                attrs if attrs is not None else (t.attrs if t else {}),
+            )
+            return self.store.put_admin(fmt.OP_UPDATE, name, body)
+
+        return defer.maybeDeferred(write).addCallback(lambda _: self.registry.get(name))
 
     def delete_topic(self, name):
         """Delete a topic: every watcher is told, its queues go. Returns a Deferred."""
-        try:
+        def write():
             self._require_master("manage topic")
             if name not in self.registry.topics:
                 raise TopicNotFound(name)
-        except Exception as e:
-            return defer.fail(e)
-        return self.store.put_admin(fmt.OP_DELETE, name, b"")
+            return self.store.put_admin(fmt.OP_DELETE, name, b"")
+
+        return defer.maybeDeferred(write)
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -262,11 +260,7 @@ class Broker:
 
         Returns a Deferred firing with the L{PutResult} when the write is as durable as
         the flush level asks."""
-        try:
-            result = self.publish_now(topic, messages, queue_id)
-        except Exception as e:
-            return defer.fail(e)
-        return result if isinstance(result, defer.Deferred) else defer.succeed(result)
+        return defer.maybeDeferred(self.publish_now, topic, messages, queue_id)
 
     def publish_now(self, topic, messages, queue_id=None, answer=None):
         """L{publish} for a front door that answers at once when it can: returns the
@@ -293,15 +287,14 @@ class Broker:
     def delay(self, topic, delay_ms, messages):
         """Store C{messages} to be published C{delay_ms} from now. Returns a Deferred
         firing with the delay's eventId."""
-        try:
+        def write():
             self._writable(topic)
             if delay_ms < 0:
                 raise InvalidRequest("negative delay")
-        except Exception as e:
-            return defer.fail(e)
-        body = fmt.DELAY_PREFIX.pack(self.now_ms() + delay_ms) + fmt.encode_message_list(messages)
-        d = self.store.put_admin(fmt.OP_DELAY, topic, body)
-        return d.addCallback(lambda r: r.event_id)
+            body = fmt.DELAY_PREFIX.pack(self.now_ms() + delay_ms) + fmt.encode_message_list(messages)
+            return self.store.put_admin(fmt.OP_DELAY, topic, body)
+
+        return defer.maybeDeferred(write).addCallback(lambda r: r.event_id)
 
     def _schedule_delays(self):
         nxt = self.delays.next_trigger()
