@@ -18,6 +18,7 @@ from protocols.remoting.codec import decode_frame, encode
 from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.topicview import make_attrs
+from tests.support.remoting_client import mq_json
 
 
 class Door:
@@ -227,3 +228,41 @@ def test_pending_halves_are_rebuilt_by_replay_without_a_checkpoint(tmp_path):
         assert {r: (h.qoffset, h.checks) for r, h in d2.door.transactions.pending.items()} == before
     finally:
         d2.close()
+
+
+# -- brokerConsumeStats (317) -------------------------------------------------------------
+
+
+def test_broker_consume_stats_lists_every_group(door):
+    """GET_BROKER_CONSUME_STATS: per subscription group, a ConsumeStats per topic it has
+    offsets on (write queues), the ordered topics alone with isOrder; totalDiff sums
+    the backlogs (4.9.4's fetchAllConsumeStatsInBroker)."""
+    door.create_topic("Bcs", 2, 6, 0, 2, 3)  # 2 read queues, 3 write queues
+    door.door.topics_changed()
+    ordered = make_attrs(None, 1, 1, order=True)
+    door.broker.create_topic("BcsO", 0, 1, 6, ordered)
+    for body in (b"a", b"b", b"c"):
+        send(door, "Bcs", body)
+    send(door, "BcsO")
+    for group in ("G1", "G2"):
+        assert door.call(codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                         json.dumps({"groupName": group}).encode()).code == codes.SUCCESS
+    for topic, offset in (("Bcs", 1), ("BcsO", 1)):
+        door.call(codes.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G1", "topic": topic, "queueId": 0,
+                                                 "commitOffset": offset})
+    r = door.call(codes.GET_BROKER_CONSUME_STATS, {"isOrder": "false"})
+    assert (r.code, r.remark) == (codes.SUCCESS, None)
+    body = mq_json(r.body)
+    assert body["brokerAddr"] is None and body["totalDiff"] == 2  # Bcs: 3 - 1; BcsO: 1 - 1
+    by_group = {g: stats for entry in body["consumeStatsList"] for g, stats in entry.items()}
+    assert sorted(by_group)[:2] == ["G1", "G2"] and by_group["G2"] == []
+    bcs, bcso = by_group["G1"]
+    assert sorted(bcs["offsetTable"]) == ["Bcs/0", "Bcs/1", "Bcs/2"]
+    assert bcs["offsetTable"]["Bcs/0"] == {"brokerOffset": 3, "consumerOffset": 1,
+                                           "lastTimestamp": bcs["offsetTable"]["Bcs/0"]["lastTimestamp"]}
+    assert bcs["offsetTable"]["Bcs/0"]["lastTimestamp"] > 0 and bcs["consumeTps"] == 0
+    assert list(bcso["offsetTable"]) == ["BcsO/0"]
+    only_ordered = mq_json(door.call(codes.GET_BROKER_CONSUME_STATS, {"isOrder": "true"}).body)
+    by_group = {g: stats for entry in only_ordered["consumeStatsList"] for g, stats in entry.items()}
+    assert [list(s["offsetTable"]) for s in by_group["G1"]] == [["BcsO/0"]]
+    assert only_ordered["totalDiff"] == 0
