@@ -3,7 +3,7 @@ them (language JAVA, version 401, its request-header field names), against the r
 broker: topicStatus (202), consumerProgress (208), consumerConnection (203),
 producerConnection (204), getBrokerConfig (26), getNamesrvConfig (319), queryMsgById's
 track (300), resetOffsetByTime (222), statsAll (315), clusterList (28), deleteSubGroup,
-brokerConsumeStats (317)."""
+updateBrokerConfig (25) and brokerConsumeStats (317)."""
 
 import json
 import time
@@ -211,13 +211,63 @@ def test_stats_all_315(admin):
 
 @pytest.fixture
 def fresh(tmp_path):
-    """A broker of its own (its consume stats are the test's alone)."""
+    """A broker of its own (its consume stats and settings are the test's alone)."""
     s = rocket_server(tmp_path / "broker").start()
     try:
         yield s
     finally:
         s.stop()
         s.close()
+
+
+def broker_config(port):
+    c = RemotingClient("127.0.0.1", port)
+    try:
+        r = c.call(codes.GET_BROKER_CONFIG)
+    finally:
+        c.close()
+    assert r.code == codes.SUCCESS
+    return dict(line.split("=", 1) for line in r.body.decode().splitlines())
+
+
+def test_update_broker_config_25_changes_settings_that_survive_a_restart(fresh):
+    """updateBrokerConfig's Properties body (MixAll.properties2String: key=value lines)
+    changes the runtime settings at once, 4.9.4 names unknown here are ignored, and the
+    change is in force again after a restart; a value a setting cannot take is refused
+    with nothing changed."""
+    c = RemotingClient("127.0.0.1", broker_port(fresh))
+    try:
+        r = c.call(codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable=false\nmessageDelayLevel=2s 4s\n"
+                                                   b"brokerPermission=4\nflushDiskType=SYNC_FLUSH\n")
+        assert (r.code, r.remark) == (codes.SUCCESS, None)
+        r = send_new_topic(c, "NoAutoT")
+        assert (r.code, r.remark) == (codes.TOPIC_NOT_EXIST, "topic[NoAutoT] not exist, apply first please!")
+        r = c.call(codes.UPDATE_BROKER_CONFIG, {}, b"transactionCheckMax=many\nautoCreateTopicEnable=true\n")
+        assert r.code == codes.SYSTEM_ERROR and "transactionCheckMax" in r.remark
+    finally:
+        c.close()
+    props = broker_config(broker_port(fresh))
+    assert (props["autoCreateTopicEnable"], props["messageDelayLevel"]) == ("false", "2s 4s")
+    assert props["flushDiskType"] == "ASYNC_FLUSH"
+
+    fresh.stop()
+    fresh.start()
+    assert "settings changed by updateBrokerConfig" in fresh.current_log()
+    props = broker_config(broker_port(fresh))
+    assert (props["autoCreateTopicEnable"], props["messageDelayLevel"]) == ("false", "2s 4s")
+    c = RemotingClient("127.0.0.1", broker_port(fresh))
+    try:
+        assert send_new_topic(c, "NoAutoT").code == codes.TOPIC_NOT_EXIST
+        assert c.call(codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable=true\n").code == codes.SUCCESS
+        assert send_new_topic(c, "NoAutoT").code == codes.SUCCESS
+    finally:
+        c.close()
+
+
+def send_new_topic(c, topic):
+    return c.call(codes.SEND_MESSAGE_V2, {
+        "a": "PG_ADM", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0,
+        "g": int(time.time() * 1000), "h": 0, "i": "", "j": 0, "k": "false", "m": "false"}, b"m")
 
 
 def test_broker_consume_stats_317(fresh):

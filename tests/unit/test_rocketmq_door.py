@@ -230,7 +230,85 @@ def test_pending_halves_are_rebuilt_by_replay_without_a_checkpoint(tmp_path):
         d2.close()
 
 
-# -- brokerConsumeStats (317) -------------------------------------------------------------
+# -- updateBrokerConfig (25) and brokerConsumeStats (317) ---------------------------------
+
+
+def broker_config(d):
+    r = d.call(codes.GET_BROKER_CONFIG, {})
+    return dict(line.split("=", 1) for line in r.body.decode().splitlines())
+
+
+def test_update_broker_config_changes_the_runtime_settings_and_keeps_them(tmp_path):
+    """A Properties body as mqadmin sends it (MixAll.properties2String) changes the
+    runtime settings at once and survives a restart; names the broker does not change
+    at run time and unknown names are ignored, as 4.9.4 ignores unknown ones."""
+    d = Door(tmp_path / "s")
+    try:
+        r = d.call(codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable=false\nautoCreateSubscriptionGroup=false\n"
+                                                   b"brokerName=other\ndefaultTopicQueueNums=2\nnoSuchSetting=1\n")
+        assert (r.code, r.remark) == (codes.SUCCESS, None)
+        assert send(d, "AutoOff").code == codes.TOPIC_NOT_EXIST
+        props = broker_config(d)
+        assert (props["autoCreateTopicEnable"], props["autoCreateSubscriptionGroup"]) == ("false", "false")
+        assert (props["brokerName"], props["defaultTopicQueueNums"]) == ("broker-a", "4")
+    finally:
+        d.close()
+    with open(tmp_path / "s" / "brokerConfig.json") as f:
+        assert json.load(f) == {"autoCreateTopicEnable": False, "autoCreateSubscriptionGroup": False}
+    d = Door(tmp_path / "s")  # the same data directory: a restart
+    try:
+        assert broker_config(d)["autoCreateTopicEnable"] == "false"
+        assert send(d, "AutoOff").code == codes.TOPIC_NOT_EXIST
+        r = d.call(codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable = true\n")
+        assert r.code == codes.SUCCESS
+        assert send(d, "AutoOn").code == codes.SUCCESS
+    finally:
+        d.close()
+    with open(tmp_path / "s" / "brokerConfig.json") as f:
+        assert json.load(f) == {"autoCreateTopicEnable": True, "autoCreateSubscriptionGroup": False}
+
+
+def test_update_broker_config_delay_levels_and_transaction_settings(door):
+    """The delay levels apply to messages delayed from then on; the transaction check's
+    timeout and limit, and the idle timeout of new connections, change too."""
+    body = (b"messageDelayLevel=3s 7s\ntransactionTimeOut=2000\ntransactionCheckMax=4\n"
+            b"serverChannelMaxIdleTimeSeconds=30\n")
+    assert door.call(codes.UPDATE_BROKER_CONFIG, {}, body).code == codes.SUCCESS
+    assert [door.door.delay_ms(level) for level in (1, 2, 3)] == [3000, 7000, 7000]
+    assert (door.door.transactions.timeout_ms, door.door.transactions.check_max) == (2000, 4)
+    props = broker_config(door)
+    assert props["messageDelayLevel"] == "3s 7s" and props["serverChannelMaxIdleTimeSeconds"] == "30"
+    fresh = door.connect()  # closed after 30 s of silence (checked every 7.5 s), not 120
+    for _ in range(29):
+        door.clock.advance(1)
+    assert not fresh.transport.disconnecting
+    for _ in range(9):
+        door.clock.advance(1)
+    assert fresh.transport.disconnecting
+
+
+@pytest.mark.parametrize("body, remark", [
+    (b"transactionCheckMax=-1\nautoCreateTopicEnable=false\n",
+     "updateBrokerConfig refused: transactionCheckMax: config key 'rocketmq.transactionCheckMax' "
+     "must be >= 0, not -1"),
+    (b"autoCreateTopicEnable=yes\n", "updateBrokerConfig refused: autoCreateTopicEnable: config key "
+                                     "'rocketmq.autoCreateTopicEnable' must be true or false, not 'yes'"),
+    (b"autoCreateTopicEnable=\\u00zz\n", "string2Properties error"),
+], ids=["out-of-range", "not-a-boolean", "bad-escape"])
+def test_update_broker_config_refuses_what_it_cannot_take(door, tmp_path, body, remark):
+    """A body Properties cannot read gets 4.9.4's SYSTEM_ERROR; a value the setting
+    cannot take is refused with the reason, and nothing changes."""
+    r = door.call(codes.UPDATE_BROKER_CONFIG, {}, body)
+    assert (r.code, r.remark) == (codes.SYSTEM_ERROR, remark)
+    assert broker_config(door)["autoCreateTopicEnable"] == "true"
+    assert not (tmp_path / "s" / "brokerConfig.json").exists()
+    assert door.conn.transport.connected
+
+
+def test_update_broker_config_without_body_changes_nothing(door, tmp_path):
+    r = door.call(codes.UPDATE_BROKER_CONFIG, {})
+    assert (r.code, r.remark) == (codes.SUCCESS, None)
+    assert not (tmp_path / "s" / "brokerConfig.json").exists()
 
 
 def test_broker_consume_stats_lists_every_group(door):
