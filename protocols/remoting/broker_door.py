@@ -12,6 +12,7 @@ atomically with a data version when they change.
 import os
 import socket
 
+from twisted.internet import defer
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
@@ -46,6 +47,11 @@ class BrokerDoor(Factory):
     @ivar topic_table: the L{TopicTable}.
     @ivar groups: the L{Groups}; C{consumers} is its L{ConsumerManager}.
     @ivar records: the L{StoredRecords}.
+    @ivar settings: the runtime settings (L{broker_settings.RUNTIME}) in force, by config
+        key; C{updated_settings} those of them updateBrokerConfig changed (kept in
+        L{broker_settings.SETTINGS_FILE}).
+    @ivar idle_timeout: seconds without input before a new connection is closed (0:
+        never), timed on C{clock}.
     """
 
     log = Logger()
@@ -69,12 +75,11 @@ class BrokerDoor(Factory):
         self.long_poll_max_ms = config["rocketmq.longPollMaxMs"]
         self.register_interval = config["rocketmq.registerIntervalMs"] / 1000.0
         self.broker_addr = None
-        #: the runtime settings (L{broker_settings.RUNTIME}) in force, by config key,
-        #: and those of them changed by updateBrokerConfig (kept in its file)
         self.settings = {key: config[key] for key in broker_settings.RUNTIME.values()}
         self.updated_settings = {}
-        #: seconds without input before a new connection is closed (0: never), timed
-        #: on C{clock}
+        # one update at a time, each file write holding every earlier change (4.9.4's
+        # updateBrokerConfig is synchronized)
+        self._settings_lock = defer.DeferredLock()
         self.idle_timeout = self.settings["rocketmq.serverChannelMaxIdleTimeSeconds"]
         self.clock = reactor
         self.files = files = ConfigFiles(self.store)
@@ -174,6 +179,9 @@ class BrokerDoor(Factory):
         L{broker_settings.convert}): they are written to the settings file first, then
         applied. Returns a Deferred firing once both are done (failing, with nothing
         changed, when the file could not be written)."""
+        return self._settings_lock.run(self._update_settings, values)
+
+    def _update_settings(self, values):
         updated = dict(self.updated_settings, **values)
         d = self.files.save(broker_settings.SETTINGS_FILE, broker_settings.to_file(updated))
 

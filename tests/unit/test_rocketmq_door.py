@@ -13,11 +13,12 @@ from mqserver.config import build_config
 from mqserver.store.format import RecordView, decode_properties
 from mqserver.store.store import MessageStore
 from protocols.remoting import codes
-from protocols.remoting.broker_door import BrokerDoor
+from protocols.remoting.broker_door import BrokerDoor, make_factory
 from protocols.remoting.codec import decode_frame, encode
 from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.topicview import make_attrs
+from tests.support.inprocess import door_fixtures
 from tests.support.remoting_client import mq_json
 
 
@@ -344,3 +345,21 @@ def test_broker_consume_stats_lists_every_group(door):
     by_group = {g: stats for entry in only_ordered["consumeStatsList"] for g, stats in entry.items()}
     assert [list(s["offsetTable"]) for s in by_group["G1"]] == [["BcsO/0"]]
     assert only_ordered["totalDiff"] == 0
+
+
+_, held = door_fixtures(make_factory)
+
+
+def test_update_broker_config_requests_in_a_row_keep_every_change(held):
+    """Two updates whose writes wait for the disk: each is answered once its write is
+    done, and the file ends with both changes (one update at a time, as 4.9.4's)."""
+    c = held.connect(held.factory)
+    first = RemotingCommand(code=codes.UPDATE_BROKER_CONFIG, opaque=1, body=b"autoCreateTopicEnable=false\n")
+    second = RemotingCommand(code=codes.UPDATE_BROKER_CONFIG, opaque=2, body=b"transactionCheckMax=3\n")
+    c.send(encode(first) + encode(second))
+    assert c.take() == b""
+    held.runner.release()
+    answers = FrameDecoder().feed(c.take())
+    assert [(a.opaque, a.code) for a in answers] == [(1, codes.SUCCESS), (2, codes.SUCCESS)]
+    with open(os.path.join(held.store.path, "brokerConfig.json")) as f:
+        assert json.load(f) == {"autoCreateTopicEnable": False, "transactionCheckMax": 3}
