@@ -363,3 +363,14 @@ def test_update_broker_config_requests_in_a_row_keep_every_change(held):
     assert [(a.opaque, a.code) for a in answers] == [(1, codes.SUCCESS), (2, codes.SUCCESS)]
     with open(os.path.join(held.store.path, "brokerConfig.json")) as f:
         assert json.load(f) == {"autoCreateTopicEnable": False, "transactionCheckMax": 3}
+
+
+def test_update_broker_config_that_cannot_be_kept_changes_nothing(door, tmp_path):
+    """When the settings file cannot be written the answer is SYSTEM_ERROR and the
+    setting keeps its value."""
+    (tmp_path / "s" / "brokerConfig.json").mkdir()  # a directory: the rename onto it fails
+    r = door.call(codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable=false\n")
+    assert r.code == codes.SYSTEM_ERROR
+    assert r.remark.startswith("updateBrokerConfig: writing brokerConfig.json failed: ")
+    assert broker_config(door)["autoCreateTopicEnable"] == "true"
+    assert send(door, "StillAuto").code == codes.SUCCESS
