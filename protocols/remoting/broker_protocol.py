@@ -72,6 +72,7 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "create_group",
         codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "all_groups",
         codes.DELETE_SUBSCRIPTIONGROUP: "delete_group",
+        codes.UPDATE_BROKER_CONFIG: "update_broker_config",
         **admin_stats.HANDLERS,
         codes.END_TRANSACTION: "end_transaction",
     }
