@@ -219,3 +219,33 @@ def test_log_reader_reports_junk_below_the_checkpoint_and_reads_on(tmp_path, log
     lines = [x for x in logged if "damaged record skipped" in x]
     assert len(lines) == 1 and f"offset {at} " in lines[0], lines
     s.close()
+
+
+def test_log_reader_reports_a_record_running_past_its_segment_and_reads_on(tmp_path, logged):
+    """The last record of an older segment whose size now runs past the segment's end
+    (below the checkpoint, so recovery does not scan it): the feed's reader reports it
+    once and goes on with the next segment, instead of reading it again and again."""
+    path = str(tmp_path / "data")
+    s = test_store_damage.open_store(path)  # 4096-byte segments
+    results = publish(s, 2 * (FIRST + LATER), 0)
+    s.close()
+    first_seg = [r for r in results if r.log_offsets[0] < test_store_damage.SEGMENT]
+    assert len(first_seg) < len(results)
+    victim = first_seg[-1]
+    with open(segment(path), "r+b") as f:
+        f.seek(victim.log_offsets[0])
+        f.write(fmt.I32.pack(victim.sizes[0] + 64))
+    s = test_store_damage.open_store(path)
+    reader = LogReader(s, 0)
+    ids = []
+    for _ in range(100):
+        views = reader.read()
+        if not views:
+            break
+        ids += [v.event_id for v in views]
+    assert ids == [r.event_id for r in results if r is not victim]
+    assert reader.offset == s.visible_end
+    assert s.damaged_records == 1
+    lines = [x for x in logged if "damaged record skipped" in x]
+    assert len(lines) == 1 and f"offset {victim.log_offsets[0]} " in lines[0], lines
+    s.close()
