@@ -173,11 +173,10 @@ def test_rebuild_counts_each_damaged_header_once_at_its_place(server_factory):
     its record's segment and offset, and the damaged-records counter at 4 (not 5 with
     one blamed on offset 0)."""
     from tests.integration.test_ops_metrics import LOOP, scrape
+    from tests.support.smss import connect
 
     server = server_factory(config=CONFIG, listen={"smss": LOOP, "metrics": LOOP})
     bodies = [b"body-%04d-" % i + b"z" * 200 for i in range(600)]
-    from tests.support.smss import connect
-
     with connect(server) as c:
         c.create("d")
         for i in range(0, len(bodies), 50):
