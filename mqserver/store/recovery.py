@@ -142,26 +142,29 @@ class Recovery:
 
     def _cut_tail(self, seg, good_end, tail, rest):
         # The log ends after its last sound record, whatever follows it in the last
-        # segment: a torn record, garbage, zeros (a file the crash extended but never
-        # wrote), or a BLANK with no segment after it. Kept, they would hide every record
-        # written after them from the next full rebuild, which would then hand out
-        # their eventIds again.
+        # segment: a torn record, garbage, or zeros (a file the crash extended but never
+        # wrote). Kept, they would hide every record written after them from the next
+        # full rebuild, which would then hand out their eventIds again.
         log = self.commitlog
         if log.end <= good_end:
             return
-        if tail:
-            detail = tail[0][1]
-        elif len(rest) >= fmt.BLANK_SIZE and fmt.BLANK.unpack_from(rest)[1] == fmt.BLANK_MAGIC:
-            detail = "an end-of-segment marker with no segment after it"
-        else:
-            detail = fmt.ZEROED
-        self.log.warn(
-            "truncating the commit log at {offset}: cut {size} bytes after the last sound"
-            " record of segment {segment} ({detail})",
-            offset=good_end, size=log.end - good_end, segment=fmt.segment_name(seg),
-            detail=detail,
-        )
+        sealed = (not tail and len(rest) >= fmt.BLANK_SIZE
+                  and fmt.BLANK.unpack_from(rest)[1] == fmt.BLANK_MAGIC)
+        keep = good_end + fmt.BLANK_SIZE if sealed else good_end
+        if log.end > keep:
+            self.log.warn(
+                "truncating the commit log at {offset}: cut {size} bytes after the last"
+                " sound record of segment {segment} ({detail})",
+                offset=keep, size=log.end - keep, segment=fmt.segment_name(seg),
+                detail=tail[0][1] if tail else (
+                    "bytes after its end-of-segment marker" if sealed else fmt.ZEROED),
+            )
         log.truncate(good_end)
+        if sealed:
+            # A crash between sealing the segment and the first write of the next: the
+            # segment stays sealed (roll writes the same BLANK again) and the next record
+            # starts the next segment, where readers look for it.
+            log.roll()
 
     def _end_cut_write(self, last):
         # The log's last record says more of its write follows: a crash cut the write.

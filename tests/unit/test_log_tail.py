@@ -249,3 +249,36 @@ def test_log_reader_reports_a_record_running_past_its_segment_and_reads_on(tmp_p
     lines = [x for x in logged if "damaged record skipped" in x]
     assert len(lines) == 1 and f"offset {victim.log_offsets[0]} " in lines[0], lines
     s.close()
+
+
+@pytest.mark.parametrize("checkpoint", ["current", "missing"])
+@pytest.mark.parametrize("after", [b"", bytes(64)])
+def test_a_sealed_last_segment_stays_sealed(tmp_path, logged, checkpoint, after):
+    """A last segment that ends in its BLANK marker (a crash after sealing it, before
+    the first write of the next): the marker stays, bytes after it are cut, and the
+    next record starts the next segment, where every reader (and a rebuild) finds it."""
+    path = str(tmp_path / "data")
+    s = test_store_damage.open_store(path)  # 4096-byte segments
+    results = publish(s, FIRST, 0)
+    s.close()
+    size = os.path.getsize(segment(path))
+    with open(segment(path), "ab") as f:
+        f.write(fmt.BLANK.pack(test_store_damage.SEGMENT - size, fmt.BLANK_MAGIC) + after)
+    use_checkpoint(path, checkpoint)
+    s = test_store_damage.open_store(path)
+    assert os.path.getsize(segment(path)) == size + fmt.BLANK_SIZE
+    cut = [x for x in logged if "truncating the commit log" in x]
+    if after:
+        assert len(cut) == 1 and f"cut {len(after)} bytes" in cut[0], cut
+    else:
+        assert not cut
+    new = publish(s, 1, 100)[0]
+    assert new.log_offsets[0] == test_store_damage.SEGMENT
+    assert new.event_id == results[-1].event_id + 1
+    assert [v.event_id for v in all_records(s)] == [r.event_id for r in results + [new]]
+    s.close()
+    os.remove(metadata(path))
+    s = test_store_damage.open_store(path)
+    assert s.next_event_id == new.event_id + 1
+    assert [v.event_id for v in all_records(s)] == [r.event_id for r in results + [new]]
+    s.close()
