@@ -238,9 +238,12 @@ class StallWatch:
         self.disconnected(self._proto)
         self._proto = proto
         self._applier.restart_progress(self._now_ms())
+        if self._endpoint is None:
+            return  # nowhere to ask the master
         self._loop = LoopingCall(self._tick)
         self._loop.clock = self._reactor
-        self._loop.start(self.limit / 2.0, now=False)
+        d = self._loop.start(self.limit / 2.0, now=False)
+        d.addErrback(lambda f: self.log.failure("the stall watch stopped", f))
 
     def disconnected(self, proto):
         """Stop watching C{proto} (its connection is gone)."""
