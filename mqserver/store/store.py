@@ -20,6 +20,8 @@ one module each: L{Writer} (writer.py), L{Reader} (reader.py), L{QueueTable}
 import os
 import time
 
+from twisted.internet import defer
+
 from mqserver.errors import StoreError
 from mqserver.store import format as fmt
 from mqserver.store.checkpoint import Checkpoints
@@ -170,6 +172,11 @@ class MessageStore:
         return self.writer.write_latency
 
     @property
+    def replicable_end(self):
+        """Commit-log offset below which records may be sent to followers."""
+        return self.notifier.replicable_end
+
+    @property
     def visible_end(self):
         """Commit-log offset below which readers may read (see L{Notifier})."""
         return self.notifier.visible_end
@@ -270,6 +277,20 @@ class MessageStore:
     def sync(self):
         """fsync what is written (flush level 1 calls this once a second)."""
         return self.flusher.sync()
+
+    def durable_now(self):
+        """Return a Deferred firing once everything written so far is as durable as the
+        flush level asks (at once below level 2)."""
+        if self.flush_level < 2:
+            return defer.succeed(None)
+        return self.flusher.request(self.commitlog.end)
+
+    def set_sync_gate(self, gate):
+        """Acknowledge every later write only once C{gate}
+        (L{mqserver.replication.sync.SyncGate}) says enough followers hold it, and show
+        it to consumers only then (L{Notifier.set_gate})."""
+        self.notifier.set_gate(gate)
+        self.writer.usual_path = False  # every write goes through Notifier.after_write
 
     # -- the disk ------------------------------------------------------------------------
 

@@ -1,0 +1,228 @@
+"""Synchronous replication between real broker processes on loopback: a write is
+acknowledged only once the follower holds it, on every protocol."""
+
+import os
+import random
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from protocols.remoting import codes
+from protocols.smss.client import SmssClient, SmssError
+from tests.support.nsq import V2
+from tests.support.remoting_client import RemotingClient
+from tests.support.server import ServerProcess
+from tests.support.smss import read_topic
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.timeout(240)
+
+ALIVE = {"timeout": {"server": {"alive": 300}}}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def master_config(replicas=1, timeout_ms=1500, **extra):
+    cfg = dict(ALIVE, replication={"syncReplicas": replicas, "syncTimeoutMs": timeout_ms})
+    cfg.update(extra)
+    return cfg
+
+
+def status(port):
+    with SmssClient("127.0.0.1", port) as c:
+        return c.topic_info("$replication")
+
+
+def wait_confirming(master, n=1, timeout=30.0):
+    """Wait until C{n} followers confirm to C{master} and are caught up."""
+    wait_until(lambda: len(status(master.smss_port)["sync"]["confirming"]) >= n
+               and status(master.smss_port)["sync"]["available"],
+               timeout, f"{n} confirming followers", interval=0.1)
+
+
+def start_follower(server_factory, master_port, name="follower", **kw):
+    return server_factory(name, config=ALIVE, extra_args=[
+        "--role", "slave", "--master", f"127.0.0.1:{master_port}"], **kw)
+
+
+def test_no_follower_no_acknowledgement(server_factory):
+    """Without a follower a publish fails with smss's error at once; the message stays
+    in the master's log, unseen by consumers, and reaches both once a follower holds it."""
+    master = server_factory("master", config=master_config())
+    with SmssClient("127.0.0.1", master.smss_port) as c:
+        with pytest.raises(SmssError) as e:
+            c.create("t")
+        assert "replicas" in str(e.value)
+        with pytest.raises(SmssError) as e:
+            c.publish("t", [b"not acknowledged"])
+        assert "store error" in str(e.value) and "0 of 1 replicas" in str(e.value)
+    assert read_topic(master, "t", until_alive=True) == []
+    follower = start_follower(server_factory, master.smss_port)
+    wait_confirming(master)
+    with SmssClient("127.0.0.1", master.smss_port) as c:
+        c.publish("t", [b"acknowledged"])
+    for server in (master, follower):
+        assert [m.body for m in read_topic(server, "t", until_alive=True)] == [
+            b"not acknowledged", b"acknowledged"]
+    assert status(master.smss_port)["sync"]["unavailable"] == 2
+
+
+def test_acknowledged_means_on_the_follower(server_factory):
+    """Every acknowledged publish is on the follower when its answer arrives."""
+    master = server_factory("master", config=master_config())
+    follower = start_follower(server_factory, master.smss_port)
+    wait_confirming(master)
+    with SmssClient("127.0.0.1", master.smss_port) as c:
+        c.create("t")
+        for i in range(200):
+            c.publish("t", [b"m%d" % i, b"n%d" % i])
+            assert status(follower.smss_port)["appliedEventId"] >= status(master.smss_port)["appliedEventId"]
+    assert len(read_topic(follower, "t", count=400)) == 400
+
+
+def test_a_stopped_follower_times_the_write_out(server_factory):
+    """A follower that stops answering (SIGSTOP) makes a publish fail within the timeout;
+    once it runs again the next publish succeeds and the failed one is readable."""
+    master = server_factory("master", config=master_config(timeout_ms=800))
+    follower = start_follower(server_factory, master.smss_port)
+    wait_confirming(master)
+    with SmssClient("127.0.0.1", master.smss_port) as c:
+        c.create("t")
+        os.kill(follower.proc.pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            with pytest.raises(SmssError) as e:
+                c.publish("t", [b"timed out"])
+            took = time.monotonic() - start
+            assert "within 800 ms" in str(e.value)
+            assert took >= 0.7, took
+        finally:
+            os.kill(follower.proc.pid, signal.SIGCONT)
+        wait_until(lambda: status(master.smss_port)["sync"]["available"], 20, "the follower back")
+        c.publish("t", [b"after"])
+    assert [m.body for m in read_topic(master, "t", until_alive=True)] == [b"timed out", b"after"]
+    assert status(master.smss_port)["sync"]["timeouts"] == 1
+
+
+def test_nsq_pub_fails_without_follower(server_factory):
+    """NSQ's PUB answers E_PUB_FAILED when no follower confirms."""
+    master = server_factory("master", config=master_config(),
+                            listen={"smss": "tcp:0:interface=127.0.0.1",
+                                    "nsqd_tcp": "tcp:0:interface=127.0.0.1"})
+    conn = V2(master.ports["NsqdFactory"])
+    try:
+        conn.send(b"PUB t\n" + len(b"hello").to_bytes(4, "big") + b"hello")
+        kind, data = conn.frame()
+    finally:
+        conn.close()
+    assert kind == 1 and data.startswith(b"E_PUB_FAILED"), (kind, data)
+    assert b"replicas" in data
+
+
+def _send(client, topic, body, queue_id=0):
+    header = {"producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102",
+              "defaultTopicQueueNums": "4", "queueId": str(queue_id), "sysFlag": "0",
+              "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
+              "properties": "UNIQ_KEY\x01K%s\x02WAIT\x01true\x02" % body.decode(),
+              "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
+    return client.call(codes.SEND_MESSAGE, header, body)
+
+
+def test_rocketmq_sync_master_answers_as_4_9(server_factory):
+    """rocketmq.brokerRole SYNC_MASTER: SLAVE_NOT_AVAILABLE (11) without a slave,
+    SEND_OK with one, FLUSH_SLAVE_TIMEOUT (12) when it does not confirm in time; each
+    carries the stored message's id and queue offset, as 4.9's do."""
+    listen = {"smss": "tcp:0:interface=127.0.0.1", "broker": "tcp:0:interface=127.0.0.1"}
+    master = server_factory("master", listen=listen, config=dict(
+        ALIVE, rocketmq={"brokerRole": "SYNC_MASTER", "syncFlushTimeout": 800}))
+    port = master.ports["BrokerDoor"]
+    with SmssClient("127.0.0.1", master.smss_port) as c:
+        with pytest.raises(SmssError):
+            c.create("T")  # the topic is stored all the same
+    client = RemotingClient("127.0.0.1", port)
+    try:
+        r = _send(client, "T", b"one")
+        assert r.code == codes.SLAVE_NOT_AVAILABLE, (r.code, r.remark)
+        assert r.ext_fields["msgId"] and r.ext_fields["queueOffset"] == "0"
+        follower = start_follower(server_factory, master.smss_port)
+        wait_confirming(master)
+        r = _send(client, "T", b"two")
+        assert r.code == codes.SUCCESS and r.ext_fields["queueOffset"] == "1"
+        os.kill(follower.proc.pid, signal.SIGSTOP)
+        try:
+            r = _send(client, "T", b"three")
+            assert r.code == codes.FLUSH_SLAVE_TIMEOUT and r.ext_fields["queueOffset"] == "2"
+        finally:
+            os.kill(follower.proc.pid, signal.SIGCONT)
+        config = client.call(codes.GET_BROKER_CONFIG, {})
+        assert "brokerRole=SYNC_MASTER" in config.body.decode()
+    finally:
+        client.close()
+
+
+class Publisher(threading.Thread):
+    """Publishes one message per round trip until its connection fails; an error
+    answer (no follower confirmed) is not an acknowledgement."""
+
+    def __init__(self, port, name):
+        super().__init__(daemon=True)
+        self.port = port
+        self.prefix = name
+        self.acked = []
+        self.refused = 0
+
+    def run(self):
+        try:
+            with SmssClient("127.0.0.1", self.port, timeout=10.0) as c:
+                for i in range(10**9):
+                    body = b"%s-%d" % (self.prefix, i)
+                    try:
+                        c.publish("t", [body])
+                    except SmssError:
+                        self.refused += 1
+                        continue
+                    self.acked.append(body)
+        except (ConnectionError, OSError):
+            pass
+
+
+def test_master_sigkilled_loses_no_acknowledged_message(server_factory, tmp_path):
+    """Four publishers; the master SIGKILLed at random moments, eight times: after each
+    kill the follower holds every message the master acknowledged."""
+    rng = random.Random(7)
+    port = free_port()
+    master = ServerProcess(tmp_path / "master", config=master_config(timeout_ms=3000),
+                           listen={"smss": f"tcp:{port}:interface=127.0.0.1"})
+    try:
+        master.start()
+        follower = start_follower(server_factory, port)
+        wait_confirming(master)
+        with SmssClient("127.0.0.1", port) as c:
+            c.create("t")
+        acked = []
+        for k in range(8):
+            if k:
+                master.start()
+                wait_confirming(master)
+            pubs = [Publisher(port, b"r%dp%d" % (k, i)) for i in range(4)]
+            for p in pubs:
+                p.start()
+            time.sleep(rng.uniform(0.2, 1.0))
+            master.kill()
+            for p in pubs:
+                p.join(15)
+                assert not p.is_alive()
+                acked += p.acked
+            held = {m.body for m in read_topic(follower, "t", until_alive=True, timeout=60)}
+            lost = [b for b in acked if b not in held]
+            assert not lost, f"kill {k + 1}: {len(lost)} of {len(acked)} acknowledged messages not on the follower"
+        assert len(acked) > 100
+    finally:
+        master.close()
