@@ -1,6 +1,7 @@
 """Synchronous replication between real broker processes on loopback: a write is
 acknowledged only once the follower holds it, on every protocol."""
 
+import json
 import os
 import random
 import signal
@@ -12,8 +13,10 @@ import pytest
 
 from protocols.remoting import codes
 from protocols.smss.client import SmssClient, SmssError
+from tests.support.msgout import Api, Console
 from tests.support.nsq import V2
 from tests.support.remoting_client import RemotingClient
+from tests.support.rmq import namesrv_addr, run_client, sends
 from tests.support.server import ServerProcess
 from tests.support.smss import read_topic
 from tests.support.wait import wait_until
@@ -126,6 +129,33 @@ def test_nsq_pub_fails_without_follower(server_factory):
     assert b"replicas" in data
 
 
+def test_msgout_and_console_fail_without_follower(server_factory):
+    """msgout answers 503 with its JSON error, the console ERR, when no follower confirms;
+    with one they publish."""
+    loop = "tcp:0:interface=127.0.0.1"
+    master = server_factory("master", config=master_config(),
+                            listen={"smss": loop, "msgout": loop, "console": loop})
+    api = Api(master.ports["MsgoutSite"])
+    console = Console(master.ports["ConsoleFactory"])
+    try:
+        status_code, body = api.call("PUT", "/v1/queues/q", {})
+        assert status_code == 503, (status_code, body)  # stored, not acknowledged
+        status_code, body = api.call("POST", "/v1/queues/q/messages",
+                                     {"messages": [{"body": "hello"}]})
+        assert status_code == 503 and "replicas" in json.dumps(body), (status_code, body)
+        console.send(b"PUB q hello")
+        line = console.line()
+        assert line.startswith(b"ERR") and b"replicas" in line, line
+        start_follower(server_factory, master.smss_port)
+        wait_confirming(master)
+        assert len(api.publish("q", "again")) == 1
+        console.send(b"PUB q again")
+        assert console.line().startswith(b"OK")
+    finally:
+        api.close()
+        console.close()
+
+
 def _send(client, topic, body, queue_id=0):
     header = {"producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102",
               "defaultTopicQueueNums": "4", "queueId": str(queue_id), "sysFlag": "0",
@@ -165,6 +195,37 @@ def test_rocketmq_sync_master_answers_as_4_9(server_factory):
         assert "brokerRole=SYNC_MASTER" in config.body.decode()
     finally:
         client.close()
+
+
+def test_cpp_producer_reports_the_sync_master_statuses(server_factory, tmp_path):
+    """The RocketMQ C++ client against a SYNC_MASTER without a slave: every try of a send
+    is answered SLAVE_NOT_AVAILABLE, which its sync send retries and then reports as
+    "No route info of this topic" (rocketmq-client-cpp's sendAutoRetrySelectImpl /
+    sendDefaultImpl, as against a 4.9.4 broker); each try is stored. With a slave its
+    sends are SEND_OK, and the tries stored before reach the slave too."""
+    loop = "tcp:0:interface=127.0.0.1"
+    master = server_factory("master", listen={"smss": loop, "namesrv": loop, "broker": loop},
+                            config=dict(ALIVE, rocketmq={"brokerRole": "SYNC_MASTER"}))
+    with SmssClient("127.0.0.1", master.smss_port) as c:
+        with pytest.raises(SmssError):
+            c.create("CppSync")
+    home, ns = tmp_path / "home", namesrv_addr(master)
+    namesrv = RemotingClient("127.0.0.1", master.ports["NamesrvFactory"])
+    try:  # the broker registers the new topic with its nameserver on its next round
+        wait_until(lambda: namesrv.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "CppSync"}).code
+                   == codes.SUCCESS, 60, "the topic's route", interval=0.2)
+    finally:
+        namesrv.close()
+    lines = run_client(home, "produce", ns, "CppSync", "--count", 1, "--group", "PS1")
+    assert "No route info of this topic" in lines[0]["error"], lines
+    follower = start_follower(server_factory, master.smss_port)
+    wait_confirming(master)
+    lines = run_client(home, "produce", ns, "CppSync", "--count", 3, "--group", "PS2",
+                       "--body", "after-{i}")
+    assert [x["status"] for x in sends(lines)] == [0, 0, 0], lines  # SEND_OK
+    bodies = [m.body for m in read_topic(follower, "CppSync", until_alive=True)]
+    assert bodies[-3:] == [b"after-0", b"after-1", b"after-2"]
+    assert len(bodies) > 3 and set(bodies[:-3]) == {b"msg-0"}  # the tries of the first send
 
 
 class Publisher(threading.Thread):
