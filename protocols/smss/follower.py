@@ -91,6 +91,8 @@ class FollowerProtocol(Protocol):
 
     def connectionMade(self):
         f = self.factory
+        if hasattr(self.transport, "setTcpNoDelay"):  # confirmations are small writes
+            self.transport.setTcpNoDelay(True)
         self.applier.connected = True
         f.watch.connected(self)
         start = self.applier.resume_point(f.start_event)
