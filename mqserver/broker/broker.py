@@ -12,7 +12,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqserver.broker.channel_registry import ChannelRegistry
-from mqserver.broker.cursor import TopicCursor
+from mqserver.broker.cursor import EventNotFound, TopicCursor
 from mqserver.broker.offsets import ConsumerOffsets
 from mqserver.broker.queues import QueueService
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
@@ -21,6 +21,7 @@ from mqserver.broker.topics import (
     MAX_QUEUES, TopicRegistry, create_body, valid_queue_count, validate_topic_name)
 from mqserver.errors import InvalidRequest, NotMaster, TopicExists, TopicNotFound
 from mqserver.interfaces import IBroker
+from mqserver.replication.logreader import LogReader
 from mqserver.replication.sync import SyncGate
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
@@ -97,9 +98,38 @@ class Broker:
     def start(self):
         """Load consumer offsets, arm the delay and lifetime timers (after the store is open)."""
         self.offsets.load()
+        if self.sync_gate is not None:
+            self._hide_unconfirmed(self.sync_gate.restored_event_id)
         self._schedule_delays()
         self._schedule_life()
         self.channels.start()
+
+    def _hide_unconfirmed(self, committed):
+        # The writes after the commit point the checkpoint kept were not confirmed by
+        # enough followers (or not known to be): consumers see them once they are.
+        store = self.store
+        if committed is None or committed >= store.next_event_id - 1:
+            return
+        try:
+            reader = (LogReader.after_event(store, committed) if committed
+                      else LogReader(store, store.commitlog.min_offset))
+        except EventNotFound:
+            reader = LogReader(store, store.commitlog.min_offset)
+        start = reader.offset
+        writes = []
+        while True:
+            views = reader.read()
+            if not views:
+                break
+            for v in views:
+                if v.magic == fmt.MESSAGE_MAGIC and v.sys_flag & fmt.SYSFLAG_BATCH_MORE:
+                    continue  # the write goes on: its last record ends it
+                topic = v.topic if v.magic == fmt.MESSAGE_MAGIC else None
+                writes.append((v.event_id, v.offset + v.size, topic, v.queue_id))
+        if writes:
+            self.log.info("{n} writes after eventId {eid} wait for the followers' confirmation",
+                          n=len(writes), eid=committed)
+            store.hide_after(start, writes)
 
     def stop(self):
         """Cancel the timers."""
@@ -123,6 +153,7 @@ class Broker:
         if gate is None:
             gate = self.sync_gate = SyncGate(self._reactor, replicas, timeout_ms,
                                              fallbehind_bytes)
+            self.register_state("sync", gate)
             self.store.set_sync_gate(gate)
             return gate
         gate.replicas = max(gate.replicas, replicas)

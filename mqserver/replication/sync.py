@@ -37,6 +37,8 @@ class SyncGate:
         self.timeout = timeout_ms / 1000.0
         self.fallbehind_bytes = fallbehind_bytes
         self.committed_event_id = 0
+        #: the commit point the last checkpoint held (None: none was kept)
+        self.restored_event_id = None
         self.on_commit = None
         self.timeouts = 0
         self.unavailable = 0
@@ -122,6 +124,17 @@ class SyncGate:
             if d is not None:
                 timer.cancel()
                 d.callback(None)
+
+    # the checkpoint keeps the commit point, so that a restarted master shows consumers
+    # only what enough followers had confirmed (L{mqserver.store.notify.Notifier.hide_after})
+
+    def snapshot_state(self):
+        return {"committedEventId": self.committed_event_id}
+
+    def restore_state(self, state):
+        self.restored_event_id = (state or {}).get("committedEventId")
+        if self.restored_event_id is not None:
+            self.committed_event_id = max(self.committed_event_id, self.restored_event_id)
 
     def stop(self):
         """Cancel the timers of the writes still waiting (the broker is stopping)."""

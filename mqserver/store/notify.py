@@ -58,6 +58,13 @@ class Notifier:
         self.gate = gate
         gate.on_commit = self.confirmed
 
+    def hide_after(self, offset, writes):
+        """Show readers only the log below C{offset}: C{writes}, the (last eventId, end
+        offset, topic or None, queue id) of each write after it, wait for the gate's
+        confirmation (a restarted master whose checkpoint says they were not confirmed)."""
+        self.visible_end = offset
+        self._unconfirmed.extend(writes)
+
     @property
     def replicable_end(self):
         """Commit-log offset below which records may be sent to followers: what is as

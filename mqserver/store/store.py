@@ -126,6 +126,11 @@ class MessageStore:
         self.disk.open()
         self.check_disk()  # a start on a disk over the ratio refuses writes at once
 
+    def hide_after(self, offset, writes):
+        """Show readers only the log below C{offset} until the sync gate confirms the
+        C{writes} after it (see L{Notifier.hide_after})."""
+        self.notifier.hide_after(offset, writes)
+
     def close(self):
         """Flush everything and write a final checkpoint (synchronously)."""
         if not self.opened:
