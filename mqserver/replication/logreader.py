@@ -85,7 +85,7 @@ class LogReader:
         store = self._store
         log = store.commitlog
         while True:
-            end = store.visible_end
+            end = store.replicable_end
             if self.offset < log.min_offset:
                 self.offset = log.min_offset
             if self.offset >= end:

@@ -71,6 +71,11 @@ class BrokerDoor(Factory):
         if config["role"] == "slave" and self.broker_id == 0:
             self.broker_id = 1
         self.broker_ip = config["rocketmq.brokerIP"]
+        # 4.9's SYNC_MASTER: a send is SEND_OK once a slave holds it too (the core's
+        # synchronous replication with one follower at least, 4.9's timeout and lag)
+        if config["role"] != "slave" and config["rocketmq.brokerRole"] == "SYNC_MASTER":
+            broker.require_replicas(1, config["rocketmq.syncFlushTimeout"],
+                                    config["rocketmq.haSlaveFallbehindMax"])
         self.delay_levels = parse_delay_levels(config["rocketmq.messageDelayLevel"])
         self.long_poll_max_ms = config["rocketmq.longPollMaxMs"]
         self.register_interval = config["rocketmq.registerIntervalMs"] / 1000.0
@@ -213,7 +218,7 @@ class BrokerDoor(Factory):
             "brokerId": self.broker_id, "brokerIP1": (self.broker_addr or ":").rsplit(":", 1)[0],
             "listenPort": (self.broker_addr or ":0").rsplit(":", 1)[1],
             "namesrvAddr": c["rocketmq.namesrvAddr"] or "",
-            "brokerRole": "SLAVE" if c["role"] == "slave" else "ASYNC_MASTER",
+            "brokerRole": "SLAVE" if c["role"] == "slave" else c["rocketmq.brokerRole"],
             "flushDiskType": "SYNC_FLUSH" if c["store.flushLevel"] >= 2 else "ASYNC_FLUSH",
             "storePathRootDir": self.store.path,
             "storePathCommitLog": os.path.join(self.store.path, "commitlog"),

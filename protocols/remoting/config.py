@@ -41,6 +41,12 @@ KEYS = {
     "rocketmq.brokerIP": (str, "", lambda v: v == "" or _is_ipv4(v),
                           "an IPv4 address (clients connect to it)"),
     "rocketmq.namesrvAddr": (str, "", None, None),
+    # 4.9's replication role: SYNC_MASTER answers a send once a slave holds it too
+    "rocketmq.brokerRole": (str, "ASYNC_MASTER",
+                            lambda v: v in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+                            "ASYNC_MASTER, SYNC_MASTER or SLAVE"),
+    "rocketmq.syncFlushTimeout": (int, 5000, lambda v: v >= 1, ">= 1 (ms)"),
+    "rocketmq.haSlaveFallbehindMax": (int, 256 * 1024 * 1024, lambda v: v >= 0, ">= 0 (bytes)"),
     "rocketmq.autoCreateTopicEnable": (bool, True, None, None),
     "rocketmq.autoCreateSubscriptionGroup": (bool, True, None, None),
     "rocketmq.defaultTopicQueueNums": (int, 4, lambda v: 1 <= v <= 1024, "1..1024"),
@@ -69,9 +75,13 @@ KEYS = {
 
 
 def validate(values):
-    """ACL needs its file, which must load (a broken one stops the start, as in 4.9)."""
+    """ACL needs its file, which must load (a broken one stops the start, as in 4.9);
+    a SLAVE broker role is a replication slave's."""
     from mqserver.config import ConfigError
 
+    if values["rocketmq.brokerRole"] == "SLAVE" and values["role"] != "slave":
+        raise ConfigError("config key 'rocketmq.brokerRole' is SLAVE but 'role' is not slave"
+                          " (a slave follows its master: role: slave, master: HOST:PORT)")
     if not values["rocketmq.aclEnable"]:
         return
     if not values["rocketmq.aclFile"]:

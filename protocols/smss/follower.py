@@ -84,9 +84,15 @@ class FollowerProtocol(Protocol):
         self.decoder = None
         self._idle_call = None
         self._failed = False
+        # confirming what it holds (an mqserver master asked for it with an empty block)
+        self._confirming = False
+        self._to_confirm = 0
+        self._confirm_call = None
 
     def connectionMade(self):
         f = self.factory
+        if hasattr(self.transport, "setTcpNoDelay"):  # confirmations are small writes
+            self.transport.setTcpNoDelay(True)
         self.applier.connected = True
         f.watch.connected(self)
         start = self.applier.resume_point(f.start_event)
@@ -102,7 +108,8 @@ class FollowerProtocol(Protocol):
     def _replica(self):
         self.log.info("following the master from eventId {start}", start=self._start)
         self.decoder = ResponseDecoder(Expect.REPLICA)
-        self.transport.write(encode_replica(self._start))
+        # the trace offers confirmations; a reference smss master only logs it
+        self.transport.write(encode_replica(self._start, wire.CONFIRM_TRACE))
 
     def _touch(self):
         if self._idle_call is not None and self._idle_call.active():
@@ -127,13 +134,19 @@ class FollowerProtocol(Protocol):
             if self._failed:
                 return
             if isinstance(ev, ReplicaBlock):
+                if not ev.raw:  # an mqserver master asks for confirmations
+                    self._confirming = True
+                    self._confirm_when_durable(None)
+                    continue
                 try:
                     d = apply_block(self.applier, ev.raw)
                 except Exception:
                     self.log.failure("cannot apply a replicated record")
                     self._fail()
                     return
-                if d is not None:
+                if self._confirming:
+                    self._confirm_when_durable(d)
+                elif d is not None:
                     d.addErrback(self._store_failed)
             elif isinstance(ev, OkResponse):
                 topics = json.loads(ev.body) if ev.body else []
@@ -145,6 +158,27 @@ class FollowerProtocol(Protocol):
             elif isinstance(ev, AliveResponse):
                 pass
 
+    def _confirm_when_durable(self, d):
+        # Confirm what the store holds once it is as durable as our flush level asks:
+        # a record already held (d None) may still wait for the group commit.
+        event_id = self.applier.applied_event_id
+        if d is None:
+            d = self.applier.store.durable_now()
+        d.addCallbacks(lambda _: self._confirm(event_id), self._store_failed)
+
+    def _confirm(self, event_id):
+        # Confirmations of one turn of the reactor go out as one frame.
+        if self._failed or self.transport is None or event_id <= self._to_confirm:
+            return
+        self._to_confirm = event_id
+        if self._confirm_call is None:
+            self._confirm_call = self.factory.reactor.callLater(0, self._send_confirm)
+
+    def _send_confirm(self):
+        self._confirm_call = None
+        if not self._failed and self.transport is not None:
+            self.transport.write(encode_replica(self._to_confirm))
+
     def _store_failed(self, f):
         self.log.failure("storing a replicated record failed", f)
         self._fail()
@@ -155,6 +189,7 @@ class FollowerProtocol(Protocol):
             self.transport.abortConnection()
 
     def connectionLost(self, reason):
+        self._failed = True  # nothing more is applied or confirmed on this connection
         self.applier.connected = False
         self.factory.watch.disconnected(self)
         # Says why, e.g. a TLS master whose certificate the CA does not vouch for.
@@ -162,6 +197,9 @@ class FollowerProtocol(Protocol):
         if self._idle_call is not None and self._idle_call.active():
             self._idle_call.cancel()
         self._idle_call = None
+        if self._confirm_call is not None and self._confirm_call.active():
+            self._confirm_call.cancel()
+        self._confirm_call = None
 
 
 class MasterProbe(Protocol):

@@ -48,7 +48,7 @@ class StalledMaster(threading.Thread):
                 head = self._read(conn, wire.REQUEST_HEADER_SIZE)
                 code, topic_len, body_len, trace_len = wire.REQUEST_HEADER_STRUCT.unpack(head)
                 if code == wire.CMD_REPLICA:
-                    self._read(conn, 8)
+                    self._read(conn, topic_len + trace_len + 8)
                     self.replicas += 1
                     conn.settimeout(0.1)
                     while not self.stopping.is_set():

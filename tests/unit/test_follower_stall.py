@@ -16,7 +16,7 @@ from mqserver.broker.broker import Broker
 from mqserver.replication.applier import Applier
 from mqserver.store.store import Message, MessageStore
 from protocols.metrics.collector import BrokerCollector
-from protocols.smss import codec
+from protocols.smss import codec, wire
 from protocols.smss.client_codec import encode_replica, encode_topic_info
 from protocols.smss.follower import FollowerFactory
 from tests.unit import test_store_damage
@@ -46,7 +46,7 @@ def connect(factory):
     proto = factory.buildProtocol(None)
     transport = StringTransport()
     proto.makeConnection(transport)
-    assert transport.value() == encode_replica(0)
+    assert transport.value() == encode_replica(0, wire.CONFIRM_TRACE)
     return proto, transport
 
 
