@@ -18,6 +18,7 @@ from mqserver.listen import server_endpoint
 from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store import format as fmt
 from mqserver.store.flush import ThreadRunner
+from mqserver.store.lock import UnusableDirectory
 from mqserver.store.store import MessageStore
 
 
@@ -135,7 +136,10 @@ class StorageService(service.MultiService):
                   "retention").setServiceParent(self)
 
     def startService(self):
-        self.store.open()
+        try:
+            self.store.open()
+        except OSError as e:  # the directory cannot be made, or its files read or written
+            raise UnusableDirectory(self.store.path, e) from None
         self.broker.start()
         self.log.info(
             "store open at {path}: log {start}..{end}, next eventId {eid}",
