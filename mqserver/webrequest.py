@@ -104,6 +104,8 @@ class Request(server.Request):
         except Refusal as refusal:
             self._refuse(refusal)
             return
+        # in memory whatever the length: the limit above bounds it, and twisted.web's own
+        # choice is a temporary file for a chunked body or one of 100 kB and more
         self.content = BytesIO()
 
     def handleContentChunk(self, data):
