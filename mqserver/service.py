@@ -160,7 +160,17 @@ class StorageService(service.MultiService):
         return self.store.checkpoint()
 
     def _save_offsets(self):
-        return self.broker.offsets.save(self.store.runner)
+        d = self.broker.offsets.save(self.store.runner)
+        if d is not None:
+            d.addErrback(self._offsets_unsaved)
+        return d
+
+    def _offsets_unsaved(self, failure):
+        # a disk error like the others (counted, one line per trouble); the table stays
+        # dirty and the next save tries again. Left to the timer, a failure would stop
+        # the loop with a traceback.
+        failure.trap(OSError)
+        self.store.disk.error("writing consumer offsets", failure.value)
 
     def _clean(self):
         self.store.clean(self.config["store.maxDays"] * 86400, self.broker.min_reader_offset())

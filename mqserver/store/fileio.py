@@ -5,8 +5,8 @@ errors: unit tests switch its flags, and a real-process test names a control dir
 in the environment variable C{MQSERVER_FAULT_INJECT}; while a file C{enospc} (or
 C{eio}) exists there, every commit-log write fails with that error, and while
 C{fsync-eio} exists every fsync fails with EIO. The state files written through
-L{FileIO.write_json} (the RocketMQ door's C{topic.json} and C{subscriptionGroup.json})
-fail with ENOSPC while C{enospc} or C{json-enospc} exists: the second alone is a disk
+L{FileIO.write_json} (consumer offsets, the RocketMQ door's C{topic.json} and
+C{subscriptionGroup.json}) fail with ENOSPC while C{enospc} or C{json-enospc} exists: the second alone is a disk
 that still takes commit-log writes (into a segment already allocated) but no new file. The variable is read once, when a store
 is made (L{from_environment}); it is for tests and has no place in production.
 """

@@ -197,3 +197,32 @@ def test_topic_json_that_cannot_be_written_fails_the_send_that_created_the_topic
 
         os.remove(control / "json-enospc")
         _one_quiet_trouble(server, "disk trouble: writing topic.json failed: [Errno 28] No space left on device")
+
+
+def test_consumer_offsets_that_cannot_be_saved_are_saved_later(tmp_path):
+    """The 5-second save of consumer offsets on a disk that takes no new file: one log
+    line (no traceback), counted, and the saves go on: the offset is in the file once the
+    disk has room."""
+    import json
+
+    def saved():
+        try:
+            with open(os.path.join(server.data, "consumerOffset.json")) as f:
+                return json.load(f)["offsetTable"].get("r_old@G", {}).get("0") == 1
+        except FileNotFoundError:
+            return False
+
+    with _state_server(tmp_path) as (server, control, rmq):
+        errors = _metric(server, "mqserver_store_disk_errors_total")
+        (control / "json-enospc").touch()
+        r = rmq.call(codes.UPDATE_CONSUMER_OFFSET, {"topic": "r_old", "consumerGroup": "G", "queueId": 0,
+                                                    "commitOffset": 1})
+        assert r.code == codes.SUCCESS
+        wait_until(lambda: _metric(server, "mqserver_store_disk_errors_total") > errors, 20,
+                   "the failed save counted")
+        assert not saved()
+        os.remove(control / "json-enospc")
+        wait_until(saved, 20, "the offset saved")
+        log = server.current_log()
+        assert log.count("disk trouble: writing consumer offsets failed: [Errno 28]") == 1, log
+        assert "Traceback" not in log and "#critical]" not in log, log
