@@ -101,6 +101,12 @@ class BrokerCollector:
                                 value=_disk_bytes(store.path))
         yield GaugeMetricFamily("mqserver_store_next_event_id", "The eventId of the next record",
                                 value=store.next_event_id)
+        yield CounterMetricFamily("mqserver_store_disk_errors",
+                                  "Writes and fsyncs of the data directory that failed (a full"
+                                  " or failing disk)", value=store.disk_errors)
+        yield CounterMetricFamily("mqserver_store_disk_troubles",
+                                  "Disk troubles started (failed writes, the usage ratio passed)",
+                                  value=store.disk_full_events)
         damaged = getattr(store, "damaged_records", None)
         if damaged is not None:
             yield CounterMetricFamily("mqserver_store_damaged_records",
