@@ -19,7 +19,7 @@ from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
 from mqserver.broker.stats import Statistics
 from mqserver.broker.topics import (
     MAX_QUEUES, TopicRegistry, create_body, valid_queue_count, validate_topic_name)
-from mqserver.errors import InvalidRequest, NotMaster, TopicExists, TopicNotFound
+from mqserver.errors import InvalidRequest, NotMaster, StoreError, TopicExists, TopicNotFound
 from mqserver.interfaces import IBroker
 from mqserver.replication.logreader import LogReader
 from mqserver.replication.sync import SyncGate
@@ -76,6 +76,8 @@ class Broker:
         self.delays = DelayIndex()
         self.is_master = is_master
         self.sync_gate = None
+        #: [epoch, first eventId] of every master term in the log, oldest first
+        self.epochs = []
         self._watchers = {}  # topic -> set of watchers (data_available / topic_deleted)
         self._claims = {}  # (topic, who) -> subscriber
         self._rr = {}  # topic -> round-robin counter
@@ -100,6 +102,11 @@ class Broker:
         self.offsets.load()
         if self.sync_gate is not None:
             self._hide_unconfirmed(self.sync_gate.restored_event_id)
+            if self.is_master:
+                # a master that followers confirm to starts a term of its own: a follower
+                # that held records of an older term no one confirmed finds and drops
+                # them (docs/replication.md, "Epochs")
+                self.begin_epoch().addErrback(lambda f: f.trap(StoreError))
         self._schedule_delays()
         self._schedule_life()
         self.channels.start()
@@ -187,6 +194,11 @@ class Broker:
             if not replaying:
                 self.offsets.drop_topic(name)
                 self._topic_deleted(name)
+        elif view.flag == fmt.OP_EPOCH:
+            # a replay over a checkpoint that holds it already adds nothing
+            if not self.epochs or view.event_id > self.epochs[-1][1]:
+                self.epochs.append([fmt.I64.unpack_from(view.body, 0)[0], view.event_id])
+            return
         elif view.flag == fmt.OP_DELAY:
             (trigger,) = fmt.DELAY_PREFIX.unpack_from(view.body, 0)
             (count,) = fmt.I32.unpack_from(view.body, fmt.DELAY_PREFIX.size)
@@ -203,7 +215,7 @@ class Broker:
         for name, obj in self._extensions.items():
             ext[name] = obj.snapshot_state()
         return {"topics": self.registry.snapshot(), "delays": self.delays.snapshot(),
-                "channels": self.channels.snapshot(), "ext": ext}
+                "channels": self.channels.snapshot(), "epochs": self.epochs, "ext": ext}
 
     def restore_state(self, state):
         """Load what L{snapshot_state} returned."""
@@ -211,6 +223,7 @@ class Broker:
         self.delays.restore(state.get("delays", []))
         # checkpoints written before channels existed have no "channels" key
         self.channels.restore(state.get("channels") or {})
+        self.epochs = [list(e) for e in state.get("epochs", [])]
         self._ext_state = dict(state.get("ext", {}))
         for name, obj in self._extensions.items():
             obj.restore_state(self._ext_state.get(name))
@@ -218,6 +231,31 @@ class Broker:
     def state_of(self, name):
         """Return the object registered with L{register_state} as C{name}, or None."""
         return self._extensions.get(name)
+
+    def forget_after(self, event_id):
+        """The log was cut after C{event_id} (a truncation before following a new
+        master): forget what the restored checkpoint holds of records after it (topics
+        they created, delays, epochs); the replay of the log rebuilds the rest."""
+        reg = self.registry.topics
+        for name in [n for n, t in reg.items() if t.create_event_id > event_id]:
+            del reg[name]
+        for eid in [e for e in self.delays.pending if e > event_id]:
+            self.delays.remove(eid)
+        self.epochs = [e for e in self.epochs if e[1] <= event_id]
+
+    @property
+    def epoch(self):
+        """The current epoch (0 before the first epoch record)."""
+        return self.epochs[-1][0] if self.epochs else 0
+
+    def begin_epoch(self):
+        """Start the next master term: write its epoch record (its eventId is the term's
+        first). Returns the Deferred of the write; the epoch is in L{epochs} at once."""
+        body = fmt.I64.pack(self.epoch + 1)
+        d = self.store.put_admin(fmt.OP_EPOCH, fmt.EPOCH_RECORD_NAME, body)
+        self.log.info("master term {epoch} begins at eventId {eid}", epoch=self.epoch,
+                      eid=self.store.next_event_id - 1)
+        return d
 
     def begin_full_replay(self):
         """The whole retained log is about to be replayed over the restored state: delayed

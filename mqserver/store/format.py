@@ -51,6 +51,11 @@ OP_CREATE = 1
 OP_DELETE = 2
 OP_DELAY = 3
 OP_UPDATE = 4
+#: The start of a master's term (an epoch record: the body is the epoch number, an i64;
+#: its eventId is the epoch's first; see docs/replication.md).
+OP_EPOCH = 5
+#: The name epoch records carry in the topic field (no topic has it: it is not a topic).
+EPOCH_RECORD_NAME = "$epoch"
 
 #: RocketMQ MessageSysFlag bits we read or write.
 SYSFLAG_COMPRESSED = 0x1
@@ -83,7 +88,7 @@ RECORD = Struct(
     "queue_id" / Int32sb * "`QueueId`: -1 on admin records",
     "flag" / Int32sb * (
         f"`Flag`: the message flag; on admin records the operation ({OP_CREATE} create, "
-        f"{OP_DELETE} delete, {OP_DELAY} delay, {OP_UPDATE} update)"),
+        f"{OP_DELETE} delete, {OP_DELAY} delay, {OP_UPDATE} update, {OP_EPOCH} epoch)"),
     "queue_offset" / Int64sb * "`QueueOffset`: the entry index in the consume queue; -1 on admin records",
     "physical_offset" / Int64sb * "`PhysicalOffset`: the record's own commit-log offset",
     "sys_flag" / Int32sb * (

@@ -59,3 +59,6 @@ class NullState:
 
     def begin_full_replay(self):
         pass
+
+    def forget_after(self, event_id):
+        pass

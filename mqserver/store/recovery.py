@@ -17,10 +17,14 @@ class Recovery:
     the reader's C{trusted_from} and damage counts, the checkpoints' last offset.
     """
 
-    def __init__(self, store):
+    def __init__(self, store, truncated_after=None):
         """
         @param store: the L{mqserver.store.store.MessageStore}, its files open.
+        @param truncated_after: the eventId after which the log was just cut (a
+            truncation), or None: the state a checkpoint restores forgets what records
+            after it did.
         """
+        self._truncated_after = truncated_after
         self.log = store_logger(self)
         self._store = store
         self.commitlog = store.commitlog
@@ -43,7 +47,7 @@ class Recovery:
         behind = []
         if snap is not None:
             try:
-                self.state.restore_state(snap.get("state", {}))
+                self._restore(snap)
             except (ValueError, TypeError, KeyError, AttributeError) as e:
                 self.log.warn(
                     "checkpoint {path} holds a state that cannot be loaded ({error}):"
@@ -91,11 +95,16 @@ class Recovery:
         self._reader.trusted_from = start
         self._checkpoints.dirty = True
 
+    def _restore(self, snap):
+        self.state.restore_state((snap or {}).get("state", {}))
+        if self._truncated_after is not None:
+            self.state.forget_after(self._truncated_after)
+
     def _restart_state(self, snap):
         # A full replay starts from the checkpoint's state, not from nothing: records that
         # retention already removed (the CREATE of an old topic) are only there. Replaying
         # the retained log over it in order gives the right end state.
-        self.state.restore_state((snap or {}).get("state", {}))
+        self._restore(snap)
         self.state.begin_full_replay()
 
     def _replay(self, start, full):

@@ -28,7 +28,9 @@ from mqserver.store.checkpoint import Checkpoints
 from mqserver.store.commitlog import CommitLog
 from mqserver.store.disk import DiskGuard
 from mqserver.store.fileio import from_environment
-from mqserver.store.flush import Flusher, SyncRunner, fsync_fds
+from mqserver.store.flush import (
+    Flusher, SyncRunner, fsync_fds, fsync_paths, read_json, write_json_atomic)
+from mqserver.store.logs import store_logger
 from mqserver.store.lock import DirectoryLock
 from mqserver.store.message import Message, NullState, PutResult
 from mqserver.store.notify import Notifier
@@ -40,6 +42,10 @@ from mqserver.store.writer import Writer
 
 __all__ = ["MAX_DIR_NAME", "Message", "MessageStore", "NullState", "PutResult",
            "StoreError", "safe_dir_name"]
+
+
+#: The truncation a follower asked for (see L{MessageStore.request_truncation}).
+TRUNCATION_FILE = "truncate.json"
 
 
 class MessageStore:
@@ -77,6 +83,7 @@ class MessageStore:
     ):
         self.path = path
         self._reactor = reactor
+        self._log = store_logger(self)
         self.segment_size = segment_size
         self.cq_entries = cq_entries_per_file
         self.flush_level = flush_level
@@ -115,7 +122,8 @@ class MessageStore:
                                    self.io)
         self.writer.open(self.commitlog, self.queue_table)
         self.reader.open(self.commitlog, self.queue_table)
-        Recovery(self).run()
+        truncation = self._begin_truncation()
+        Recovery(self, None if truncation is None else truncation["afterEventId"]).run()
         for q in self.queue_table.queues.values():  # what recovery replayed is not new input
             q.in_base = q.max_offset
         self.flusher = Flusher(self.commitlog, self.runner, self._durable, self._fsync,
@@ -123,6 +131,8 @@ class MessageStore:
         self.notifier.open(self.commitlog, self.flusher)
         self.runner.start()
         self.opened = True
+        if truncation is not None:
+            self._end_truncation(truncation)
         self.disk.open()
         self.check_disk()  # a start on a disk over the ratio refuses writes at once
 
@@ -130,6 +140,47 @@ class MessageStore:
         """Show readers only the log below C{offset} until the sync gate confirms the
         C{writes} after it (see L{Notifier.hide_after})."""
         self.notifier.hide_after(offset, writes)
+
+    # -- truncation ----------------------------------------------------------------------
+    # A follower whose log goes on past where its new master's parts from it asks for its
+    # tail to be cut (request_truncation): the cut is done at the next open, before
+    # recovery, which rebuilds everything derived from the log. The request stays on disk
+    # until the cut log and a checkpoint after it are durable, so a crash anywhere in
+    # between only means that the next open does it again.
+
+    def request_truncation(self, after_event_id, offset):
+        """Have the next L{open} cut the log at C{offset}, after the record (and write) of
+        eventId C{after_event_id} (synchronously, durable when this returns)."""
+        write_json_atomic(os.path.join(self.path, TRUNCATION_FILE),
+                          {"afterEventId": after_event_id, "offset": offset})
+
+    def pending_truncation(self):
+        """Return the truncation L{request_truncation} asked for, or None."""
+        return read_json(os.path.join(self.path, TRUNCATION_FILE))
+
+    def _begin_truncation(self):
+        request = self.pending_truncation()
+        if request is None:
+            return None
+        offset = max(request["offset"], self.commitlog.min_offset)
+        if offset < self.commitlog.end:
+            self._log.warn(
+                "truncating the commit log after eventId {eid}: cutting {size} bytes at"
+                " offset {offset} (records no master confirmed, or of a term the master"
+                " does not have)", eid=request["afterEventId"],
+                size=self.commitlog.end - offset, offset=offset)
+            self.commitlog.truncate(offset)
+        return request
+
+    def _end_truncation(self, request):
+        # the cut segment and a checkpoint of what recovery rebuilt, durable first
+        self.commitlog.mark_all_unsynced()
+        self.checkpoints.write(self.checkpoints.capture(), set(self.queue_table.fds.dirty),
+                               self.commitlog.take_unsynced())
+        os.remove(os.path.join(self.path, TRUNCATION_FILE))
+        fsync_paths([self.path])  # the request gone for good: never cut again
+        self._log.info("commit log truncated after eventId {eid}; next eventId {next}",
+                       eid=request["afterEventId"], next=self.next_event_id)
 
     def close(self):
         """Flush everything and write a final checkpoint (synchronously)."""

@@ -36,6 +36,7 @@ from protocols.smss.views import message_record
 
 CMD_PUB, CMD_CREATE, CMD_DELETE = wire.CMD_PUB, wire.CMD_CREATE, wire.CMD_DELETE
 CMD_DELAY, CMD_DELAY_APPLY = wire.CMD_DELAY, wire.CMD_DELAY_APPLY
+CMD_EPOCH = wire.CMD_EPOCH
 REC_HEADER = b"MQ_REC"
 _I64 = wire.BINLOG_CREATE_STRUCT  # expireAt
 _DELAY_PREFIX = wire.BINLOG_DELAY_STRUCT  # trigger time, delay eventId
@@ -134,7 +135,14 @@ def record_to_block(view):
         ]
         raw = _DELAY_PREFIX.pack(trigger, view.event_id) + b"".join(recs)
         return _block(view.store_ts, CMD_DELAY, view.event_id, view.store_ts, topic, raw)
+    if op == fmt.OP_EPOCH:
+        return _block(view.store_ts, CMD_EPOCH, view.event_id, view.store_ts, topic, bytes(view.body))
     raise ValueError(f"unknown admin operation {op}")
+
+
+def is_epoch(view):
+    """True when C{view} is an epoch record."""
+    return view.magic == fmt.ADMIN_MAGIC and view.flag == fmt.OP_EPOCH
 
 
 @dataclass(slots=True)

@@ -16,9 +16,13 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from mqserver import exitstatus
 from mqserver.broker.topics import Topic
 from mqserver.config import MASTER_ENDPOINT_PREFIXES
+from mqserver.broker.cursor import EventNotFound
 from mqserver.replication.applier import Applier
+from mqserver.replication.epochs import EpochError, truncation_point
+from mqserver.replication.logreader import LogReader
 from mqserver.store import format as fmt
 
 from protocols.smss import binlog, wire
@@ -31,7 +35,7 @@ from protocols.smss.client_codec import (
 )
 from protocols.smss.errors import SmssProtocolError
 from protocols.smss.messages import AliveResponse, ErrResponse, OkResponse, ReplicaBlock
-from protocols.smss.protocol import REPLICATION_INFO
+from protocols.smss.protocol import EPOCHS_INFO, REPLICATION_INFO
 
 _DELAY_PREFIX = wire.BINLOG_DELAY_STRUCT
 
@@ -65,6 +69,11 @@ def apply_block(applier, raw):
         return applier.admin(rec.event_id, op, rec.topic, body, rec.write_time)
     if rec.cmd == binlog.CMD_DELETE:
         return applier.admin(rec.event_id, fmt.OP_DELETE, rec.topic, b"", rec.write_time)
+    if rec.cmd == binlog.CMD_EPOCH:
+        (epoch,) = fmt.I64.unpack_from(rec.payload, 0)
+        if epoch < applier.broker.epoch:
+            raise ValueError(f"a record of term {epoch}, older than ours ({applier.broker.epoch})")
+        return applier.admin(rec.event_id, fmt.OP_EPOCH, rec.topic, rec.payload, rec.write_time)
     if rec.cmd == binlog.CMD_DELAY:
         trigger, _ = _DELAY_PREFIX.unpack_from(rec.payload, 0)
         msgs = [m for _, m in binlog.messages_of(rec.payload[16:], rec.timestamp)]
@@ -95,18 +104,59 @@ class FollowerProtocol(Protocol):
             self.transport.setTcpNoDelay(True)
         self.applier.connected = True
         f.watch.connected(self)
-        start = self.applier.resume_point(f.start_event)
+        # first where our log and the master's part (an mqserver master answers its
+        # terms; a reference smss master, "topic not exist")
+        self._phase = "epochs"
+        self.decoder = ResponseDecoder(Expect.JSON)
+        self.transport.write(encode_topic_info(EPOCHS_INFO))
+        self._touch()
+
+    def _epochs(self, answer):
+        # The master's terms against ours: a log that goes on past the last term we
+        # share holds records no master confirmed, cut before we follow.
+        broker = self.applier.broker
+        if answer is not None:
+            try:
+                after = truncation_point(broker.epochs, self.applier.applied_event_id,
+                                         answer.get("epochs", []), answer.get("lastEventId", 0))
+            except EpochError as e:
+                self.log.error("not following {master}: {why}", master=self._peer(), why=e)
+                self._fail()
+                return
+            if after is not None:
+                self._diverged(after)
+                return
+        start = self.applier.resume_point(self.factory.start_event)
         self._start = start
-        fresh = not self.applier.broker.registry.topics and self.applier.applied_event_id == 0
+        fresh = not broker.registry.topics and self.applier.applied_event_id == 0
         if start > 0 and fresh:
+            self._phase = "topics"
             self.decoder = ResponseDecoder(Expect.JSON)
             self.transport.write(encode_valid_list(start))
         else:
             self._replica()
-        self._touch()
+
+    def _diverged(self, after):
+        store = self.applier.store
+        try:
+            offset = LogReader.after_event(store, after).offset
+        except EventNotFound:
+            offset = store.commitlog.min_offset
+        store.request_truncation(after, offset)
+        self.log.error(
+            "our log goes on for {n} records after eventId {eid}, where the master's term"
+            " ended: no master confirmed them; they are cut at the next start. Stopping.",
+            n=store.next_event_id - 1 - after, eid=after)
+        self._fail()
+        self.factory.diverged()
+
+    def _peer(self):
+        peer = self.transport.getPeer()
+        return f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
 
     def _replica(self):
         self.log.info("following the master from eventId {start}", start=self._start)
+        self._phase = "replica"
         self.decoder = ResponseDecoder(Expect.REPLICA)
         # the trace offers confirmations; a reference smss master only logs it
         self.transport.write(encode_replica(self._start, wire.CONFIRM_TRACE))
@@ -148,6 +198,10 @@ class FollowerProtocol(Protocol):
                     self._confirm_when_durable(d)
                 elif d is not None:
                     d.addErrback(self._store_failed)
+            elif isinstance(ev, OkResponse) and self._phase == "epochs":
+                self._epochs(json.loads(ev.body) if ev.body else {})
+            elif isinstance(ev, ErrResponse) and self._phase == "epochs":
+                self._epochs(None)  # a reference smss master: no terms
             elif isinstance(ev, OkResponse):
                 topics = json.loads(ev.body) if ev.body else []
                 self.applier.copy_topics([topic_from_json(t) for t in topics])
@@ -332,12 +386,27 @@ class FollowerFactory(Factory):
 
     noisy = False
 
-    def __init__(self, applier, reactor, start_event=0, alive_interval=30.0, endpoint=None):
+    def __init__(self, applier, reactor, start_event=0, alive_interval=30.0, endpoint=None,
+                 on_diverged=None):
+        """
+        @param on_diverged: called when our log must be cut before we can follow (the
+            cut is done at the next start): by default the reactor stops and the
+            process exits with L{exitstatus.RESTART}.
+        """
         self.applier = applier
         self.reactor = reactor
         self.start_event = start_event
         self.silence_limit = max(1.0, 2 * alive_interval)
         self.watch = StallWatch(applier, reactor, endpoint, self.silence_limit)
+        self._on_diverged = on_diverged
+
+    def diverged(self):
+        """Our log was found to go on past where the master's parts from it."""
+        if self._on_diverged is not None:
+            self._on_diverged()
+            return
+        exitstatus.request(exitstatus.RESTART)  # a supervisor starts us again
+        self.reactor.stop()
 
     def buildProtocol(self, addr):
         return FollowerProtocol(self)

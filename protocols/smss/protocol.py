@@ -39,6 +39,9 @@ from protocols.smss.views import payload_to_messages, topic_json, topics_json
 
 #: TOPIC INFO of this name answers the replication status instead of a topic.
 REPLICATION_INFO = b"$replication"
+#: TOPIC INFO of this name answers the master terms in the log (an mqserver follower
+#: asks before it follows, to find where its log and the master's part).
+EPOCHS_INFO = b"$epochs"
 #: TOPIC INFO of this name (or C{$stats:TOPIC}) answers the broker's statistics.
 STATS_INFO = b"$stats"
 NAME_RULE = "topic name MUST be less than 128 char and NOT contains space/enter/tab"
@@ -358,6 +361,11 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def do_TopicInfo(self, ev):
         if ev.topic == REPLICATION_INFO:
             return codec.ok_json(json.dumps(self._replication_status()).encode())
+        if ev.topic == EPOCHS_INFO:
+            return codec.ok_json(json.dumps({
+                "epochs": self.broker.epochs,
+                "lastEventId": self.broker.store.next_event_id - 1,
+                "master": self.broker.is_master}).encode())
         if ev.topic == STATS_INFO or ev.topic.startswith(STATS_INFO + b":"):
             return self._stats_info(ev.topic[len(STATS_INFO) + 1:])
         name = self._name(ev.topic)

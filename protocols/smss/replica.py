@@ -10,7 +10,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from protocols.smss import codec, wire
-from protocols.smss.binlog import continues, record_to_block, records_to_block
+from protocols.smss.binlog import continues, is_epoch, record_to_block, records_to_block
 from protocols.smss.keepalive import IdleAlive
 
 _READS_PER_TURN = 8
@@ -103,6 +103,8 @@ class ReplicaFeed:
                 if not continues(view):
                     yield records_to_block(write)
                     write.clear()
+            elif is_epoch(view) and not self.confirms:
+                continue  # a reference smss slave has no such record
             else:
                 yield record_to_block(view)
 

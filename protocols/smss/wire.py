@@ -57,6 +57,10 @@ CMD_TOPIC_INFO = 65
 CMD_VALID_LIST = 99
 CMD_LIST = 100
 CMD_DELAY_APPLY = 101  # binlog record type only; refused from the network
+#: ours: the binlog block of an epoch record, sent only to mqserver followers (those that
+#: confirm what they hold); a reference smss slave is not sent it and sees its eventId
+#: missing from the stream
+CMD_EPOCH = 102
 
 # -- response status codes (section 4) -----------------------------------------
 

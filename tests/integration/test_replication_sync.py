@@ -74,7 +74,8 @@ def test_no_follower_no_acknowledgement(server_factory):
     for server in (master, follower):
         assert [m.body for m in read_topic(server, "t", until_alive=True)] == [
             b"not acknowledged", b"acknowledged"]
-    assert status(master.smss_port)["sync"]["unavailable"] == 2
+    # the master's first term's epoch record, the CREATE and the PUB
+    assert status(master.smss_port)["sync"]["unavailable"] == 3
 
 
 def test_acknowledged_means_on_the_follower(server_factory):
@@ -259,50 +260,90 @@ def test_cpp_producer_reports_the_sync_master_statuses(server_factory, tmp_path)
 
 
 class Publisher(threading.Thread):
-    """Publishes one message per round trip until its connection fails; an error
-    answer (no follower confirmed) is not an acknowledgement."""
+    """Publishes one message per round trip, over C{kind}'s protocol, to its own topic
+    until its connection fails; an error answer (no follower confirmed) is not an
+    acknowledgement."""
 
-    def __init__(self, port, name):
+    TOPICS = {"smss": "t", "nsq": "n", "rocketmq": "r"}
+
+    def __init__(self, ports, kind, name):
         super().__init__(daemon=True)
-        self.port = port
+        self.ports = ports
+        self.kind = kind
         self.prefix = name
         self.acked = []
         self.refused = 0
 
+    def bodies(self):
+        for i in range(10**9):
+            yield b"%s-%d" % (self.prefix, i)
+
     def run(self):
         try:
-            with SmssClient("127.0.0.1", self.port, timeout=10.0) as c:
-                for i in range(10**9):
-                    body = b"%s-%d" % (self.prefix, i)
-                    try:
-                        c.publish("t", [body])
-                    except SmssError:
-                        self.refused += 1
-                        continue
-                    self.acked.append(body)
-        except (ConnectionError, OSError):
+            getattr(self, "_" + self.kind)()
+        except (ConnectionError, OSError, SmssError):
             pass
+
+    def _smss(self):
+        with SmssClient("127.0.0.1", self.ports["smss"], timeout=10.0) as c:
+            for body in self.bodies():
+                try:
+                    c.publish("t", [body])
+                except SmssError:
+                    self.refused += 1
+                    continue
+                self.acked.append(body)
+
+    def _nsq(self):
+        conn = V2(self.ports["nsqd_tcp"])
+        try:
+            for body in self.bodies():
+                conn.send(b"PUB n\n" + len(body).to_bytes(4, "big") + body)
+                kind, data = conn.frame()
+                if kind == 0 and data == b"OK":
+                    self.acked.append(body)
+                else:
+                    self.refused += 1  # E_PUB_FAILED: not acknowledged, connection kept
+        finally:
+            conn.close()
+
+    def _rocketmq(self):
+        client = RemotingClient("127.0.0.1", self.ports["broker"])
+        try:
+            for body in self.bodies():
+                r = _send(client, "r", body)
+                if r.code == codes.SUCCESS:
+                    self.acked.append(body)
+                else:
+                    self.refused += 1  # SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT: stored, not acknowledged
+        finally:
+            client.close()
 
 
 def test_master_sigkilled_loses_no_acknowledged_message(server_factory, tmp_path):
-    """Four publishers; the master SIGKILLed at random moments, eight times: after each
-    kill the follower holds every message the master acknowledged."""
+    """Publishers on smss, NSQ and RocketMQ; the master SIGKILLed at random moments,
+    eight times: after each kill the follower holds every message the master
+    acknowledged, on every protocol."""
     rng = random.Random(7)
-    port = free_port()
-    master = ServerProcess(tmp_path / "master", config=master_config(timeout_ms=3000),
-                           listen={"smss": f"tcp:{port}:interface=127.0.0.1"})
+    ports = {door: free_port() for door in ("smss", "nsqd_tcp", "broker")}
+    config = master_config(timeout_ms=3000)
+    config["rocketmq"] = {"brokerRole": "SYNC_MASTER", "syncFlushTimeout": 3000}
+    master = ServerProcess(tmp_path / "master", config=config, listen={
+        door: f"tcp:{port}:interface=127.0.0.1" for door, port in ports.items()})
     try:
         master.start()
-        follower = start_follower(server_factory, port)
+        follower = start_follower(server_factory, ports["smss"])
         wait_confirming(master)
-        with SmssClient("127.0.0.1", port) as c:
-            c.create("t")
-        acked = []
+        with SmssClient("127.0.0.1", ports["smss"]) as c:
+            for topic in Publisher.TOPICS.values():
+                c.create(topic)
+        acked = {kind: [] for kind in Publisher.TOPICS}
         for k in range(8):
             if k:
                 master.start()
                 wait_confirming(master)
-            pubs = [Publisher(port, b"r%dp%d" % (k, i)) for i in range(4)]
+            pubs = [Publisher(ports, kind, b"k%d-%d-%s" % (k, i, kind.encode()))
+                    for i, kind in enumerate(("smss", "smss", "nsq", "rocketmq"))]
             for p in pubs:
                 p.start()
             time.sleep(rng.uniform(0.2, 1.0))
@@ -310,10 +351,12 @@ def test_master_sigkilled_loses_no_acknowledged_message(server_factory, tmp_path
             for p in pubs:
                 p.join(15)
                 assert not p.is_alive()
-                acked += p.acked
-            held = {m.body for m in read_topic(follower, "t", until_alive=True, timeout=60)}
-            lost = [b for b in acked if b not in held]
-            assert not lost, f"kill {k + 1}: {len(lost)} of {len(acked)} acknowledged messages not on the follower"
-        assert len(acked) > 100
+                acked[p.kind] += p.acked
+            for kind, topic in Publisher.TOPICS.items():
+                held = {m.body for m in read_topic(follower, topic, until_alive=True, timeout=60)}
+                lost = [b for b in acked[kind] if b not in held]
+                assert not lost, (f"kill {k + 1}: {len(lost)} of {len(acked[kind])} messages"
+                                  f" acknowledged over {kind} not on the follower")
+        assert all(len(v) > 20 for v in acked.values()), {k: len(v) for k, v in acked.items()}
     finally:
         master.close()

@@ -46,6 +46,9 @@ def connect(factory):
     proto = factory.buildProtocol(None)
     transport = StringTransport()
     proto.makeConnection(transport)
+    assert transport.value() == encode_topic_info(b"$epochs")  # where the logs part
+    transport.clear()
+    proto.dataReceived(codec.ok_json(b'{"epochs": [], "lastEventId": 0}'))
     assert transport.value() == encode_replica(0, wire.CONFIRM_TRACE)
     return proto, transport
 

@@ -172,10 +172,13 @@ def test_master_and_follower_negotiate_and_confirm(node, tmp_path):
     f = node.door(make_factory)
     fnode, follower, to_master = follower_node(tmp_path, node)
     try:
+        master_side = node.connect(f)
+        master_side.send(to_master.value())  # TOPIC INFO $epochs: where the logs part
+        to_master.clear()
+        follower.dataReceived(master_side.take())
         replica_request = to_master.value()
         assert replica_request == cc.encode_replica(0, wire.CONFIRM_TRACE)
         to_master.clear()
-        master_side = node.connect(f)
         master_side.send(replica_request)
         out = master_side.take()
         assert out.startswith(EMPTY_BLOCK)
