@@ -19,6 +19,7 @@ from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store import format as fmt
 from mqserver.store.flush import ThreadRunner
 from mqserver.store.store import MessageStore
+from mqserver.version import version
 
 
 def local_ipv4():
@@ -316,6 +317,9 @@ class BrokerService(service.MultiService):
         return svc
 
     def privilegedStartService(self):
+        self.log.info("mqserver {version} starting: {role}, data {path}, pid {pid}",
+                      version=version(), role=self.config["role"],
+                      path=os.path.abspath(self.config["store.path"]), pid=os.getpid())
         try:
             super().privilegedStartService()
         except StartupError as e:

@@ -21,6 +21,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from mqserver.version import version
+
 DEFAULT_URL = "http://127.0.0.1:9465"
 
 
@@ -207,6 +209,7 @@ def build_parser():
     p.add_argument("--token", default=os.environ.get("MQCTL_TOKEN", ""),
                    help="the admin door's bearer token (admin.token), or MQCTL_TOKEN")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--version", action="version", version=f"mqctl (mqserver) {version()}")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("topics", help="list topics").set_defaults(fn=cmd_topics)
     t = sub.add_parser("topic", help="create, delete or describe a topic")

@@ -4,7 +4,9 @@ resource can wrap it (authentication) as a whole.
 
 Routes (answers are JSON; errors are C{{"error": text}} with a 4xx/5xx status):
 
-  - C{GET /stats}: every statistic (L{mqserver.broker.stats.Statistics.snapshot}).
+  - C{GET /info}: the broker's version, process id and role.
+  - C{GET /stats}: every statistic (L{mqserver.broker.stats.Statistics.snapshot}) and
+    the broker's version.
   - C{GET /topics}: the topics with their counts; C{POST /topics} C{{"name", "queues"}}
     creates one; C{GET /topics/NAME} its details and consumers; C{DELETE /topics/NAME}.
   - C{GET /topics/NAME/messages?n=N} the last N messages; C{&after=EVENTID} the next N
@@ -14,6 +16,7 @@ Routes (answers are JSON; errors are C{{"error": text}} with a 4xx/5xx status):
 """
 
 import json
+import os
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -22,6 +25,7 @@ from twisted.web import resource, server
 from mqserver.errors import BrokerError, TopicExists, TopicNotFound
 from mqserver import webrequest
 from mqserver.security import BearerTokenResource
+from mqserver.version import version
 
 from protocols.admin import messages
 
@@ -83,7 +87,8 @@ class AdminResource(resource.Resource):
 
     def _route(self, request, method, parts):
         routes = {
-            ("GET", ("stats",)): lambda: self.stats.snapshot(),
+            ("GET", ("info",)): self.info,
+            ("GET", ("stats",)): lambda: dict(self.stats.snapshot(), version=version()),
             ("GET", ("topics",)): self.topics,
             ("POST", ("topics",)): lambda: self.create_topic(_json_body(request)),
             ("GET", ("consumers",)): lambda: self.consumers(request),
@@ -140,6 +145,10 @@ class AdminResource(resource.Resource):
         if t is None:
             raise ApiError(404, f"topic {name} not found")
         return t
+
+    def info(self):
+        return {"version": version(), "pid": os.getpid(),
+                "role": "master" if self.broker.is_master else "slave"}
 
     def topics(self):
         out = []

@@ -8,6 +8,7 @@ import os
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from mqserver.replication.status import replication_status
+from mqserver.version import version
 
 
 def _histogram(name, doc, latency):
@@ -34,6 +35,10 @@ class BrokerCollector:
         self.per_consumer = per_consumer
 
     def collect(self):
+        build = GaugeMetricFamily("mqserver_build_info", "The broker's version (always 1)",
+                                  labels=["version"])
+        build.add_metric([version()], 1)
+        yield build
         yield from self._topics()
         yield from self._consumers()
         yield from self._doors()
