@@ -3,6 +3,7 @@ listeners close before the store flushes on shutdown (MultiService stops its chi
 in reverse order)."""
 
 import os
+import signal
 import socket
 
 from twisted.application import service
@@ -331,6 +332,22 @@ class BrokerService(service.MultiService):
         except StartupError as e:
             self._refuse(e)
         self._reactor.callWhenRunning(release_free_heap)
+        self._reactor.callWhenRunning(self._stop_cleanly_on_signals)
+
+    def _stop_cleanly_on_signals(self):
+        """Make SIGTERM and SIGINT stop the reactor as the reactor's own handlers do, but
+        without twistd then killing the process with that signal again: a broker stopped
+        that way has shut down cleanly, so it exits with status 0 (what service managers
+        and ``make run`` take as success). Only handlers the reactor installed are
+        replaced (none in a process that runs it without signal handling)."""
+        for number in (signal.SIGTERM, signal.SIGINT):
+            installed = signal.getsignal(number)
+            if getattr(installed, "__self__", None) is self._reactor:
+                signal.signal(number, self._stop_on_signal)
+
+    def _stop_on_signal(self, number, frame):
+        self.log.info("received {name}, shutting down", name=signal.Signals(number).name)
+        self._reactor.callFromThread(self._reactor.stop)
 
     def _refuse(self, error):
         self.log.critical("mqserver cannot start: {why}", why=str(error))

@@ -1,0 +1,161 @@
+"""The ``mqserver`` command (mqserver/cli.py): ``run`` serves as ``python -m mqserver -n
+mqserver`` does and exits 0 when stopped by SIGTERM or SIGINT, also under ``make run``;
+``config`` prints the effective configuration; ``config --check`` validates a file;
+``--version``."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from mqserver.version import version
+from protocols.smss import client_codec as cc
+from protocols.smss.client import SmssClient
+from protocols.smss.messages import AliveResponse
+from tests.support.server import ROOT
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+LOOP = "tcp:0:interface=127.0.0.1"
+CLI = [sys.executable, "-m", "mqserver.cli"]
+
+
+def cli(*args, cwd=ROOT):
+    """Run ``mqserver ARGS``; return the finished process (text output)."""
+    return subprocess.run([*CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def only_smss_config(tmp_path):
+    """A config file: data under tmp_path, smss on an ephemeral port, every other door
+    off (no fixed port is bound)."""
+    from mqserver.frontdoor import front_doors
+
+    path = tmp_path / "config.yaml"
+    listen = {name: "off" for name in front_doors()}
+    listen["smss"] = LOOP
+    path.write_text(yaml.safe_dump({"store": {"path": str(tmp_path / "data")},
+                                    "listen": listen}))
+    return path
+
+
+def test_version():
+    p = cli("--version")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"mqserver {version()}"
+
+
+def test_config_prints_defaults_then_file_then_command_line(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"store": {"maxDays": 3, "path": "from-file"},
+                                    "nsq": {"msgTimeout": 30000}}))
+    p = cli("config", "--config", str(path), "--data", "from-cli", "--listen", "smss=off",
+            "--listen", "console=tcp:12399:interface=127.0.0.1")
+    assert p.returncode == 0, p.stderr
+    shown = yaml.safe_load(p.stdout)
+    assert shown["store"]["path"] == "from-cli"  # the command line beats the file
+    assert shown["store"]["maxDays"] == 3  # the file beats the default
+    assert shown["store"]["flushLevel"] == 1  # a default
+    assert shown["nsq"]["msgTimeout"] == 30000  # a door's key
+    assert shown["listen"]["smss"] == "off"
+    assert shown["listen"]["console"] == "tcp:12399:interface=127.0.0.1"
+    assert shown["listen"]["admin"] == "tcp:9465:interface=127.0.0.1"
+    # what it prints is a valid config file that gives the same configuration
+    again = tmp_path / "effective.yaml"
+    again.write_text(p.stdout)
+    checked = cli("config", "--check", str(again))
+    assert (checked.returncode, checked.stdout.strip()) == (0, f"{again}: valid")
+    assert cli("config", "--config", str(again)).stdout == p.stdout
+
+
+def test_config_check_names_what_is_wrong(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("store:\n  maxDays: -1\n")
+    p = cli("config", "--check", str(bad))
+    assert p.returncode == 1
+    assert p.stdout == ""
+    assert p.stderr.splitlines() == [
+        f"mqserver: {bad}: config key 'store.maxDays' must be >= 0 (0 keeps files "
+        "forever), not -1"]
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("listen:\n  smms: tcp:1\n")
+    p = cli("config", "--check", str(typo))
+    assert p.returncode == 1 and len(p.stderr.splitlines()) == 1
+    assert "unknown config key 'listen.smms'" in p.stderr
+    p = cli("config", "--check", str(tmp_path / "missing.yaml"))
+    assert p.returncode == 1 and "cannot read config" in p.stderr
+
+
+def _port(log_path):
+    m = re.search(r"SmssFactory starting on (\d+)", log_path.read_text("latin-1"))
+    return int(m.group(1)) if m else None
+
+
+def run_broker(tmp_path, command):
+    """Start C{command} (a broker on L{only_smss_config}) logging to a file; return the
+    process, its log's path and the smss port once it serves."""
+    log_path = tmp_path / "broker.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        port = wait_until(lambda: proc.poll() is None and _port(log_path)
+                          or (proc.poll() is not None and -1), 30, "the smss door")
+        assert port != -1, log_path.read_text("latin-1")
+        with SmssClient("127.0.0.1", port, timeout=10) as c:
+            c.send_raw(cc.encode_alive())
+            assert isinstance(c.read_response(), AliveResponse)
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
+    return proc, log_path
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_run_serves_and_a_signal_is_a_clean_exit(tmp_path, sig):
+    """``mqserver run --config FILE`` serves smss; SIGTERM or SIGINT (Ctrl-C) shuts it
+    down cleanly with exit status 0, not the signal re-raised."""
+    proc, log_path = run_broker(tmp_path, [*CLI, "run", "--config",
+                                           str(only_smss_config(tmp_path))])
+    proc.send_signal(sig)
+    try:
+        code = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = log_path.read_text("latin-1")
+    assert code == 0, log
+    assert f"received {sig.name}, shutting down" in log
+    assert "store closed at eventId" in log
+    assert "Traceback" not in log
+    assert os.path.isfile(tmp_path / "data" / "metadata.json")
+
+
+def test_make_run_ends_cleanly_after_sigterm(tmp_path):
+    """``make run`` execs the broker, so a SIGTERM to it is a clean exit of make (status 0,
+    no ``make: *** ... Error 143``). The venv is stood in for by one whose
+    ``bin/mqserver`` runs this tree's command, marked as installed."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    script = venv / "bin" / "mqserver"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} -m mqserver.cli \"$@\"\n")
+    script.chmod(0o755)
+    stamp = venv / ".broker-stamp"
+    stamp.touch()
+    os.utime(stamp, (2**31, 2**31))  # newer than every source: make installs nothing
+    config = only_smss_config(tmp_path)
+    proc, log_path = run_broker(
+        tmp_path, ["make", "-s", "-C", ROOT, "run", f"VENV={venv}", f"ARGS=--config {config}"])
+    (child,) = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+    # exec: make's child is the broker itself, no shell between them
+    assert "mqserver.cli" in open(f"/proc/{child}/cmdline").read().replace("\0", " ")
+    os.kill(int(child), signal.SIGTERM)
+    code = proc.wait(30)
+    log = log_path.read_text("latin-1")
+    assert code == 0, log
+    assert "Error" not in log and "store closed at eventId" in log
