@@ -2,12 +2,14 @@
 listeners close before the store flushes on shutdown (MultiService stops its children
 in reverse order)."""
 
+import json
 import os
 import signal
 import socket
 
 from twisted.application import service
 from twisted.application.internet import TimerService
+from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -198,6 +200,17 @@ def count_connections(factory, door, stats):
     return factory
 
 
+def write_ready_file(path, info):
+    """Write C{info} as JSON to C{path} atomically: a reader finds the whole file or
+    none (a temporary file beside it, then renamed over it)."""
+    path = os.path.abspath(path)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(info, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 class ListenError(StartupError):
     """A front door cannot listen on its endpoint."""
 
@@ -265,6 +278,31 @@ class ListenerService(service.Service):
         if isinstance(result, Failure):
             raise ListenError(self.door, self.description, _reason(result))
         self.port = result
+        self.log.info("door {door} listening on {endpoint} ({address})", door=self.door,
+                      endpoint=self.description, address=self.address())
+
+    def bound(self):
+        """Return where the door is bound: C{{"host": HOST, "port": PORT}}, or
+        C{{"path": PATH}} for a UNIX socket; None when it is not listening."""
+        if self.port is None:
+            return None
+        addr = self.port.getHost()
+        if isinstance(addr, (IPv4Address, IPv6Address)):
+            return {"host": addr.host, "port": addr.port}
+        if isinstance(addr, UNIXAddress):
+            name = addr.name
+            return {"path": name.decode("utf-8", "replace") if isinstance(name, bytes) else name}
+        return {"address": str(addr)}
+
+    def address(self):
+        """Return the bound address as text: C{tcp:HOST:PORT} or C{unix:PATH}."""
+        where = self.bound()
+        if "port" in where:
+            host = where["host"]
+            return f"tcp:[{host}]:{where['port']}" if ":" in host else f"tcp:{host}:{where['port']}"
+        if "path" in where:
+            return f"unix:{where['path']}"
+        return where["address"]
 
     def stopService(self):
         super().stopService()
@@ -286,10 +324,11 @@ class BrokerService(service.MultiService):
 
     log = Logger()
 
-    def __init__(self, config, reactor):
+    def __init__(self, config, reactor, ready_file=None):
         super().__init__()
         self.config = config
         self._reactor = reactor
+        self.ready_file = ready_file
         self.storage = StorageService(config, reactor)
         self.storage.setName("storage")
         self.storage.setServiceParent(self)
@@ -309,6 +348,8 @@ class BrokerService(service.MultiService):
         if desc is None:
             return None
         count_connections(factory, name, self.storage.broker.stats)
+        # the listening port's log lines name the door, not the factory's class
+        factory.logPrefix = lambda: f"door {name}"
         endpoint = server_endpoint(self._reactor, desc)
         if self.allow is not None:  # security.allow: refused at accept, on every door
             endpoint = AllowListEndpoint(endpoint, self.allow, name)
@@ -331,8 +372,24 @@ class BrokerService(service.MultiService):
             super().startService()
         except StartupError as e:
             self._refuse(e)
+        self._ready()
         self._reactor.callWhenRunning(release_free_heap)
         self._reactor.callWhenRunning(self._stop_cleanly_on_signals)
+
+    def listeners(self):
+        """Return the L{ListenerService} of every door that listens, in start order."""
+        return [child for child in self if isinstance(child, ListenerService)]
+
+    def _ready(self):
+        """Every door listens and the store is open: say so in one line, and write the
+        ready file when asked for one."""
+        doors = self.listeners()
+        self.log.info("mqserver {version} ready: {doors}", version=version(),
+                      doors=", ".join(f"{d.door} {d.address()}" for d in doors) or "no doors")
+        if self.ready_file:
+            write_ready_file(self.ready_file, {
+                "version": version(), "pid": os.getpid(),
+                "doors": {d.door: dict(d.bound(), endpoint=d.description) for d in doors}})
 
     def _stop_cleanly_on_signals(self):
         """Make SIGTERM and SIGINT stop the reactor as the reactor's own handlers do, but

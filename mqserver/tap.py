@@ -32,6 +32,9 @@ class Options(usage.Options):
         ["role", None, None, "master or slave (overrides role)."],
         ["master", None, None, "HOST:PORT of the master a slave follows (overrides master)."],
         ["event", None, None, "eventId a slave starts after (overrides event; 0 = all)."],
+        ["ready-file", None, None,
+         "Once every front door listens, write PATH (JSON: version, pid, each door's "
+         "endpoint, host and port; replaced atomically)."],
     ]
 
     def __init__(self):
@@ -95,7 +98,7 @@ def makeService(options, reactor=None):
         reactor = service_reactor(spin=config["server.spinMicros"] / 1e6,
                                   standard=config["server.reactor"] == "standard",
                                   probe=config["server.spinProbe"])
-    root = BrokerService(config, reactor)
+    root = BrokerService(config, reactor, ready_file=options.get("ready-file"))
     broker = root.storage.broker
     if config["role"] == "slave":
         broker.is_master = False

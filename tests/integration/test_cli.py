@@ -3,8 +3,8 @@ mqserver`` does and exits 0 when stopped by SIGTERM or SIGINT, also under ``make
 ``config`` prints the effective configuration; ``config --check`` validates a file;
 ``--version``."""
 
+import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -90,21 +90,25 @@ def test_config_check_names_what_is_wrong(tmp_path):
     assert p.returncode == 1 and "cannot read config" in p.stderr
 
 
-def _port(log_path):
-    m = re.search(r"SmssFactory starting on (\d+)", log_path.read_text("latin-1"))
-    return int(m.group(1)) if m else None
+def _port(ready_path):
+    try:
+        with open(ready_path) as f:
+            return json.load(f)["doors"]["smss"]["port"]
+    except FileNotFoundError:
+        return None
 
 
 def run_broker(tmp_path, command):
-    """Start C{command} (a broker on L{only_smss_config}) logging to a file; return the
-    process, its log's path and the smss port once it serves."""
+    """Start C{command} (a broker on L{only_smss_config}, writing its ready file to
+    C{tmp_path/ready.json}) logging to a file; return the process and its log's path once
+    it serves smss."""
     log_path = tmp_path / "broker.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
                                 env=dict(os.environ, PYTHONPATH=ROOT))
     try:
-        port = wait_until(lambda: proc.poll() is None and _port(log_path)
-                          or (proc.poll() is not None and -1), 30, "the smss door")
+        port = wait_until(lambda: proc.poll() is None and _port(tmp_path / "ready.json")
+                          or (proc.poll() is not None and -1), 60, "the smss door")
         assert port != -1, log_path.read_text("latin-1")
         with SmssClient("127.0.0.1", port, timeout=10) as c:
             c.send_raw(cc.encode_alive())
@@ -121,7 +125,8 @@ def test_run_serves_and_a_signal_is_a_clean_exit(tmp_path, sig):
     """``mqserver run --config FILE`` serves smss; SIGTERM or SIGINT (Ctrl-C) shuts it
     down cleanly with exit status 0, not the signal re-raised."""
     proc, log_path = run_broker(tmp_path, [*CLI, "run", "--config",
-                                           str(only_smss_config(tmp_path))])
+                                           str(only_smss_config(tmp_path)),
+                                           "--ready-file", "ready.json"])
     proc.send_signal(sig)
     try:
         code = proc.wait(30)
@@ -150,7 +155,7 @@ def test_make_run_ends_cleanly_after_sigterm(tmp_path):
     os.utime(stamp, (2**31, 2**31))  # newer than every source: make installs nothing
     config = only_smss_config(tmp_path)
     proc, log_path = run_broker(
-        tmp_path, ["make", "-s", "-C", ROOT, "run", f"VENV={venv}", f"ARGS=--config {config}"])
+        tmp_path, ["make", "-s", "-C", ROOT, "run", f"VENV={venv}", f"ARGS=--config {config} --ready-file {tmp_path / 'ready.json'}"])
     (child,) = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
     # exec: make's child is the broker itself, no shell between them
     assert "mqserver.cli" in open(f"/proc/{child}/cmdline").read().replace("\0", " ")
