@@ -106,6 +106,17 @@ class BrokerCollector:
                                 value=_disk_bytes(store.path))
         yield GaugeMetricFamily("mqserver_store_next_event_id", "The eventId of the next record",
                                 value=store.next_event_id)
+        try:
+            used = store.disk.used_ratio()
+        except OSError:
+            used = None  # the data directory's file system cannot be read: no sample
+        if used is not None:
+            yield GaugeMetricFamily("mqserver_store_disk_used_ratio",
+                                    "Used share of the data directory's file system (as df)",
+                                    value=used)
+        yield GaugeMetricFamily("mqserver_store_disk_max_used_ratio",
+                                "store.diskMaxUsedRatio: publishes are refused above it",
+                                value=store.disk.max_used_ratio)
         damaged = getattr(store, "damaged_records", None)
         if damaged is not None:
             yield CounterMetricFamily("mqserver_store_damaged_records",
