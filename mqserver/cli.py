@@ -7,6 +7,8 @@
                                         file, then the command line) as YAML
     mqserver config --check FILE        validate FILE: exit 0, or one line saying what is
                                         wrong and exit 1
+    mqserver config --reference         every key of the core and of each front door
+                                        (docs/configuration.md), as Markdown
     mqserver --version
 
 ``mqserver run ARGS`` is ``python -m mqserver -n --pidfile= mqserver ARGS``: twistd with
@@ -69,6 +71,12 @@ def config_command(opts, rest):
     """C{mqserver config}: print the effective configuration, or check one file."""
     from mqserver.config import ConfigError
 
+    if opts.reference:
+        from mqserver.configdoc import reference
+        from mqserver.frontdoor import front_doors
+
+        sys.stdout.write(reference(front_doors()))
+        return 0
     if opts.check is not None:
         if rest:
             return _fail(f"config --check takes one file, not {' '.join(rest)}", 2)
@@ -109,6 +117,8 @@ def build_parser():
                     "mqserver run: --data, --role, --master, --listen NAME=ENDPOINT, ...).")
     c.add_argument("--check", metavar="FILE", help="validate FILE: exit 0, or say what is "
                                                    "wrong and exit 1")
+    c.add_argument("--reference", action="store_true",
+                   help="print every configuration key (docs/configuration.md) as Markdown")
     return p
 
 
