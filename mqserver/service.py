@@ -348,6 +348,7 @@ class BrokerService(service.MultiService):
         if desc is None:
             return None
         count_connections(factory, name, self.storage.broker.stats)
+        self.storage.broker.stats.door_listening(name)
         # the listening port's log lines name the door, not the factory's class
         factory.logPrefix = lambda: f"door {name}"
         endpoint = server_endpoint(self._reactor, desc)

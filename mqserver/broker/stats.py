@@ -345,7 +345,10 @@ class Statistics:
         """Return the consumer, or None."""
         if kind == CHANNEL:
             ch = self.broker.channels.get(topic, name)
-            return ChannelConsumer(ch) if ch is not None else None
+            if ch is None or ch.name.startswith(MSGOUT_CHANNEL_PREFIX):
+                # msgout's channels are consumers of kind msgout, found as such below
+                return None
+            return ChannelConsumer(ch)
         c = self.consumers.get((kind, topic, name))
         if c is None and kind == MSGOUT:
             for n in (name, MSGOUT_CHANNEL_PREFIX + name, MSGOUT_CHANNEL_PREFIX + "sub:" + name):
@@ -371,12 +374,17 @@ class Statistics:
 
     def topic_stats(self, topic):
         """Return a topic's figures: messages and bytes in (record and payload bytes),
-        per queue, and its consumers."""
+        per queue (every queue the topic has, those never written to with zeros), and its
+        consumers."""
         queues = {}
         for (t, qid), q in self.store.open_queues():
             if t == topic:
                 queues[qid] = {"in_msgs": q.in_msgs, "in_bytes": q.in_bytes,
                                "min_offset": q.min_offset, "max_offset": q.max_offset}
+        meta = self.broker.topic(topic)
+        for qid in range(meta.queues if meta is not None else 0):
+            queues.setdefault(qid, {"in_msgs": 0, "in_bytes": 0, "min_offset": 0,
+                                    "max_offset": 0})
         msgs = sum(v["in_msgs"] for v in queues.values())
         nbytes = sum(v["in_bytes"] for v in queues.values())
         return {"topic": topic, "in_msgs": msgs, "in_bytes": nbytes,
@@ -464,6 +472,12 @@ class Statistics:
                  "lag_events": max(0, last - f.last_event_id)} for f in list(self._replicas)]
 
     # -- front doors ---------------------------------------------------------------------
+
+    def door_listening(self, door):
+        """Front door C{door} listens: L{connections} lists it from now on, with no
+        connection until its first one."""
+        if door not in self._doors:
+            self._doors[door] = weakref.WeakKeyDictionary()
 
     def connection_made(self, door, protocol, address):
         """Count a connection of front door C{door} (forgotten when it closes)."""

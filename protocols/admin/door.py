@@ -5,8 +5,9 @@ resource can wrap it (authentication) as a whole.
 Routes (answers are JSON; errors are C{{"error": text}} with a 4xx/5xx status):
 
   - C{GET /info}: the broker's version, process id and role.
-  - C{GET /stats}: every statistic (L{mqserver.broker.stats.Statistics.snapshot}) and
-    the broker's version.
+  - C{GET /stats}: every statistic (L{mqserver.broker.stats.Statistics.snapshot}), the
+    broker's version and its replication status (on a slave: its master, whether it is
+    connected, the eventId applied, the lag).
   - C{GET /topics}: the topics with their counts; C{POST /topics} C{{"name", "queues"}}
     creates one; C{GET /topics/NAME} its details and consumers; C{DELETE /topics/NAME}.
   - C{GET /topics/NAME/messages?n=N} the last N messages; C{&after=EVENTID} the next N
@@ -24,6 +25,7 @@ from twisted.web import resource, server
 
 from mqserver.errors import BrokerError, TopicExists, TopicNotFound
 from mqserver import webrequest
+from mqserver.replication.status import replication_status
 from mqserver.security import BearerTokenResource
 from mqserver.version import version
 
@@ -66,11 +68,12 @@ class AdminResource(resource.Resource):
     isLeaf = True
     log = Logger()
 
-    def __init__(self, broker, max_peek=1000):
+    def __init__(self, broker, max_peek=1000, master=""):
         super().__init__()
         self.broker = broker
         self.stats = broker.stats
         self.max_peek = max_peek
+        self.master = master
 
     def render(self, request):
         parts = [p.decode("utf-8", "replace") for p in request.postpath if p]
@@ -88,7 +91,7 @@ class AdminResource(resource.Resource):
     def _route(self, request, method, parts):
         routes = {
             ("GET", ("info",)): self.info,
-            ("GET", ("stats",)): lambda: dict(self.stats.snapshot(), version=version()),
+            ("GET", ("stats",)): self.stats_answer,
             ("GET", ("topics",)): self.topics,
             ("POST", ("topics",)): lambda: self.create_topic(_json_body(request)),
             ("GET", ("consumers",)): lambda: self.consumers(request),
@@ -145,6 +148,12 @@ class AdminResource(resource.Resource):
         if t is None:
             raise ApiError(404, f"topic {name} not found")
         return t
+
+    def stats_answer(self):
+        replication = replication_status(self.broker)
+        if replication["role"] == "slave":
+            replication["master"] = self.master
+        return dict(self.stats.snapshot(), version=version(), replication=replication)
 
     def info(self):
         return {"version": version(), "pid": os.getpid(),
@@ -239,7 +248,7 @@ class AdminSite(server.Site):
 
 def make_factory(broker, config, reactor):
     """Return the admin API site of C{broker}."""
-    root = AdminResource(broker, config["admin.maxPeek"])
+    root = AdminResource(broker, config["admin.maxPeek"], master=config["master"])
     token = config["admin.token"]
     site = AdminSite(BearerTokenResource(root, token) if token else root)
     site.displayTracebacks = False
