@@ -157,10 +157,15 @@ def test_make_run_ends_cleanly_after_sigterm(tmp_path):
     proc, log_path = run_broker(
         tmp_path, ["make", "-s", "-C", ROOT, "run", f"VENV={venv}", f"ARGS=--config {config} --ready-file {tmp_path / 'ready.json'}"])
     (child,) = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
-    # exec: make's child is the broker itself, no shell between them
-    assert "mqserver.cli" in open(f"/proc/{child}/cmdline").read().replace("\0", " ")
-    os.kill(int(child), signal.SIGTERM)
-    code = proc.wait(30)
+    try:
+        # exec: make's child is the broker itself, no shell between them
+        assert "mqserver.cli" in open(f"/proc/{child}/cmdline").read().replace("\0", " ")
+        os.kill(int(child), signal.SIGTERM)
+        code = proc.wait(30)
+    finally:
+        if proc.poll() is None:  # make still waits: the broker outlived its SIGTERM
+            os.kill(int(child), signal.SIGKILL)
+            proc.wait(10)
     log = log_path.read_text("latin-1")
     assert code == 0, log
     assert "Error" not in log and "store closed at eventId" in log
