@@ -363,6 +363,15 @@ class BrokerService(service.MultiService):
         self.log.info("mqserver {version} starting: {role}, data {path}, pid {pid}",
                       version=version(), role=self.config["role"],
                       path=os.path.abspath(self.config["store.path"]), pid=os.getpid())
+        if self.ready_file:
+            # a file left by an earlier run must not say this one is ready
+            try:
+                os.remove(self.ready_file)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                self._refuse(StartupError(f"cannot replace the ready file {self.ready_file}: "
+                                          f"{e.strerror}"))
         try:
             super().privilegedStartService()
         except StartupError as e:
@@ -388,9 +397,13 @@ class BrokerService(service.MultiService):
         self.log.info("mqserver {version} ready: {doors}", version=version(),
                       doors=", ".join(f"{d.door} {d.address()}" for d in doors) or "no doors")
         if self.ready_file:
-            write_ready_file(self.ready_file, {
-                "version": version(), "pid": os.getpid(),
-                "doors": {d.door: dict(d.bound(), endpoint=d.description) for d in doors}})
+            try:
+                write_ready_file(self.ready_file, {
+                    "version": version(), "pid": os.getpid(),
+                    "doors": {d.door: dict(d.bound(), endpoint=d.description) for d in doors}})
+            except OSError as e:
+                self._refuse(StartupError(f"cannot write the ready file {self.ready_file}: "
+                                          f"{e.strerror}"))
 
     def _stop_cleanly_on_signals(self):
         """Make SIGTERM and SIGINT stop the reactor as the reactor's own handlers do, but

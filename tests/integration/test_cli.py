@@ -141,6 +141,21 @@ def test_run_serves_and_a_signal_is_a_clean_exit(tmp_path, sig):
     assert os.path.isfile(tmp_path / "data" / "metadata.json")
 
 
+def test_run_with_an_unwritable_ready_file_stops_start_up(tmp_path):
+    """A ready file that cannot be written is a start-up error: one line saying why, the
+    store closed, exit status 1."""
+    config = only_smss_config(tmp_path)
+    p = subprocess.run([*CLI, "run", "--config", str(config), "--ready-file",
+                        str(tmp_path / "no-such-dir" / "ready.json")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, out
+    assert (f"mqserver cannot start: cannot write the ready file "
+            f"{tmp_path / 'no-such-dir' / 'ready.json'}: No such file or directory") in out
+    assert "store closed at eventId" in out and "Traceback" not in out
+
+
 def test_make_run_ends_cleanly_after_sigterm(tmp_path):
     """``make run`` execs the broker, so a SIGTERM to it is a clean exit of make (status 0,
     no ``make: *** ... Error 143``). The venv is stood in for by one whose
