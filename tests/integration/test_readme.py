@@ -164,10 +164,35 @@ class Started:
         return codes
 
 
+def run_snippets_against_the_master(tmp_path):
+    """The smss snippet runs to its end; the NSQ HTTP publish (``curl -d hello ...``)
+    succeeds and the pynsq snippet's handler then receives that message."""
+    (smss,) = [b for b in blocks("python") if "SmssClient(" in b]
+    p = subprocess.run([sys.executable, "-c", smss], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert p.returncode == 0, p.stderr
+    (pub,) = re.findall(r"`(curl -d hello '[^']*')`", readme())
+    p = subprocess.run(pub, shell=True, capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout) == (0, "OK"), p.stderr
+    (pynsq,) = [b for b in blocks("python") if "import nsq" in b]
+    out = tmp_path / "pynsq.out"
+    with open(out, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-u", "-c", pynsq], cwd=tmp_path, stdout=f,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: "b'hello'" in out.read_text() or proc.poll() is not None, 60,
+                   "the pynsq reader's handler printing the message")
+        assert "b'hello'" in out.read_text(), out.read_text()
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
 def test_master_slave_walk_through_and_msgout_session(tmp_path, free_doc_ports):
     """The README's master (``make run``), its slave (``slave.yaml``), ``mqctl stats``
-    on the slave and ``TOPIC INFO $replication``; then the msgout curl session against
-    the master, each curl succeeding and the ack taking the fetched receipt."""
+    on the slave and ``TOPIC INFO $replication``; the smss and pynsq snippets and the NSQ
+    HTTP publish against the master; then the msgout curl session, each curl succeeding
+    and the ack taking the fetched receipt."""
     if shutil.which("curl") is None:
         pytest.skip("curl not installed")
     walk = section("Master and slave")
@@ -193,6 +218,8 @@ def test_master_slave_walk_through_and_msgout_session(tmp_path, free_doc_ports):
 
         status = eval(call, {"SmssClient": SmssClient})
         assert status["role"] == "slave" and status["connected"]
+
+        run_snippets_against_the_master(tmp_path)
 
         (session,) = [b for b in blocks("sh") if "/v1/ack" in b]
         script = tmp_path / "msgout.sh"
