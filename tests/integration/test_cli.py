@@ -98,14 +98,15 @@ def _port(ready_path):
         return None
 
 
-def run_broker(tmp_path, command):
+def run_broker(tmp_path, command, session=False):
     """Start C{command} (a broker on L{only_smss_config}, writing its ready file to
-    C{tmp_path/ready.json}) logging to a file; return the process and its log's path once
-    it serves smss."""
+    C{tmp_path/ready.json}) logging to a file, in a session of its own if C{session};
+    return the process and its log's path once it serves smss."""
     log_path = tmp_path / "broker.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
-                                env=dict(os.environ, PYTHONPATH=ROOT))
+                                env=dict(os.environ, PYTHONPATH=ROOT),
+                                start_new_session=session)
     try:
         port = wait_until(lambda: proc.poll() is None and _port(tmp_path / "ready.json")
                           or (proc.poll() is not None and -1), 60, "the smss door")
@@ -156,31 +157,57 @@ def test_run_with_an_unwritable_ready_file_stops_start_up(tmp_path):
     assert "store closed at eventId" in out and "Traceback" not in out
 
 
-def test_make_run_ends_cleanly_after_sigterm(tmp_path):
-    """``make run`` execs the broker, so a SIGTERM to it is a clean exit of make (status 0,
-    no ``make: *** ... Error 143``). The venv is stood in for by one whose
-    ``bin/mqserver`` runs this tree's command, marked as installed."""
+def make_run(tmp_path, session=False):
+    """Start ``make run`` with a stand-in venv whose ``bin/mqserver`` runs this tree's
+    command, marked as installed; return make's process, the log's path and the broker's
+    pid (make's only child: exec leaves no shell between them)."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     script = venv / "bin" / "mqserver"
     script.write_text(f"#!/bin/sh\nexec {sys.executable} -m mqserver.cli \"$@\"\n")
     script.chmod(0o755)
-    stamp = venv / ".broker-stamp"
-    stamp.touch()
-    os.utime(stamp, (2**31, 2**31))  # newer than every source: make installs nothing
+    (venv / ".broker-stamp").touch()  # as new as the sources or newer: nothing to install
     config = only_smss_config(tmp_path)
     proc, log_path = run_broker(
-        tmp_path, ["make", "-s", "-C", ROOT, "run", f"VENV={venv}", f"ARGS=--config {config} --ready-file {tmp_path / 'ready.json'}"])
+        tmp_path, ["make", "-s", "-C", ROOT, "run", f"VENV={venv}",
+                   f"ARGS=--config {config} --ready-file {tmp_path / 'ready.json'}"],
+        session=session)
     (child,) = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+    assert "mqserver.cli" in open(f"/proc/{child}/cmdline").read().replace("\0", " ")
+    return proc, log_path, int(child)
+
+
+def _reap(proc, child):
+    if proc.poll() is None:  # make still waits: the broker outlived its signal
+        os.kill(child, signal.SIGKILL)
+        proc.wait(10)
+
+
+def test_make_run_ends_cleanly_after_sigterm(tmp_path):
+    """``make run`` execs the broker, so a SIGTERM to it is a clean exit of make (status 0,
+    no ``make: *** ... Error 143``)."""
+    proc, log_path, child = make_run(tmp_path)
     try:
-        # exec: make's child is the broker itself, no shell between them
-        assert "mqserver.cli" in open(f"/proc/{child}/cmdline").read().replace("\0", " ")
-        os.kill(int(child), signal.SIGTERM)
+        os.kill(child, signal.SIGTERM)
         code = proc.wait(30)
     finally:
-        if proc.poll() is None:  # make still waits: the broker outlived its SIGTERM
-            os.kill(int(child), signal.SIGKILL)
-            proc.wait(10)
+        _reap(proc, child)
     log = log_path.read_text("latin-1")
     assert code == 0, log
     assert "Error" not in log and "store closed at eventId" in log
+
+
+def test_make_run_ends_cleanly_after_ctrl_c(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's foreground group: make and the broker) shuts the
+    broker down cleanly and make says nothing about an error; make itself then ends by
+    the SIGINT it was sent, as any program interrupted from the terminal."""
+    proc, log_path, child = make_run(tmp_path, session=True)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(30)
+    finally:
+        _reap(proc, child)
+    log = log_path.read_text("latin-1")
+    assert code == -signal.SIGINT, log
+    assert "received SIGINT, shutting down" in log and "store closed at eventId" in log
+    assert not [line for line in log.splitlines() if line.startswith("make")], log
