@@ -42,8 +42,8 @@ java:
 	  exit 1; \
 	fi
 
-# The broker on the defaults: data in ./data, smss on 127.0.0.1:12301. A stop by SIGTERM
-# or Ctrl-C is a clean exit (status 0). exec: the broker gets the signals itself.
+# The broker on the defaults: data in ./data, smss on 127.0.0.1:12301. exec: make's child
+# is the broker itself, so SIGTERM to it ends make with status 0, and Ctrl-C with no error.
 run: $(RUN_STAMP)
 	exec $(VENV)/bin/mqserver run $(ARGS)
 
