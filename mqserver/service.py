@@ -182,18 +182,27 @@ class StorageService(service.MultiService):
 
 
 def count_connections(factory, door, stats):
-    """Make C{factory} tell the broker's statistics about every connection it builds (the
+    """Make C{factory} tell the broker's statistics about every connection it serves (the
     connections of front door C{door} and their client addresses), adding nothing to a
     connection's own work.
 
     The factory's C{buildProtocol} is wrapped on the instance rather than the factory
-    itself, because doors find their listening port by the factory's identity."""
+    itself, because doors find their listening port by the factory's identity. The
+    statistics learn the connection's transport when the protocol gets it
+    (C{makeConnection}, wrapped on the protocol instance): the protocol a factory builds
+    may be a wrapper without a transport of its own (twisted.web's HTTP channel)."""
     build = factory.buildProtocol
 
     def buildProtocol(addr):
         p = build(addr)
         if p is not None:
-            stats.connection_made(door, p, addr)
+            connect = p.makeConnection
+
+            def makeConnection(transport):
+                stats.connection_made(door, transport, addr)
+                return connect(transport)
+
+            p.makeConnection = makeConnection
         return p
 
     factory.buildProtocol = buildProtocol

@@ -242,7 +242,7 @@ class Statistics:
         self._clock = clock
         self.start_ms = int(clock() * 1000)
         self.consumers = {}
-        self._doors = {}  # door name -> WeakKeyDictionary protocol -> peer address
+        self._doors = {}  # door name -> WeakKeyDictionary transport -> peer address
         self._replicas = {}  # feeds to slaves (insertion ordered)
         self.history = _History(clock)
         self.get_msgs = 0  # messages handed out by every consumer, for the rates
@@ -479,12 +479,13 @@ class Statistics:
         if door not in self._doors:
             self._doors[door] = weakref.WeakKeyDictionary()
 
-    def connection_made(self, door, protocol, address):
-        """Count a connection of front door C{door} (forgotten when it closes)."""
+    def connection_made(self, door, transport, address):
+        """Count a connection of front door C{door}, by its C{transport} (forgotten when
+        it closes)."""
         conns = self._doors.get(door)
         if conns is None:
             conns = self._doors[door] = weakref.WeakKeyDictionary()
-        conns[protocol] = address
+        conns[transport] = address
 
     def connections(self, door=None):
         """Return {door: [client address, ...]} of the connections open now."""
@@ -493,9 +494,8 @@ class Statistics:
             if door is not None and name != door:
                 continue
             live = []
-            for p, addr in list(conns.items()):
-                t = getattr(p, "transport", None)
-                if t is None or getattr(t, "disconnected", False):
+            for t, addr in list(conns.items()):
+                if getattr(t, "disconnected", False):
                     continue
                 live.append(_address(addr))
             out[name] = sorted(live)

@@ -106,3 +106,22 @@ def test_rewind_a_msgout_queue_by_its_channel_name(server_factory):
     assert out.startswith("rewound msgout msgout:queue on jobs: queue 0 at 0; lag now 2"), out
     again = msgout("POST", "/v1/queues/jobs/fetch", {"max": 10})["messages"]
     assert [m["body"] for m in again] == ["j1", "j2"]
+
+
+def test_stats_counts_http_connections_while_they_are_open(server_factory):
+    """A kept-alive HTTP connection to msgout (a twisted.web door) is counted while open,
+    as an smss connection is, and forgotten once closed."""
+    import http.client
+
+    s = server_factory(listen={"smss": LOOP, "msgout": LOOP, "admin": LOOP})
+    web = http.client.HTTPConnection("127.0.0.1", s.ports["msgout"], timeout=10)
+    web.request("GET", "/v1/queues")
+    web.getresponse().read()
+    smss = SmssClient("127.0.0.1", s.smss_port)
+    conns = json.loads(mqctl(s, "--json", "stats"))["connections"]
+    assert len(conns["msgout"]) == 1 and conns["msgout"][0].startswith("127.0.0.1:")
+    assert len(conns["smss"]) == 1
+    web.close()
+    smss.close()
+    wait_until(lambda: json.loads(mqctl(s, "--json", "stats"))["connections"]["msgout"] == [],
+               30, "the closed HTTP connection forgotten")
