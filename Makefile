@@ -53,10 +53,18 @@ unit: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest tests/unit -q -p no:cacheprovider
 
 # Every test, then the unit tests again on the pure-Python paths (the reference of each C
-# speedup, and what runs where none is built).
+# speedup, and what runs where none is built). The second pass runs and reports even when
+# the first failed; the target fails when either did. TESTS and UNIT_TESTS narrow the
+# passes (e.g. make test TESTS=tests/unit/test_x.py UNIT_TESTS=tests/unit/test_x.py).
+TESTS ?= tests
+UNIT_TESTS ?= tests/unit
 test: $(STAMP) java
-	PYTHONPATH=$(CURDIR) $(PY) -m pytest tests -q -p no:cacheprovider
-	MQSERVER_PURE_PYTHON=1 PYTHONPATH=$(CURDIR) $(PY) -m pytest tests/unit -q -p no:cacheprovider
+	status=0; \
+	PYTHONPATH=$(CURDIR) $(PY) -m pytest $(TESTS) -q -p no:cacheprovider || \
+	  { echo "make: the tests failed" >&2; status=1; }; \
+	MQSERVER_PURE_PYTHON=1 PYTHONPATH=$(CURDIR) $(PY) -m pytest $(UNIT_TESTS) -q -p no:cacheprovider || \
+	  { echo "make: the unit tests on the pure-Python paths (MQSERVER_PURE_PYTHON=1) failed" >&2; status=1; }; \
+	exit $$status
 
 bench: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/smss_bench.py --quick

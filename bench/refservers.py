@@ -7,7 +7,7 @@ temporary directory that goes with it.
 
 - C{SMSS_BIN}: the Go smss server. It reads C{./config/config.yaml} from its working
   directory; we write one with the port and data path. Its upstream code listens on
-  every interface; build it to listen on 127.0.0.1 (see docs/benchmarks.md).
+  every interface; build it to listen on 127.0.0.1 (see docs/performance.md).
 - C{NSQD_BIN}: nsqd 1.3 (C{--tcp-address}, C{--http-address} and C{--data-path} given).
 - C{NSQ_BENCH_WRITER}, C{NSQ_BENCH_READER}: nsq's own C{bench/bench_writer} and
   C{bench/bench_reader} programs.

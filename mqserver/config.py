@@ -70,6 +70,10 @@ SCHEMA = {
     "masterTls": (bool, False, None, None),
     "masterCa": (str, "", None, None),
     "event": (int, 0, lambda v: v >= 0, ">= 0"),
+    # synchronous replication (on a master): followers that must hold a write before it
+    # is acknowledged, and how long a write waits for them
+    "replication.syncReplicas": (int, 0, lambda v: 0 <= v <= 64, "0..64 (0: asynchronous)"),
+    "replication.syncTimeoutMs": (int, 5000, lambda v: v >= 1, ">= 1"),
     "security.allow": (list, [], _valid_networks, "a list of CIDRs (e.g. 10.0.0.0/8, ::1/128)"),
     "store.path": (str, "data", None, None),
     "store.maxLogSize": (int, 1 << 30, lambda v: 4096 <= v <= 1 << 30, "4096..1073741824"),
@@ -113,6 +117,11 @@ DOCS = {
                 "system's trust roots",
     "event": "eventId a slave starts after when it holds nothing newer (0: the master's "
              "oldest record; also `--event`)",
+    "replication.syncReplicas": "on a master: mqserver followers that must hold a write "
+                                "before it is acknowledged (0: asynchronous; "
+                                "docs/replication.md)",
+    "replication.syncTimeoutMs": "ms a write waits for those followers before it fails "
+                                 "with the protocol's error",
     "security.allow": "CIDRs of the peers every door accepts; others are closed at "
                       "accept and logged once a minute per address (empty: everyone; "
                       "docs/security.md)",

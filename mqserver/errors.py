@@ -13,6 +13,27 @@ class DiskFullError(StoreError):
     """A write refused because the disk is full or over C{store.diskMaxUsedRatio}."""
 
 
+class ReplicationError(StoreError):
+    """A write stored on the master but not confirmed by enough followers: it is not
+    acknowledged, stays in the log, and becomes readable once followers confirm it.
+
+    @ivar put_result: the write's L{mqserver.store.message.PutResult} (a RocketMQ send
+        answers with its msgId and queue offset beside the status)."""
+
+    def __init__(self, text, result=None):
+        super().__init__(text)
+        self.put_result = result
+
+
+class ReplicasUnavailable(ReplicationError):
+    """Fewer followers that confirm writes are connected and caught up than
+    C{replication.syncReplicas} asks for."""
+
+
+class ReplicationTimeout(ReplicationError):
+    """The followers did not confirm the write within C{replication.syncTimeoutMs}."""
+
+
 class TopicNotFound(BrokerError):
     """The topic does not exist, or is deleted or expired."""
 

@@ -5,7 +5,7 @@ C{twisted.python.compat} imports C{http.cookiejar} (and with it C{urllib.request
 C{http.client}, C{email} and C{hashlib}) for a deprecated alias, C{twisted.internet.defer}
 imports asyncio, whose C{base_events}/C{sslproto} import C{ssl} (and C{_ssl}, libssl,
 libcrypto), and C{twisted.application.app} imports C{pdb} for C{--debug}. That is about
-7 MB of resident memory (docs/benchmarks.md, "Idle RSS"). A plugin cannot avoid it: it
+7 MB of resident memory (`bench/idle_rss.py` measures it). A plugin cannot avoid it: it
 is loaded after them. So C{python -m mqserver} (L{mqserver.__main__}) calls
 L{defer_imports} and then runs twistd.
 

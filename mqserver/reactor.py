@@ -18,7 +18,7 @@ gaps longer than the spin, blocks in epoll as usual. (An earlier rule restored t
 whole spin whenever one spin caught an event: at 2,000 msgs/s with a consumer attached
 each PUB's spin caught the consumer's ack, and the spin after the ack then waited in
 vain for the next PUB, which nearly doubled the broker's CPU per message;
-docs/benchmarks.md.) While it spins it yields the CPU (C{sched_yield}) between
+docs/performance.md.) While it spins it yields the CPU (C{sched_yield}) between
 polls, so a client scheduled on the same CPU is never kept waiting by the spinning.
 
 A caught spin is not enough: it must also pay for itself. A wake-up costs CPU too (the
@@ -29,7 +29,7 @@ catching-up consumer's acks). It does not pay when they send at their own pace (
 publisher at a steady rate: the next PUB comes when it comes, and a spin that waits
 100 µs for it burns the CPU a wake-up would have cost a fraction of; at 10,000 PUBs/s
 with a consumer attached the spin kept a core busy, 99 µs per message against 64 without
-it, docs/benchmarks.md), nor when a client takes long to turn an answer into its next
+it, docs/performance.md), nor when a client takes long to turn an answer into its next
 request (the RocketMQ C++ client, ~290 µs a round trip: the spin catches the request but
 burns more than a wake-up to do so). When C{probe} is set the reactor measures, from time
 to time once traffic flows: for C{probe_window} seconds with the spin allowed, then as
@@ -48,7 +48,7 @@ sender sends, where the count of reads would (without the spin the reactor wakes
 and reads two PUBs at once); and CPU time, not the time spent outside polls, because the request that follows a wake-up
 costs more to handle (an earlier rule weighed that time and took the spin from clients
 that wait for each answer: smss catch-up with batch 20 at 192k msgs/s against 308k,
-docs/benchmarks.md, "The spin probes on a quiet machine").
+`bench/spin_probe.py`).
 
 It also dispatches events without Twisted's legacy log context (C{callWithLogger}): that
 context only names the "system" of old-style C{log.msg} calls, which mqserver does not

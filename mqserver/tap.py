@@ -100,6 +100,9 @@ def makeService(options, reactor=None):
                                   probe=config["server.spinProbe"])
     root = BrokerService(config, reactor, ready_file=options.get("ready-file"))
     broker = root.storage.broker
+    if config["role"] == "master" and config["replication.syncReplicas"] > 0:
+        broker.require_replicas(config["replication.syncReplicas"],
+                                config["replication.syncTimeoutMs"])
     if config["role"] == "slave":
         broker.is_master = False
         followers = [d for d in options["doors"].values() if d.follower]

@@ -12,7 +12,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqserver.broker.channel_registry import ChannelRegistry
-from mqserver.broker.cursor import TopicCursor
+from mqserver.broker.cursor import EventNotFound, TopicCursor
 from mqserver.broker.offsets import ConsumerOffsets
 from mqserver.broker.queues import QueueService
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
@@ -21,6 +21,8 @@ from mqserver.broker.topics import (
     MAX_QUEUES, TopicRegistry, create_body, valid_queue_count, validate_topic_name)
 from mqserver.errors import InvalidRequest, NotMaster, TopicExists, TopicNotFound
 from mqserver.interfaces import IBroker
+from mqserver.replication.logreader import LogReader
+from mqserver.replication.sync import SyncGate
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
 
@@ -54,6 +56,8 @@ class Broker:
     @ivar registry: the L{TopicRegistry}.
     @ivar delays: the L{DelayIndex}.
     @ivar is_master: False on a replication slave, which refuses writes.
+    @ivar sync_gate: the L{SyncGate} of synchronous replication (a write is acknowledged
+        once enough followers hold it), or None (L{require_replicas}).
     @ivar offsets: the L{ConsumerOffsets} of consumer groups (loaded at L{start}).
     @ivar channels: the L{ChannelRegistry} (channel consumption, e.g. NSQ's).
     @ivar queues: the L{QueueService} (msgout queue attributes, sessions, receipts and
@@ -71,6 +75,7 @@ class Broker:
         self.registry = TopicRegistry()
         self.delays = DelayIndex()
         self.is_master = is_master
+        self.sync_gate = None
         self._watchers = {}  # topic -> set of watchers (data_available / topic_deleted)
         self._claims = {}  # (topic, who) -> subscriber
         self._rr = {}  # topic -> round-robin counter
@@ -93,9 +98,38 @@ class Broker:
     def start(self):
         """Load consumer offsets, arm the delay and lifetime timers (after the store is open)."""
         self.offsets.load()
+        if self.sync_gate is not None:
+            self._hide_unconfirmed(self.sync_gate.restored_event_id)
         self._schedule_delays()
         self._schedule_life()
         self.channels.start()
+
+    def _hide_unconfirmed(self, committed):
+        # The writes after the commit point the checkpoint kept were not confirmed by
+        # enough followers (or not known to be): consumers see them once they are.
+        store = self.store
+        if committed is None or committed >= store.next_event_id - 1:
+            return
+        try:
+            reader = (LogReader.after_event(store, committed) if committed
+                      else LogReader(store, store.commitlog.min_offset))
+        except EventNotFound:
+            reader = LogReader(store, store.commitlog.min_offset)
+        start = reader.offset
+        writes = []
+        while True:
+            views = reader.read()
+            if not views:
+                break
+            for v in views:
+                if v.magic == fmt.MESSAGE_MAGIC and v.sys_flag & fmt.SYSFLAG_BATCH_MORE:
+                    continue  # the write goes on: its last record ends it
+                topic = v.topic if v.magic == fmt.MESSAGE_MAGIC else None
+                writes.append((v.event_id, v.offset + v.size, topic, v.queue_id))
+        if writes:
+            self.log.info("{n} writes after eventId {eid} wait for the followers' confirmation",
+                          n=len(writes), eid=committed)
+            store.hide_after(start, writes)
 
     def stop(self):
         """Cancel the timers."""
@@ -104,6 +138,29 @@ class Broker:
             if call is not None and call.active():
                 call.cancel()
         self._delay_call = self._life_call = None
+        if self.sync_gate is not None:
+            self.sync_gate.stop()
+
+    def require_replicas(self, replicas, timeout_ms, fallbehind_bytes=None):
+        """Acknowledge a write, and show it to consumers, only once C{replicas} followers
+        hold it durably; one that they do not confirm within C{timeout_ms} fails with
+        L{mqserver.errors.ReplicationTimeout}, and one written while fewer are connected
+        (or more than C{fallbehind_bytes} of log behind) with
+        L{mqserver.errors.ReplicasUnavailable}. Called again (a front door asking for
+        its own protocol's semantics), the larger count and the later timeout hold.
+        Returns the L{SyncGate}."""
+        gate = self.sync_gate
+        if gate is None:
+            gate = self.sync_gate = SyncGate(self._reactor, replicas, timeout_ms,
+                                             fallbehind_bytes)
+            self.register_state("sync", gate)
+            self.store.set_sync_gate(gate)
+            return gate
+        gate.replicas = max(gate.replicas, replicas)
+        gate.timeout = timeout_ms / 1000.0
+        if fallbehind_bytes is not None:
+            gate.fallbehind_bytes = fallbehind_bytes
+        return gate
 
     def now_ms(self):
         """Return the current time in ms."""
@@ -193,47 +250,45 @@ class Broker:
 
     def create_topic(self, name, expire_at=0, queues=1, perm=6, attrs=None):
         """Create a topic. Returns a Deferred firing with its L{Topic}."""
-        try:
+        def write():
             validate_topic_name(name)
             self._require_master("manage topic")
             if name in self.registry.topics:
                 raise TopicExists(name)
             _check_queue_count(queues)
-        except Exception as e:
-            return defer.fail(e)
-        body = create_body(queues, expire_at, perm, attrs)
-        d = self.store.put_admin(fmt.OP_CREATE, name, body)
-        return d.addCallback(lambda _: self.registry.get(name))
+            return self.store.put_admin(fmt.OP_CREATE, name, create_body(queues, expire_at, perm, attrs))
+
+        return defer.maybeDeferred(write).addCallback(lambda _: self.registry.get(name))
 
     def update_topic(self, name, queues=None, perm=None, attrs=None):
         """Change a topic's queue count, permissions or attributes (creating it when
         missing). Returns a Deferred firing with its L{Topic}."""
         t = self.registry.get(name)
-        queues = queues or (t.queues if t else 1)
-        try:
+        count = queues or (t.queues if t else 1)
+
+        def write():
             validate_topic_name(name)
             self._require_master("manage topic")
-            _check_queue_count(queues)
-        except Exception as e:
-            return defer.fail(e)
-        body = create_body(
-            queues,
-            t.expire_at if t else 0,
-            perm if perm is not None else (t.perm if t else 6),
-            attrs if attrs is not None else (t.attrs if t else {}),
-        )
-        d = self.store.put_admin(fmt.OP_UPDATE, name, body)
-        return d.addCallback(lambda _: self.registry.get(name))
+            _check_queue_count(count)
+            body = create_body(
+                count,
+                t.expire_at if t else 0,
+                perm if perm is not None else (t.perm if t else 6),
+                attrs if attrs is not None else (t.attrs if t else {}),
+            )
+            return self.store.put_admin(fmt.OP_UPDATE, name, body)
+
+        return defer.maybeDeferred(write).addCallback(lambda _: self.registry.get(name))
 
     def delete_topic(self, name):
         """Delete a topic: every watcher is told, its queues go. Returns a Deferred."""
-        try:
+        def write():
             self._require_master("manage topic")
             if name not in self.registry.topics:
                 raise TopicNotFound(name)
-        except Exception as e:
-            return defer.fail(e)
-        return self.store.put_admin(fmt.OP_DELETE, name, b"")
+            return self.store.put_admin(fmt.OP_DELETE, name, b"")
+
+        return defer.maybeDeferred(write)
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -262,11 +317,7 @@ class Broker:
 
         Returns a Deferred firing with the L{PutResult} when the write is as durable as
         the flush level asks."""
-        try:
-            result = self.publish_now(topic, messages, queue_id)
-        except Exception as e:
-            return defer.fail(e)
-        return result if isinstance(result, defer.Deferred) else defer.succeed(result)
+        return defer.maybeDeferred(self.publish_now, topic, messages, queue_id)
 
     def publish_now(self, topic, messages, queue_id=None, answer=None):
         """L{publish} for a front door that answers at once when it can: returns the
@@ -293,15 +344,14 @@ class Broker:
     def delay(self, topic, delay_ms, messages):
         """Store C{messages} to be published C{delay_ms} from now. Returns a Deferred
         firing with the delay's eventId."""
-        try:
+        def write():
             self._writable(topic)
             if delay_ms < 0:
                 raise InvalidRequest("negative delay")
-        except Exception as e:
-            return defer.fail(e)
-        body = fmt.DELAY_PREFIX.pack(self.now_ms() + delay_ms) + fmt.encode_message_list(messages)
-        d = self.store.put_admin(fmt.OP_DELAY, topic, body)
-        return d.addCallback(lambda r: r.event_id)
+            body = fmt.DELAY_PREFIX.pack(self.now_ms() + delay_ms) + fmt.encode_message_list(messages)
+            return self.store.put_admin(fmt.OP_DELAY, topic, body)
+
+        return defer.maybeDeferred(write).addCallback(lambda r: r.event_id)
 
     def _schedule_delays(self):
         nxt = self.delays.next_trigger()

@@ -148,24 +148,22 @@ class QueueService:
     def declare(self, name, spec):
         """Create queue C{name} or change its attributes (other attrs of the topic are
         kept). Returns a Deferred firing with the full attributes."""
-        try:
+        def write():
             t = self.broker.topic(name)
             base = self.attrs(name) if t is not None else None
             attrs = check_attrs(spec, base)
             # a topic another protocol made gets its mode once; after that it stays
             if t is not None and (t.attrs or {}).get(ATTR_KEY) and base["mode"] != attrs["mode"]:
                 raise InvalidRequest("a queue's mode cannot change")
-        except Exception as e:
-            return defer.fail(e)
-        if t is None:
-            d = self.broker.create_topic(name, attrs={ATTR_KEY: attrs})
-        else:
-            merged = dict(t.attrs or {}, **{ATTR_KEY: attrs})
-            d = self.broker.update_topic(name, attrs=merged)
+            if t is None:
+                d = self.broker.create_topic(name, attrs={ATTR_KEY: attrs})
+            else:
+                d = self.broker.update_topic(name, attrs=dict(t.attrs or {}, **{ATTR_KEY: attrs}))
+            # the queue's channel is made by its first consumer, from the oldest retained
+            # message: until then the topic's first channel may still be another protocol's
+            return d.addCallback(lambda _: attrs)
 
-        # the queue's channel is made by its first consumer, from the oldest retained
-        # message: until then the topic's first channel may still be another protocol's
-        return d.addCallback(lambda _: attrs)
+        return defer.maybeDeferred(write)
 
     def info(self, name):
         """Attributes, stored messages, and per channel depth, in flight and consumers,
@@ -195,16 +193,16 @@ class QueueService:
     def publish(self, name, messages):
         """Publish C{messages} to queue C{name}; a C{persistent} queue answers once they
         are fsynced. Returns a Deferred firing with their ids."""
-        try:
+        def write():
             persistent = self.attrs(name)["persistent"]
-        except Exception as e:
-            return defer.fail(e)
-        d = self.broker.publish(name, messages)
-        store = self.store
-        if persistent and store.flush_level < 2:
-            d.addCallback(lambda r: store.sync().addCallback(lambda _: r))
+            d = self.broker.publish(name, messages)
+            store = self.store
+            if persistent and store.flush_level < 2:
+                d.addCallback(lambda r: store.sync().addCallback(lambda _: r))
+            return d
+
         n = len(messages)
-        return d.addCallback(lambda r: list(range(r.event_id, r.event_id + n)))
+        return defer.maybeDeferred(write).addCallback(lambda r: list(range(r.event_id, r.event_id + n)))
 
     # -- channels ------------------------------------------------------------------------
 
@@ -279,31 +277,31 @@ class QueueService:
         """Take up to C{n} messages; when none are there, wait up to C{wait_s} seconds
         for the first to arrive. Returns a Deferred firing with the deliveries (cancel
         it to stop waiting)."""
-        try:
+        def wait():
             got = self.take(name, n, sub_id, start)
-        except Exception as e:
-            return defer.fail(e)
-        if got or wait_s <= 0:
-            return defer.succeed(got)
+            if got or wait_s <= 0:
+                return got
 
-        def cancel(d):
-            timer.cancel()
-            c.close(fail_back=True)
+            def cancel(d):
+                timer.cancel()
+                c.close(fail_back=True)
 
-        d = defer.Deferred(cancel)
+            d = defer.Deferred(cancel)
 
-        def sink(c, ds):
-            timer.cancel()
-            c.close(fail_back=False)
-            d.callback(ds)
+            def sink(c, ds):
+                timer.cancel()
+                c.close(fail_back=False)
+                d.callback(ds)
 
-        def expired():
-            c.close(fail_back=True)
-            d.callback([])
+            def expired():
+                c.close(fail_back=True)
+                d.callback([])
 
-        c = self.consumer(name, sink, n, sub_id, start)
-        timer = self.broker._reactor.callLater(wait_s, expired)
-        return d
+            c = self.consumer(name, sink, n, sub_id, start)
+            timer = self.broker._reactor.callLater(wait_s, expired)
+            return d
+
+        return defer.maybeDeferred(wait)
 
     # -- receipts ------------------------------------------------------------------------
 

@@ -18,6 +18,9 @@ class LookupRegistry:
 
     @ivar local_source: None, or a callable returning None or
         C{(peer_info, {topic: [channel, ...]})} for a producer that is always live.
+    @ivar dropped_local: C{(topic, channel)} pairs of the local producer whose
+        registration was deleted through /channel/delete: hidden until that channel is
+        added or removed again (when an nsqd would register it anew).
     """
 
     def __init__(self, clock=time.time):
@@ -27,6 +30,7 @@ class LookupRegistry:
         self.peers = {}  # peer_id -> info
         self.tombstones = {}  # (topic, peer_id) -> until
         self.local_source = None
+        self.dropped_local = set()
 
     # -- producers ------------------------------------------------------------------------
 
@@ -85,8 +89,21 @@ class LookupRegistry:
         self.regs.setdefault(("channel", topic, channel), {})
 
     def delete_channel(self, topic, channel):
-        """Returns False when the channel was not registered."""
-        return self.regs.pop(("channel", topic, channel), None) is not None
+        """Drop the channel's registration, every producer's (the local producer's
+        too), as nsqlookupd's /channel/delete does. Returns False when it had none."""
+        found = self.regs.pop(("channel", topic, channel), None) is not None
+        if channel in self._local_channels(topic):
+            self.dropped_local.add((topic, channel))
+            found = True
+        return found
+
+    # the broker's channel registry tells (the local producer registering anew, as an
+    # nsqd registers a channel it creates and unregisters one it deletes)
+
+    def channel_added(self, topic, channel):
+        self.dropped_local.discard((topic, channel))
+
+    channel_removed = channel_added
 
     def tombstone(self, topic, node):
         """Hide the producer whose C{broadcast_address:http_port} is C{node} from
@@ -120,13 +137,17 @@ class LookupRegistry:
             names.update(local[1])
         return sorted(names)
 
+    def _local_channels(self, topic):
+        """The local producer's registered channels of C{topic}."""
+        local = self._local()
+        if local is None:
+            return set()
+        return {c for c in local[1].get(topic, ()) if (topic, c) not in self.dropped_local}
+
     def channels(self, topic):
         """The registered channels of C{topic}, sorted."""
         names = {k[2] for k in self.regs if k[0] == "channel" and k[1] == topic}
-        local = self._local()
-        if local is not None:
-            names.update(local[1].get(topic, ()))
-        return sorted(names)
+        return sorted(names | self._local_channels(topic))
 
     def has_topic(self, topic):
         return topic in self.topics()

@@ -10,7 +10,6 @@ multi-message record, neither duplicates nor loses anything.
 from twisted.logger import Logger
 
 
-
 class Applier:
     """The slave's write path and its replication position.
 
@@ -21,6 +20,9 @@ class Applier:
     @ivar records: records applied since start.
     @ivar gaps: eventId gaps in the master's stream since start (records the master
         could not send because they are damaged there).
+    @ivar stalled: the slave is stalled (see L{check_stall}): its master is ahead and
+        its applied eventId has not moved for the stall limit.
+    @ivar master_event_id: the master's last eventId as last learned (0 before).
     """
 
     log = Logger()
@@ -35,11 +37,58 @@ class Applier:
         self.master_write_time = 0
         self.connected = False
         self.gaps = 0
+        self.stalled = False
+        self.master_event_id = 0
+        self._stalled_at = 0  # the applied eventId the stall was found at
+        self._progress_id = self.applied_event_id
+        self._progress_ms = broker.now_ms()
         broker.register_state(self.state_name, self)
 
     @property
     def applied_event_id(self):
         return self.store.next_event_id - 1
+
+    def since_progress_ms(self, now_ms):
+        """Return the ms since the applied eventId last moved, or since
+        L{restart_progress}, whichever is later (as seen by the calls)."""
+        applied = self.applied_event_id
+        if applied != self._progress_id:
+            self._progress_id, self._progress_ms = applied, now_ms
+        return max(0, now_ms - self._progress_ms)
+
+    def restart_progress(self, now_ms):
+        """Count the time without progress from now (a new connection to the master)."""
+        self.since_progress_ms(now_ms)
+        self._progress_ms = now_ms
+
+    def check_stall(self, master_event_id, now_ms, limit_ms):
+        """Apply the stall rule with the master's last eventId: the slave is stalled when
+        the master is ahead of it and its applied eventId has not moved for
+        C{limit_ms}. Logs once when a stall starts. Returns L{stalled}."""
+        self.master_event_id = master_event_id
+        applied = self.applied_event_id
+        if master_event_id <= applied:
+            self._end_stall()
+        elif self.since_progress_ms(now_ms) >= limit_ms and not self.stalled:
+            self.stalled = True
+            self._stalled_at = applied
+            self.log.warn(
+                "replication stalled: the applied eventId {applied} has not moved for"
+                " {s}s while the master is at {master}; reconnecting",
+                applied=applied, s=round(limit_ms / 1000.0, 3), master=master_event_id,
+            )
+        return self.stalled
+
+    def check_moving(self):
+        """End a stall once the applied eventId moved past where it stalled."""
+        if self.applied_event_id > self._stalled_at:
+            self._end_stall()
+
+    def _end_stall(self):
+        if self.stalled:
+            self.stalled = False
+            self.log.info("replication moving again: applied eventId {applied}",
+                          applied=self.applied_event_id)
 
     def resume_point(self, requested=0):
         """Return the eventId to send in REPLICA: the requested start when it is ahead
@@ -121,6 +170,9 @@ class Applier:
             "connected": self.connected,
             "records": self.records,
             "gaps": self.gaps,
+            "stalled": self.stalled,
+            "masterEventId": self.master_event_id,
+            "sinceProgressMs": self.since_progress_ms(self.broker.now_ms()),
         }
 
     # broker extension state (the checkpoint)

@@ -85,7 +85,7 @@ class LogReader:
         store = self._store
         log = store.commitlog
         while True:
-            end = store.visible_end
+            end = store.replicable_end
             if self.offset < log.min_offset:
                 self.offset = log.min_offset
             if self.offset >= end:
@@ -100,7 +100,11 @@ class LogReader:
                     continue
                 if size > len(data) and size <= limit:
                     data = log.read(self.offset, size)
-            elif self.offset + len(data) >= seg + log.segment_size or not data:
+            else:
+                if limit >= fmt.BLANK_SIZE:
+                    # The segment file ends before what is readable in it: a region
+                    # with no records where records should be.
+                    store.report_damage(self.offset, "the segment file ends early")
                 self.offset = seg + log.segment_size
                 continue
             views, skip_to = self._scan(data, end, seg)
@@ -142,8 +146,13 @@ class LogReader:
                     skip_to = max(skip_to or 0, off + view.size)
                     continue
                 views.append(view)
-        except fmt.ScanError:
-            pass  # the chunk ends inside a record: the next read starts there
+        except fmt.ScanError as e:
+            # The chunk ends inside a record: the next read starts there. Unless the
+            # chunk held all of it there is to read (the record runs past what is
+            # readable in its segment, or is the first one, read whole): that is damage.
+            stop = min(end, seg + self._store.commitlog.segment_size)
+            if e.offset == self.offset or self.offset + len(data) >= stop:
+                damaged(e.offset, f"{e.kind} record: {e.detail}", None)
         if lost and (not views or views[-1].offset < lost[-1]):
             skip_to = self._next_sound(lost[-1], end, seg)
         return views, skip_to

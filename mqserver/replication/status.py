@@ -10,4 +10,15 @@ def replication_status(broker, slaves=None):
     out = {"role": "master", "appliedEventId": broker.store.next_event_id - 1}
     if slaves is not None:
         out["slaves"] = slaves
+    gate = broker.sync_gate
+    if gate is not None:
+        out["sync"] = {
+            "replicas": gate.replicas,
+            "timeoutMs": int(gate.timeout * 1000),
+            "committedEventId": gate.committed_event_id,
+            "confirming": sorted(gate.confirmed(f) for f in gate.followers()),
+            "available": gate.available(),
+            "timeouts": gate.timeouts,
+            "unavailable": gate.unavailable,
+        }
     return out

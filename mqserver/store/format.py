@@ -373,6 +373,9 @@ class ScanError(Exception):
         self.detail = detail
 
 
+#: What L{scan_buffer} tells C{on_damage} of a run of zero bytes where a record should be.
+ZEROED = "zero bytes where a record should be"
+
 _RECORD_MAGICS = (MESSAGE_MAGIC, ADMIN_MAGIC)
 _MAGIC_BYTES = tuple(HEADER_LAYOUT.field_struct("magic").pack(m) for m in _RECORD_MAGICS)
 
@@ -449,7 +452,9 @@ def scan_buffer(buf, base_offset, pos=0, check_crc=True, on_damage=None):
     With C{on_damage}, a corrupt record does not end the walk: C{on_damage(offset, detail,
     view)} is called (C{view} is the decoded record when only its body CRC is wrong, else
     None) and the walk goes on after it (at the next plausible record header when its
-    framing is damaged). A torn record still raises.
+    framing is damaged). A run of zero bytes (8 or more) is damage too (detail
+    L{ZEROED}), not the end: the walk goes on at the next plausible record header after
+    it, if any. A torn record with no plausible header after it still raises.
 
     @param base_offset: the commit-log offset of C{buf[0]}.
     """
@@ -494,7 +499,6 @@ def _scan_skipping(buf, base_offset, pos, on_damage, check_crc):
             for off, view in scan_buffer(buf, base_offset, pos, check_crc):
                 pos = off - base_offset + view.size
                 yield off, view
-            return
         except ScanError as e:
             pos = e.offset - base_offset
             if e.kind == "torn":
@@ -517,6 +521,18 @@ def _scan_skipping(buf, base_offset, pos, on_damage, check_crc):
             if nxt is None:
                 return
             pos = nxt
+            continue
+        # The walk stopped cleanly: at the end, at a BLANK, or at a run of zero bytes.
+        if end - pos < BLANK_SIZE or BLANK.unpack_from(buf, pos)[1] == BLANK_MAGIC:
+            return
+        # Zeros where a record should be (a page the disk never wrote, a file extended
+        # by a crash): never taken for the end of the log, so what follows stays
+        # reachable and the caller learns of it (recovery cuts it from the last segment).
+        on_damage(base_offset + pos, ZEROED, None)
+        nxt = next_record(buf, pos, base_offset)
+        if nxt is None:
+            return
+        pos = nxt
 
 
 # -- properties ------------------------------------------------------------------------

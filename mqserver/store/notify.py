@@ -1,5 +1,11 @@
 """Telling waiters about new records, and which records readers may see."""
 
+from collections import deque
+
+from twisted.internet import defer
+
+from mqserver.errors import ReplicationError
+
 
 class Notifier:
     """Owns what readers may see (L{visible_end}) and the listeners told of new records:
@@ -8,7 +14,12 @@ class Notifier:
     it needs: see L{add_dispatch_listener}).
 
     @ivar visible_end: commit-log offset below which readers may read. At flush level 2
-        it is the durable offset, so no consumer sees a message a crash could take back.
+        it is the durable offset, so no consumer sees a message a crash could take back;
+        with a sync gate (synchronous replication), the end of the last write that
+        enough followers confirmed, so no consumer sees a message a failover could take
+        back.
+    @ivar gate: the L{mqserver.replication.sync.SyncGate} every write waits for before
+        it is acknowledged and shown to consumers, or None.
     @ivar dispatch_listeners: the C{callback(offset, topic, properties, store_ts)}s
         called for every message record that carries properties.
     @ivar topic_dispatch_listeners: topic name -> the callbacks called for every message
@@ -29,24 +40,91 @@ class Notifier:
         self._pending_visible = []  # (end offset, topic, queue id) waiting for fsync
         self.commitlog = None
         self._flusher = None
+        self.gate = None
+        # with a gate: the end of what is durable here and may be replicated, and the
+        # writes not yet confirmed: (last eventId, end offset, topic, queue id)
+        self._replicable_end = 0
+        self._unconfirmed = deque()
 
     def open(self, commitlog, flusher):
         """Make what C{commitlog} holds visible; at flush level 2, wait on C{flusher}."""
         self.commitlog = commitlog
         self._flusher = flusher
-        self.visible_end = commitlog.end
+        self.visible_end = self._replicable_end = commitlog.end
+
+    def set_gate(self, gate):
+        """Make every later write wait for C{gate} (L{mqserver.replication.sync.SyncGate})
+        before it is acknowledged or shown to consumers."""
+        self.gate = gate
+        gate.on_commit = self.confirmed
+
+    def hide_after(self, offset, writes):
+        """Show readers only the log below C{offset}: C{writes}, the (last eventId, end
+        offset, topic or None, queue id) of each write after it, wait for the gate's
+        confirmation (a restarted master whose checkpoint says they were not confirmed)."""
+        self.visible_end = offset
+        self._unconfirmed.extend(writes)
+
+    @property
+    def replicable_end(self):
+        """Commit-log offset below which records may be sent to followers: what is as
+        durable here as the flush level asks (readers see the same without a gate)."""
+        return self.visible_end if self.gate is None else self._replicable_end
 
     def after_write(self, result, topic, queue_id):
         """Return C{result} when the write that ended the log is already as durable as
         the flush level asks (levels 0 and 1), else a Deferred firing with it once it
         is; tell the listeners when it is visible. C{topic} None: an admin record."""
         end = self.commitlog.end
+        if self.gate is not None:
+            return self._after_write_gated(result, topic, queue_id, end)
         if self.flush_level >= 2:
             self._pending_visible.append((end, topic, queue_id))
             return self._flusher.request(end).addCallback(lambda _: result)
         self.visible_end = end
         self._notify(topic, queue_id)
         return result
+
+    def _after_write_gated(self, result, topic, queue_id, end):
+        # Durable here first (flush level 2), which lets the followers have it, then
+        # confirmed by enough of them: only then answered and shown to consumers.
+        last = result.event_id + len(result.sizes) - 1
+        self._unconfirmed.append((last, end, topic, queue_id))
+        if self.flush_level >= 2:
+            d = self._flusher.request(end)
+        else:
+            self._replicable(end)
+            d = defer.succeed(None)
+        gate = self.gate
+
+        def failed(f):
+            f.trap(ReplicationError)
+            f.value.put_result = result
+            return f
+
+        return d.addCallback(lambda _: gate.wait(last)).addCallbacks(lambda _: result, failed)
+
+    def _replicable(self, end):
+        if end > self._replicable_end:
+            self._replicable_end = end
+            for cb in self._append_listeners:
+                cb()
+
+    def confirmed(self, event_id):
+        """Enough followers hold every record up to C{event_id}: show its writes."""
+        ready = self._unconfirmed
+        if not ready or ready[0][0] > event_id:
+            return
+        seen = set()
+        end = self.visible_end
+        while ready and ready[0][0] <= event_id:
+            _, end, topic, qid = ready.popleft()
+            if topic is not None:
+                seen.add((topic, qid))
+        self.visible_end = max(self.visible_end, end)
+        for topic, qid in seen:
+            for cb in self._arrival_listeners:
+                cb(topic, qid)
 
     def written(self, end, topic, queue_id):
         """L{after_write} at flush levels 0 and 1 of a message write that ended the log
@@ -60,6 +138,9 @@ class Notifier:
     def durable(self, offset):
         """The log is durable up to C{offset}: at flush level 2, show what it holds."""
         if self.flush_level < 2:
+            return
+        if self.gate is not None:
+            self._replicable(offset)
             return
         self.visible_end = max(self.visible_end, offset)
         ready = [p for p in self._pending_visible if p[0] <= offset]

@@ -108,6 +108,11 @@ class Reader:
             why = _damage(buf, p, s)
             if why is None:
                 keep.append(locs[i])
+            elif s == 0 and offsets[i] == 0:
+                # An all-zero entry: a slot recovery never wrote, because the record that
+                # had it was too damaged to name its queue. Recovery reported that record
+                # where it found it; this slot is no record, and no other damage.
+                continue
             else:
                 eid = None
                 if s >= fmt.HEADER_SIZE and 0 <= p and p + s <= len(buf):

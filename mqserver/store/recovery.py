@@ -10,7 +10,8 @@ class Recovery:
     """Owns one start-up's replay: it loads the checkpoint, replays the log from the
     offset it is current to (or the whole retained log when it is missing, damaged or
     ahead of the log, or a queue is shorter than it says), rebuilds the consume queues,
-    the next eventId and the state machine, cuts a torn tail and reports damaged records.
+    the next eventId and the state machine, cuts what follows the last sound record and
+    reports damaged records.
 
     Recovery leaves its results in the store's parts: the writer's C{next_event_id},
     the reader's C{trusted_from} and damage counts, the checkpoints' last offset.
@@ -99,9 +100,9 @@ class Recovery:
 
     def _replay(self, start, full):
         # Every replayed record is checked (framing and body CRC). A damaged one is
-        # reported and stepped over; damage with no sound record after it in the last
-        # segment is the torn tail, cut off. A torn record in an older segment ends that
-        # segment's replay.
+        # reported and stepped over (a run of zeros too); whatever follows the last
+        # sound record of the last segment is the tail, cut off. A torn record in an
+        # older segment ends that segment's replay.
         log = self.commitlog
         count = 0
         damaged_before = self._reader.damaged_records
@@ -125,12 +126,7 @@ class Recovery:
             if is_last:
                 tail = [d for d in found if d[0] >= good_end]
                 found = [d for d in found if d[0] < good_end]
-                if tail:
-                    self.log.warn(
-                        "truncating the commit log at {offset}: torn tail ({detail})",
-                        offset=tail[0][0], detail=tail[0][1],
-                    )
-                    log.truncate(tail[0][0])
+                self._cut_tail(seg, good_end, tail, buf[good_end - seg - pos :])
                 if last is not None:
                     self._end_cut_write(last)
             for offset, detail, view in found:
@@ -143,6 +139,32 @@ class Recovery:
                 " below it are checked when read)",
                 n=self._reader.damaged_records - damaged_before, start=start,
             )
+
+    def _cut_tail(self, seg, good_end, tail, rest):
+        # The log ends after its last sound record, whatever follows it in the last
+        # segment: a torn record, garbage, or zeros (a file the crash extended but never
+        # wrote). Kept, they would hide every record written after them from the next
+        # full rebuild, which would then hand out their eventIds again.
+        log = self.commitlog
+        if log.end <= good_end:
+            return
+        sealed = (not tail and len(rest) >= fmt.BLANK_SIZE
+                  and fmt.BLANK.unpack_from(rest)[1] == fmt.BLANK_MAGIC)
+        keep = good_end + fmt.BLANK_SIZE if sealed else good_end
+        if log.end > keep:
+            self.log.warn(
+                "truncating the commit log at {offset}: cut {size} bytes after the last"
+                " sound record of segment {segment} ({detail})",
+                offset=keep, size=log.end - keep, segment=fmt.segment_name(seg),
+                detail=tail[0][1] if tail else (
+                    "bytes after its end-of-segment marker" if sealed else fmt.ZEROED),
+            )
+        log.truncate(good_end)
+        if sealed:
+            # A crash between sealing the segment and the first write of the next: the
+            # segment stays sealed (roll writes the same BLANK again) and the next record
+            # starts the next segment, where readers look for it.
+            log.roll()
 
     def _end_cut_write(self, last):
         # The log's last record says more of its write follows: a crash cut the write.

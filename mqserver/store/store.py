@@ -20,6 +20,8 @@ one module each: L{Writer} (writer.py), L{Reader} (reader.py), L{QueueTable}
 import os
 import time
 
+from twisted.internet import defer
+
 from mqserver.errors import StoreError
 from mqserver.store import format as fmt
 from mqserver.store.checkpoint import Checkpoints
@@ -124,6 +126,11 @@ class MessageStore:
         self.disk.open()
         self.check_disk()  # a start on a disk over the ratio refuses writes at once
 
+    def hide_after(self, offset, writes):
+        """Show readers only the log below C{offset} until the sync gate confirms the
+        C{writes} after it (see L{Notifier.hide_after})."""
+        self.notifier.hide_after(offset, writes)
+
     def close(self):
         """Flush everything and write a final checkpoint (synchronously)."""
         if not self.opened:
@@ -168,6 +175,11 @@ class MessageStore:
     def write_latency(self):
         """A L{mqserver.store.latency.Latency} of writes, sampled: one write in 64."""
         return self.writer.write_latency
+
+    @property
+    def replicable_end(self):
+        """Commit-log offset below which records may be sent to followers."""
+        return self.notifier.replicable_end
 
     @property
     def visible_end(self):
@@ -270,6 +282,20 @@ class MessageStore:
     def sync(self):
         """fsync what is written (flush level 1 calls this once a second)."""
         return self.flusher.sync()
+
+    def durable_now(self):
+        """Return a Deferred firing once everything written so far is as durable as the
+        flush level asks (at once below level 2)."""
+        if self.flush_level < 2:
+            return defer.succeed(None)
+        return self.flusher.request(self.commitlog.end)
+
+    def set_sync_gate(self, gate):
+        """Acknowledge every later write only once C{gate}
+        (L{mqserver.replication.sync.SyncGate}) says enough followers hold it, and show
+        it to consumers only then (L{Notifier.set_gate})."""
+        self.notifier.set_gate(gate)
+        self.writer.usual_path = False  # every write goes through Notifier.after_write
 
     # -- the disk ------------------------------------------------------------------------
 

@@ -138,6 +138,14 @@ class BrokerCollector:
             yield GaugeMetricFamily("mqserver_replication_lag_ms",
                                     "Master write time to slave apply time of the last record",
                                     value=s.get("lagMs", 0))
+            yield GaugeMetricFamily("mqserver_replication_stalled",
+                                    "1 while the slave is stalled: its master is ahead and"
+                                    " its applied eventId has not moved",
+                                    value=1 if s["stalled"] else 0)
+            yield GaugeMetricFamily("mqserver_replication_seconds_since_progress",
+                                    "Seconds since the slave's applied eventId last moved"
+                                    " (or it connected to its master)",
+                                    value=s["sinceProgressMs"] / 1000.0)
             if "lagEvents" in s:
                 yield GaugeMetricFamily("mqserver_replication_lag_events",
                                         "eventIds the slave is behind its master",

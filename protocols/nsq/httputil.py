@@ -70,7 +70,8 @@ def name_arg(request, kind):
     """Return the required topic or channel name argument C{kind} ("topic" or "channel");
     raise HttpError MISSING_ARG_/INVALID_ARG_ as nsqlookupd does."""
     value = arg(request, kind)
-    if not value:
+    if value is None:
+        # an empty value is there, and invalid (nsqlookupd's ReqParams.Get)
         raise HttpError(400, f"MISSING_ARG_{kind.upper()}")
     if not is_valid_name(value):
         raise HttpError(400, f"INVALID_ARG_{kind.upper()}")

@@ -83,6 +83,7 @@ class NsqNode:
         self._creating = {}
         self.lookupd = LookupRegistry(clock=reactor.seconds)
         self.lookupd.local_source = self._local_registrations
+        broker.channels.observers.append(self.lookupd)
         self.lookupd_clients = []
 
     # -- topics --------------------------------------------------------------------------

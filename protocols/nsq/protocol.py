@@ -102,10 +102,8 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         self.node.clients.add(self)
         peer = self.transport.getPeer()
         self.remote_address = f"{getattr(peer, 'host', '')}:{getattr(peer, 'port', '')}"
-        try:
+        if hasattr(self.transport, "setTcpNoDelay"):  # TCP and TLS over TCP, not UNIX sockets
             self.transport.setTcpNoDelay(True)
-        except Exception:
-            pass
         self.transport.registerProducer(self, True)
         self._arm_heartbeat()
         self._install_gate()

@@ -13,12 +13,13 @@ from protocols.remoting import codes
 from protocols.remoting import stats as rstats
 from protocols.remoting.consumers import parse_subscription
 from protocols.remoting.server import bool_field, error, field, int_field, json_body, ok
-from protocols.remoting.topicview import read_queues, write_queues
+from protocols.remoting.topicview import read_queues, rocket_attrs, write_queues
 
 #: Request code -> handler name (merged into the broker protocol's dispatch table).
 HANDLERS = {
     codes.GET_TOPIC_STATS_INFO: "topic_stats",
     codes.GET_CONSUME_STATS: "consume_stats",
+    codes.GET_BROKER_CONSUME_STATS: "broker_consume_stats",
     codes.GET_CONSUMER_CONNECTION_LIST: "consumer_connections",
     codes.GET_PRODUCER_CONNECTION_LIST: "producer_connections",
     codes.GET_BROKER_CONFIG: "broker_config",
@@ -59,6 +60,12 @@ def _connection(conn, client_id):
     return {"clientAddr": addr, "clientId": client_id,
             "language": getattr(conn, "client_language", "JAVA"),
             "version": getattr(conn, "client_version", codes.SERVER_VERSION)}
+
+
+def consume_stats_text(pairs, tps):
+    """fastjson's text of a ConsumeStats: C{pairs} as L{mq_map} takes them (OffsetWrapper
+    dicts as values) and the consume TPS."""
+    return '{"consumeTps":' + _dumps(tps) + ',"offsetTable":' + mq_map(pairs) + "}"
 
 
 def properties_text(values):
@@ -102,28 +109,65 @@ class StatsHandlers:
             topics = [topic]
         else:
             topics = sorted(t for t, g in self.broker.offsets.table if g == group)
-        subscribed = self.door.consumers.groups.get(group)
+        counts = self.broker.stats.counts()
         pairs, tps = [], 0.0
-        stats = self.broker.stats
-        counts = stats.counts()
         for name in topics:
-            t = self.broker.topic(name)
-            if t is None:
-                continue
-            if subscribed and self.door.consumers.subscription(group, name) is None:
-                continue
-            committed = self.broker.offsets.table.get((name, group), {})
-            for qid in range(read_queues(t)):
-                q = self.store.find_queue(name, qid)
-                broker_off = q.max_offset if q is not None else 0
-                consumer_off = max(0, committed.get(qid, 0))
-                last = self._store_ts_at(name, qid, consumer_off - 1) if consumer_off > 0 else 0
-                pairs.append((self._mq(name, qid), {"brokerOffset": broker_off,
-                                                    "consumerOffset": consumer_off,
-                                                    "lastTimestamp": last}))
-            tps += stats.window(("get", f"{name}@{group}"), 0, 60, counts)[1]
-        body = '{"consumeTps":' + _dumps(tps) + ',"offsetTable":' + mq_map(pairs) + "}"
+            progress = self._progress(group, name, read_queues, counts)
+            if progress is not None:
+                pairs += progress[0]
+                tps += progress[1]
+        return ok(cmd, body=consume_stats_text(pairs, tps).encode("utf-8"))
+
+    def broker_consume_stats(self, cmd):
+        """GET_BROKER_CONSUME_STATS (mqadmin brokerConsumeStats): ConsumeStatsList, one
+        ConsumeStats per topic each subscription group has offsets on (only ordered
+        topics when C{isOrder}), over the write queues, as 4.9.4's
+        fetchAllConsumeStatsInBroker answers; C{totalDiff} sums their backlogs."""
+        only_ordered = bool_field(cmd, "isOrder")
+        counts = self.broker.stats.counts()
+        by_group = {}
+        for topic, group in self.broker.offsets.table:
+            by_group.setdefault(group, []).append(topic)
+        entries, total_diff = [], 0
+        for group in sorted(self.door.consumers.group_configs):
+            stats = []
+            for name in sorted(by_group.get(group, ())):
+                t = self.broker.topic(name)
+                if t is None or only_ordered and not rocket_attrs(t).get("order", False):
+                    continue
+                progress = self._progress(group, name, write_queues, counts)
+                if progress is None:
+                    continue
+                pairs, tps = progress
+                total_diff += sum(w["brokerOffset"] - w["consumerOffset"] for _, w in pairs)
+                stats.append(consume_stats_text(pairs, tps))
+            entries.append("{" + _dumps(group) + ":[" + ",".join(stats) + "]}")
+        body = ('{"brokerAddr":' + _dumps(self.door.broker_addr) + ',"consumeStatsList":['
+                + ",".join(entries) + '],"totalDiff":' + _dumps(total_diff) + "}")
         return ok(cmd, body=body.encode("utf-8"))
+
+    def _progress(self, group, name, queues, counts):
+        """Return C{(pairs, tps)} of C{group} on topic C{name}: C{(message queue,
+        OffsetWrapper)} for each queue id below C{queues(topic)} and the group's pull TPS
+        there; or None when the topic is gone, or the group is online without
+        subscribing to it (4.9.4 leaves those out)."""
+        t = self.broker.topic(name)
+        if t is None:
+            return None
+        consumers = self.door.consumers
+        if consumers.groups.get(group) and consumers.subscription(group, name) is None:
+            return None
+        committed = self.broker.offsets.table.get((name, group), {})
+        pairs = []
+        for qid in range(queues(t)):
+            q = self.store.find_queue(name, qid)
+            broker_off = q.max_offset if q is not None else 0
+            consumer_off = max(0, committed.get(qid, 0))
+            last = self._store_ts_at(name, qid, consumer_off - 1) if consumer_off > 0 else 0
+            pairs.append((self._mq(name, qid), {"brokerOffset": broker_off,
+                                                "consumerOffset": consumer_off,
+                                                "lastTimestamp": last}))
+        return pairs, self.broker.stats.window(("get", f"{name}@{group}"), 0, 60, counts)[1]
 
     def consumer_connections(self, cmd):
         group = field(cmd, "consumerGroup", "")

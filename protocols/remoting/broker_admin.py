@@ -1,13 +1,13 @@
-"""Admin requests of the broker door (spec 4.11): topics and subscription groups (the
-statistics requests are in L{protocols.remoting.admin_stats}); and the mapping of core
-errors to remoting codes."""
+"""Admin requests of the broker door (spec 4.11): topics, subscription groups and the
+broker's runtime settings (the statistics requests are in
+L{protocols.remoting.admin_stats}); and the mapping of core errors to remoting codes."""
 
 from mqserver.broker.topics import MAX_QUEUES
 from mqserver.errors import (
     DiskFullError, InvalidRequest, InvalidTopicName, NotMaster, StoreError, TopicExists, TopicNotFound,
 )
 
-from protocols.remoting import codes
+from protocols.remoting import broker_settings, codes
 from protocols.remoting.bodies import check_group_config
 from protocols.remoting.server import BadRequest, bool_field, error, field, int_field, json_body, ok
 from protocols.remoting.tolerant_json import loads_object
@@ -94,3 +94,31 @@ class AdminHandlers:
         if bool_field(cmd, "removeOffset"):
             self.broker.offsets.drop_group(group)
         return ok(cmd)
+
+    def update_broker_config(self, cmd):
+        """UPDATE_BROKER_CONFIG (mqadmin updateBrokerConfig): the body is Java Properties
+        text; the runtime settings it names (L{broker_settings.RUNTIME}) change and are
+        kept over a restart, other names are ignored as 4.9.4 ignores names it does not
+        have. SUCCESS, as 4.9.4 answers; SYSTEM_ERROR with 4.9.4's remark for a body
+        Properties cannot read, and for a value the setting cannot take (4.9.4 would
+        answer SUCCESS and keep the old value) or a settings file that cannot be written,
+        nothing changed then."""
+        if not cmd.body:
+            return ok(cmd)
+        try:
+            properties = broker_settings.parse_properties(cmd.body)
+        except broker_settings.SettingsError:
+            return error(cmd, codes.SYSTEM_ERROR, "string2Properties error")
+        try:
+            values, ignored = broker_settings.convert(properties)
+        except broker_settings.SettingsError as e:
+            return error(cmd, codes.SYSTEM_ERROR, f"updateBrokerConfig refused: {e}")
+        self.log.info("updateBrokerConfig from {peer}: {values}; ignored: {ignored}",
+                      peer=self.peer_str(), values=broker_settings.to_file(values),
+                      ignored=", ".join(ignored) or "none")
+        if not values:
+            return ok(cmd)
+        d = self.door.update_settings(values)
+        return d.addCallbacks(lambda _: ok(cmd), lambda f: error(
+            cmd, codes.SYSTEM_ERROR, f"updateBrokerConfig: writing {broker_settings.SETTINGS_FILE} failed: "
+                                     f"{f.getErrorMessage()}"))

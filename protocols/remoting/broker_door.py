@@ -12,11 +12,14 @@ atomically with a data version when they change.
 import os
 import socket
 
+from twisted.internet import defer
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
 from mqserver.service import HookService, local_ipv4, timer
+from mqserver.store.flush import read_json
 
+from protocols.remoting import broker_settings
 from protocols.remoting.acl import make_acl
 from protocols.remoting.broker_protocol import BrokerProtocol
 from protocols.remoting.config import parse_delay_levels
@@ -44,6 +47,11 @@ class BrokerDoor(Factory):
     @ivar topic_table: the L{TopicTable}.
     @ivar groups: the L{Groups}; C{consumers} is its L{ConsumerManager}.
     @ivar records: the L{StoredRecords}.
+    @ivar settings: the runtime settings (L{broker_settings.RUNTIME}) in force, by config
+        key; C{updated_settings} those of them updateBrokerConfig changed (kept in
+        L{broker_settings.SETTINGS_FILE}).
+    @ivar idle_timeout: seconds without input before a new connection is closed (0:
+        never), timed on C{clock}.
     """
 
     log = Logger()
@@ -63,15 +71,27 @@ class BrokerDoor(Factory):
         if config["role"] == "slave" and self.broker_id == 0:
             self.broker_id = 1
         self.broker_ip = config["rocketmq.brokerIP"]
+        # 4.9's SYNC_MASTER: a send is SEND_OK once a slave holds it too (the core's
+        # synchronous replication with one follower at least, 4.9's timeout and lag)
+        if config["role"] != "slave" and config["rocketmq.brokerRole"] == "SYNC_MASTER":
+            broker.require_replicas(1, config["rocketmq.syncFlushTimeout"],
+                                    config["rocketmq.haSlaveFallbehindMax"])
         self.delay_levels = parse_delay_levels(config["rocketmq.messageDelayLevel"])
         self.long_poll_max_ms = config["rocketmq.longPollMaxMs"]
         self.register_interval = config["rocketmq.registerIntervalMs"] / 1000.0
         self.broker_addr = None
+        self.settings = {key: config[key] for key in broker_settings.RUNTIME.values()}
+        self.updated_settings = {}
+        # one update at a time, each file write holding every earlier change (4.9.4's
+        # updateBrokerConfig is synchronized)
+        self._settings_lock = defer.DeferredLock()
+        self.idle_timeout = self.settings["rocketmq.serverChannelMaxIdleTimeSeconds"]
+        self.clock = reactor
+        self.files = files = ConfigFiles(self.store)
         self.polls = LongPolls(broker, reactor, config["rocketmq.longPollBatchMs"] / 1000.0)
         ctx = context_for(broker)
         ctx.broker_door = self
         self.registrar = Registrar(self, reactor, parse_addrs(config["rocketmq.namesrvAddr"]), ctx.route_table)
-        files = ConfigFiles(self.store)
         self.topic_table = TopicTable(
             broker, files, self.registrar, auto_create=config["rocketmq.autoCreateTopicEnable"],
             default_queue_nums=config["rocketmq.defaultTopicQueueNums"])
@@ -116,9 +136,26 @@ class BrokerDoor(Factory):
         self.registrar.register()
 
     def start(self):
-        """Load the group configs and the topics (the store is open)."""
+        """Apply the settings updateBrokerConfig changed, load the group configs and the
+        topics (the store is open)."""
+        self._load_settings()
         self.groups.load()
         self.topic_table.start()
+
+    def _load_settings(self):
+        name = broker_settings.SETTINGS_FILE
+        data = read_json(os.path.join(self.store.path, name))
+        if data is None:
+            return
+        try:
+            values = broker_settings.from_file(data)
+        except broker_settings.SettingsError as e:
+            self.log.error("ignoring {name}, config.yaml's settings apply: {e}", name=name, e=e)
+            return
+        self.updated_settings = values
+        self._apply_settings(values)
+        self.log.info("settings changed by updateBrokerConfig ({name}): {values}",
+                      name=name, values=broker_settings.to_file(values))
 
     def stop(self):
         """Unregister and save (the listener is closed; the store is still open)."""
@@ -142,6 +179,33 @@ class BrokerDoor(Factory):
 
     # -- configuration -------------------------------------------------------------
 
+    def update_settings(self, values):
+        """Change the runtime settings C{values} (config key -> checked value, see
+        L{broker_settings.convert}): they are written to the settings file first, then
+        applied. Returns a Deferred firing once both are done (failing, with nothing
+        changed, when the file could not be written)."""
+        return self._settings_lock.run(self._update_settings, values)
+
+    def _update_settings(self, values):
+        updated = dict(self.updated_settings, **values)
+        d = self.files.save(broker_settings.SETTINGS_FILE, broker_settings.to_file(updated))
+
+        def written(_):
+            self.updated_settings = updated
+            self._apply_settings(values)
+
+        return d.addCallback(written)
+
+    def _apply_settings(self, values):
+        self.settings.update(values)
+        s = self.settings
+        self.topic_table.auto_create_enabled = s["rocketmq.autoCreateTopicEnable"]
+        self.groups.auto_create_group = s["rocketmq.autoCreateSubscriptionGroup"]
+        self.delay_levels = parse_delay_levels(s["rocketmq.messageDelayLevel"])
+        self.transactions.timeout_ms = s["rocketmq.transactionTimeoutMs"]
+        self.transactions.check_max = s["rocketmq.transactionCheckMax"]
+        self.idle_timeout = s["rocketmq.serverChannelMaxIdleTimeSeconds"]
+
     def delay_ms(self, level):
         level = max(1, min(level, len(self.delay_levels)))
         return self.delay_levels[level - 1]
@@ -154,7 +218,7 @@ class BrokerDoor(Factory):
             "brokerId": self.broker_id, "brokerIP1": (self.broker_addr or ":").rsplit(":", 1)[0],
             "listenPort": (self.broker_addr or ":0").rsplit(":", 1)[1],
             "namesrvAddr": c["rocketmq.namesrvAddr"] or "",
-            "brokerRole": "SLAVE" if c["role"] == "slave" else "ASYNC_MASTER",
+            "brokerRole": "SLAVE" if c["role"] == "slave" else c["rocketmq.brokerRole"],
             "flushDiskType": "SYNC_FLUSH" if c["store.flushLevel"] >= 2 else "ASYNC_FLUSH",
             "storePathRootDir": self.store.path,
             "storePathCommitLog": os.path.join(self.store.path, "commitlog"),
@@ -164,8 +228,11 @@ class BrokerDoor(Factory):
             "autoCreateTopicEnable": str(self.topic_table.auto_create_enabled).lower(),
             "autoCreateSubscriptionGroup": str(self.groups.auto_create_group).lower(),
             "defaultTopicQueueNums": self.topic_table.default_queue_nums,
-            "messageDelayLevel": c["rocketmq.messageDelayLevel"],
+            "messageDelayLevel": self.settings["rocketmq.messageDelayLevel"],
             "longPollingEnable": "true",
+            "transactionTimeOut": self.transactions.timeout_ms,
+            "transactionCheckMax": self.transactions.check_max,
+            "serverChannelMaxIdleTimeSeconds": self.idle_timeout,
         }
 
     # -- what the protocol and the admin commands ask (the parts answer) -----------
@@ -235,6 +302,4 @@ class BrokerDoor(Factory):
 
 def make_factory(broker, config, reactor):
     """Return the RocketMQ broker factory for C{broker}."""
-    door = BrokerDoor(broker, config, reactor)
-    door.idle_timeout, door.clock = config["rocketmq.serverChannelMaxIdleTimeSeconds"], reactor
-    return door
+    return BrokerDoor(broker, config, reactor)

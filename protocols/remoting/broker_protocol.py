@@ -10,6 +10,7 @@ import struct
 
 from twisted.internet import defer
 
+from mqserver.errors import ReplicasUnavailable, ReplicationError
 from mqserver.store import format as fmt
 from mqserver.store.message import Message, PutResult
 
@@ -45,9 +46,11 @@ _SHORT_READ = tuple({long: short for short, long in SHORT_NAMES.items()}[n] for 
 #: names alone.
 _LONG_NAMES = frozenset(SHORT_NAMES.values())
 
-def sent(cmd, msg_ids, qid, queue_offset):
-    """Return the frame of the SUCCESS answer to a send: what 4.9 writes, in our key order."""
-    return encode_response(cmd, codes.SUCCESS, {
+def sent(cmd, msg_ids, qid, queue_offset, code=codes.SUCCESS):
+    """Return the frame of the SUCCESS answer to a send: what 4.9 writes, in our key order.
+    C{code}: 4.9's other answers of a stored send (SLAVE_NOT_AVAILABLE,
+    FLUSH_SLAVE_TIMEOUT), which carry the same fields."""
+    return encode_response(cmd, code, {
         "MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "msgId": msg_ids,
         "queueId": str(qid), "queueOffset": str(queue_offset)})
 
@@ -72,6 +75,7 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "create_group",
         codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: "all_groups",
         codes.DELETE_SUBSCRIPTIONGROUP: "delete_group",
+        codes.UPDATE_BROKER_CONFIG: "update_broker_config",
         **admin_stats.HANDLERS,
         codes.END_TRANSACTION: "end_transaction",
     }
@@ -155,8 +159,8 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         except Exception:
             return defer.fail().addErrback(broker_error, cmd, topic)
         if type(r) is not PutResult:
-            return r.addCallbacks(self._published, broker_error, callbackArgs=(cmd,),
-                                  errbackArgs=(cmd, topic))
+            return r.addCallbacks(self._published, self._send_failed, callbackArgs=(cmd,),
+                                  errbackArgs=(cmd, topic, self._published))
         msg_id = (self.store.store_host + r.log_offsets[0].to_bytes(8, "big")).hex().upper()
         if cmd.serialize_type != codes.SERIALIZE_JSON:
             return sent(cmd, msg_id, qid, r.queue_offsets[0])
@@ -217,13 +221,25 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         except Exception:
             return defer.fail().addErrback(broker_error, cmd, topic)
         if isinstance(r, defer.Deferred):
-            return r.addCallbacks(self._published, broker_error, callbackArgs=(cmd,),
-                                  errbackArgs=(cmd, topic))
+            return r.addCallbacks(self._published, self._send_failed, callbackArgs=(cmd,),
+                                  errbackArgs=(cmd, topic, self._published))
         return self._published(r, cmd)
 
-    def _published(self, r, cmd):
+    def _published(self, r, cmd, code=codes.SUCCESS):
         return sent(cmd, offset_msg_ids(self.store.store_host, r.log_offsets), r.queue_id,
-                    r.queue_offsets[0])
+                    r.queue_offsets[0], code)
+
+    @staticmethod
+    def _send_failed(f, cmd, topic, answer):
+        """The answer to a failed send: one stored here that too few slaves confirmed
+        gets 4.9's SLAVE_NOT_AVAILABLE or FLUSH_SLAVE_TIMEOUT with its fields
+        (C{answer(result, cmd, code)} makes them); any other error L{broker_error}'s."""
+        e = f.value
+        if isinstance(e, ReplicationError) and e.put_result is not None:
+            code = (codes.SLAVE_NOT_AVAILABLE if isinstance(e, ReplicasUnavailable)
+                    else codes.FLUSH_SLAVE_TIMEOUT)
+            return answer(e.put_result, cmd, code)
+        return broker_error(f, cmd, topic)
 
     def _delay(self, cmd, topic, qid, msgs, level):
         # 4.9 parks it on SCHEDULE_TOPIC_XXXX with REAL_TOPIC and REAL_QID; the delivered
@@ -233,18 +249,19 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         start = self.store.commitlog.end
         d = self.broker.delay(topic, delay_ms, msgs)
 
-        def done(_):
-            return sent(cmd, offset_msg_ids(self.store.store_host, [start]), qid, 0)
+        def done(_, cmd=cmd, code=codes.SUCCESS):
+            return sent(cmd, offset_msg_ids(self.store.store_host, [start]), qid, 0, code)
 
-        return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
+        return d.addCallbacks(done, self._send_failed, errbackArgs=(cmd, topic, done))
 
     def _prepare(self, cmd, topic, qid, msg):
         d = self.door.transactions.prepare(topic, qid, msg)
 
-        def done(r):
-            return sent(cmd, offset_msg_ids(self.store.store_host, r.log_offsets), qid, r.queue_offsets[0])
+        def done(r, cmd=cmd, code=codes.SUCCESS):
+            return sent(cmd, offset_msg_ids(self.store.store_host, r.log_offsets), qid,
+                        r.queue_offsets[0], code)
 
-        return d.addCallbacks(done, broker_error, errbackArgs=(cmd, topic))
+        return d.addCallbacks(done, self._send_failed, errbackArgs=(cmd, topic, done))
 
     def end_transaction(self, cmd):
         return self.door.transactions.end(self, cmd)

@@ -41,6 +41,12 @@ KEYS = {
     "rocketmq.brokerIP": (str, "", lambda v: v == "" or _is_ipv4(v),
                           "an IPv4 address (clients connect to it)"),
     "rocketmq.namesrvAddr": (str, "", None, None),
+    # 4.9's replication role: SYNC_MASTER answers a send once a slave holds it too
+    "rocketmq.brokerRole": (str, "ASYNC_MASTER",
+                            lambda v: v in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+                            "ASYNC_MASTER, SYNC_MASTER or SLAVE"),
+    "rocketmq.syncFlushTimeout": (int, 5000, lambda v: v >= 1, ">= 1 (ms)"),
+    "rocketmq.haSlaveFallbehindMax": (int, 256 * 1024 * 1024, lambda v: v >= 0, ">= 0 (bytes)"),
     "rocketmq.autoCreateTopicEnable": (bool, True, None, None),
     "rocketmq.autoCreateSubscriptionGroup": (bool, True, None, None),
     "rocketmq.defaultTopicQueueNums": (int, 4, lambda v: 1 <= v <= 1024, "1..1024"),
@@ -95,13 +101,22 @@ DOCS = {
     "rocketmq.serverChannelMaxIdleTimeSeconds": "close a nameserver or broker connection that "
                                                 "sent nothing for this long (clients heartbeat "
                                                 "every 30 s); 0: never",
+    "rocketmq.brokerRole": "SYNC_MASTER answers a send once a slave holds it, with 4.9.4's "
+                           "FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE otherwise "
+                           "(docs/replication.md)",
+    "rocketmq.syncFlushTimeout": "ms a SYNC_MASTER send waits for the slave",
+    "rocketmq.haSlaveFallbehindMax": "bytes of log a slave may be behind and still count",
 }
 
 
 def validate(values):
-    """ACL needs its file, which must load (a broken one stops the start, as in 4.9)."""
+    """ACL needs its file, which must load (a broken one stops the start, as in 4.9);
+    a SLAVE broker role is a replication slave's."""
     from mqserver.config import ConfigError
 
+    if values["rocketmq.brokerRole"] == "SLAVE" and values["role"] != "slave":
+        raise ConfigError("config key 'rocketmq.brokerRole' is SLAVE but 'role' is not slave"
+                          " (a slave follows its master: role: slave, master: HOST:PORT)")
     if not values["rocketmq.aclEnable"]:
         return
     if not values["rocketmq.aclFile"]:

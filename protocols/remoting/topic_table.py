@@ -27,12 +27,16 @@ class ConfigFiles:
 
     def write(self, name, data, sync):
         """Write C{data} as the file C{name}: now when C{sync}, else on the disk thread."""
-        path = os.path.join(self._store.path, name)
         if sync:
-            write_json_atomic(path, data)
+            write_json_atomic(os.path.join(self._store.path, name), data)
         else:
-            self._store.runner.run(write_json_atomic, path, data).addErrback(
+            self.save(name, data).addErrback(
                 lambda f: self.log.failure("writing {name} failed", f, name=name))
+
+    def save(self, name, data):
+        """Write C{data} as the file C{name} on the disk thread; return a Deferred that
+        fires once it is written, or fails with the error."""
+        return self._store.runner.run(write_json_atomic, os.path.join(self._store.path, name), data)
 
 
 class TopicTable:

@@ -95,9 +95,11 @@ def encode_valid_list(event_id: int = 0, trace=b"") -> bytes:
     return encode_request(wire.CMD_VALID_LIST, trace=trace, body=_pack_i64(event_id))
 
 
-def encode_replica(event_id: int = 0) -> bytes:
-    """REPLICA (64), as slaves send it: no topic, no trace."""
-    return encode_request(wire.CMD_REPLICA, body=_pack_i64(event_id))
+def encode_replica(event_id: int = 0, trace=b"") -> bytes:
+    """REPLICA (64), as slaves send it: no topic and, but for an mqserver follower's
+    first (C{trace} = C{wire.CONFIRM_TRACE}), no trace. An mqserver follower's
+    confirmations are this frame too, without a trace."""
+    return encode_request(wire.CMD_REPLICA, trace=trace, body=_pack_i64(event_id))
 
 
 def encode_sub(

@@ -19,6 +19,7 @@ from .errors import InvalidPayload, SmssProtocolError
 from .messages import (
     Ack,
     Alive,
+    Confirm,
     Create,
     Delay,
     Delete,
@@ -74,6 +75,7 @@ DEFAULT_MAX_TOPIC = 1024
 DEFAULT_MAX_WHO = 1024
 
 _HDR = wire.REQUEST_HEADER_SIZE
+_CONFIRM_SIZE = _HDR + 8  # a REPLICA request without topic or traceId
 _OFF_BATCH = wire.SUB_HEADER_OFFSETS["args.batch"]
 _OFF_ACK_FLAG = wire.SUB_HEADER_OFFSETS["args.ack_flag"]
 _unpack_header = wire.REQUEST_HEADER_STRUCT.unpack_from
@@ -98,6 +100,7 @@ class Mode(enum.Enum):
     HEADERS = "headers"  # ordinary requests
     ACKS = "acks"  # 2-byte acks of a live subscription (section 7.4)
     SINK = "sink"  # a replication stream: the slave's bytes are read and dropped (8.1)
+    CONFIRMS = "confirms"  # a replication stream whose follower confirms (REPLICA frames)
 
 
 class RequestDecoder:
@@ -255,6 +258,15 @@ class RequestDecoder:
                     self._mode = Mode.HEADERS
                 elif value != wire.ACK_NEXT:
                     self._paused = True
+            elif mode is Mode.CONFIRMS:
+                if end - off < _CONFIRM_SIZE:
+                    self._need = _CONFIRM_SIZE
+                    return off
+                code, topic_len, _, trace_len = _unpack_header(buf, off)
+                if code != wire.CMD_REPLICA or topic_len or trace_len:
+                    raise SmssProtocolError("a replication confirmation must be a REPLICA frame")
+                events.append(Confirm(_unpack_i64(buf, off + _HDR)[0]))
+                off += _CONFIRM_SIZE
             else:  # Mode.SINK
                 return end
 
@@ -344,7 +356,7 @@ class RequestDecoder:
             if code == wire.CMD_VALID_LIST:
                 return stop, ValidList(trace, value)
             self._paused = True
-            return stop, Replica(value)
+            return stop, Replica(value, trace)
 
         if code == wire.CMD_SUB:
             return self._sub(buf, off, end, body, topic, trace)

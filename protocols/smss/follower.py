@@ -3,14 +3,17 @@
 The follower connects to the master, copies topics with VALID LIST when it starts in the
 middle of the master's log, sends REPLICA with its resume point, and applies every binlog
 block through the L{Applier}. It reconnects with backoff (Twisted's ClientService) when
-the master goes away or stays silent for twice the ALIVE interval.
+the master goes away or stays silent for twice the ALIVE interval, and when it is
+stalled (L{StallWatch}): the master is ahead and nothing is applied for as long.
 """
 
 import json
 
 from twisted.application.internet import ClientService, backoffPolicy
-from twisted.internet.endpoints import clientFromString, wrapClientTLS
+from twisted.internet import defer
+from twisted.internet.endpoints import clientFromString, connectProtocol, wrapClientTLS
 from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from mqserver.broker.topics import Topic
@@ -19,9 +22,16 @@ from mqserver.replication.applier import Applier
 from mqserver.store import format as fmt
 
 from protocols.smss import binlog, wire
-from protocols.smss.client_codec import Expect, ResponseDecoder, encode_replica, encode_valid_list
+from protocols.smss.client_codec import (
+    Expect,
+    ResponseDecoder,
+    encode_replica,
+    encode_topic_info,
+    encode_valid_list,
+)
 from protocols.smss.errors import SmssProtocolError
 from protocols.smss.messages import AliveResponse, ErrResponse, OkResponse, ReplicaBlock
+from protocols.smss.protocol import REPLICATION_INFO
 
 _DELAY_PREFIX = wire.BINLOG_DELAY_STRUCT
 
@@ -74,10 +84,17 @@ class FollowerProtocol(Protocol):
         self.decoder = None
         self._idle_call = None
         self._failed = False
+        # confirming what it holds (an mqserver master asked for it with an empty block)
+        self._confirming = False
+        self._to_confirm = 0
+        self._confirm_call = None
 
     def connectionMade(self):
         f = self.factory
+        if hasattr(self.transport, "setTcpNoDelay"):  # confirmations are small writes
+            self.transport.setTcpNoDelay(True)
         self.applier.connected = True
+        f.watch.connected(self)
         start = self.applier.resume_point(f.start_event)
         self._start = start
         fresh = not self.applier.broker.registry.topics and self.applier.applied_event_id == 0
@@ -91,7 +108,8 @@ class FollowerProtocol(Protocol):
     def _replica(self):
         self.log.info("following the master from eventId {start}", start=self._start)
         self.decoder = ResponseDecoder(Expect.REPLICA)
-        self.transport.write(encode_replica(self._start))
+        # the trace offers confirmations; a reference smss master only logs it
+        self.transport.write(encode_replica(self._start, wire.CONFIRM_TRACE))
 
     def _touch(self):
         if self._idle_call is not None and self._idle_call.active():
@@ -116,13 +134,19 @@ class FollowerProtocol(Protocol):
             if self._failed:
                 return
             if isinstance(ev, ReplicaBlock):
+                if not ev.raw:  # an mqserver master asks for confirmations
+                    self._confirming = True
+                    self._confirm_when_durable(None)
+                    continue
                 try:
                     d = apply_block(self.applier, ev.raw)
                 except Exception:
                     self.log.failure("cannot apply a replicated record")
                     self._fail()
                     return
-                if d is not None:
+                if self._confirming:
+                    self._confirm_when_durable(d)
+                elif d is not None:
                     d.addErrback(self._store_failed)
             elif isinstance(ev, OkResponse):
                 topics = json.loads(ev.body) if ev.body else []
@@ -134,6 +158,27 @@ class FollowerProtocol(Protocol):
             elif isinstance(ev, AliveResponse):
                 pass
 
+    def _confirm_when_durable(self, d):
+        # Confirm what the store holds once it is as durable as our flush level asks:
+        # a record already held (d None) may still wait for the group commit.
+        event_id = self.applier.applied_event_id
+        if d is None:
+            d = self.applier.store.durable_now()
+        d.addCallbacks(lambda _: self._confirm(event_id), self._store_failed)
+
+    def _confirm(self, event_id):
+        # Confirmations of one turn of the reactor go out as one frame.
+        if self._failed or self.transport is None or event_id <= self._to_confirm:
+            return
+        self._to_confirm = event_id
+        if self._confirm_call is None:
+            self._confirm_call = self.factory.reactor.callLater(0, self._send_confirm)
+
+    def _send_confirm(self):
+        self._confirm_call = None
+        if not self._failed and self.transport is not None:
+            self.transport.write(encode_replica(self._to_confirm))
+
     def _store_failed(self, f):
         self.log.failure("storing a replicated record failed", f)
         self._fail()
@@ -144,24 +189,155 @@ class FollowerProtocol(Protocol):
             self.transport.abortConnection()
 
     def connectionLost(self, reason):
+        self._failed = True  # nothing more is applied or confirmed on this connection
         self.applier.connected = False
+        self.factory.watch.disconnected(self)
         # Says why, e.g. a TLS master whose certificate the CA does not vouch for.
         self.log.info("connection to the master lost: {why}", why=reason.getErrorMessage())
         if self._idle_call is not None and self._idle_call.active():
             self._idle_call.cancel()
         self._idle_call = None
+        if self._confirm_call is not None and self._confirm_call.active():
+            self._confirm_call.cancel()
+        self._confirm_call = None
+
+
+class MasterProbe(Protocol):
+    """One TOPIC INFO C{$replication} on a connection of its own: L{answer} fires with
+    the master's last eventId (its C{appliedEventId}), or fails."""
+
+    def __init__(self):
+        self._decoder = ResponseDecoder(Expect.JSON, max_response=1 << 16)
+        self.answer = defer.Deferred(self._cancel)
+
+    def _cancel(self, d):
+        if self.transport is not None:
+            self.transport.abortConnection()
+
+    def connectionMade(self):
+        self.transport.write(encode_topic_info(REPLICATION_INFO))
+
+    def dataReceived(self, data):
+        try:
+            for ev in self._decoder.feed(data):
+                if isinstance(ev, ErrResponse):
+                    raise SmssProtocolError(f"the master refused TOPIC INFO: {ev.text}")
+                if isinstance(ev, OkResponse):
+                    eid = json.loads(ev.body)["appliedEventId"]
+                    if type(eid) is not int:
+                        raise SmssProtocolError(f"appliedEventId {eid!r} is not a number")
+                    self._done(eid)
+                    return
+        except (SmssProtocolError, ValueError, KeyError, TypeError) as e:
+            self._done(failure=e)
+
+    def _done(self, eid=None, failure=None):
+        self.transport.loseConnection()
+        if not self.answer.called:
+            if failure is None:
+                self.answer.callback(eid)
+            else:
+                self.answer.errback(failure)
+
+    def connectionLost(self, reason):
+        if not self.answer.called:
+            self.answer.errback(reason)
+
+
+class StallWatch:
+    """Finds a stalled follower. Every half C{limit} seconds while connected it looks
+    at the applied eventId; when it has not moved for C{limit} seconds (since it last
+    moved or since the connection was made) it asks the master for its last eventId
+    (L{MasterProbe}, at most once per C{limit}). A master ahead means the follower is
+    stalled (L{Applier.check_stall} logs it once per stall): the replication
+    connection is dropped, so the follower reconnects, and again after every C{limit}
+    seconds without progress. The stall ends when the applied eventId moves.
+
+    @ivar limit: seconds without progress before the master is asked.
+    """
+
+    log = Logger()
+
+    def __init__(self, applier, reactor, endpoint, limit):
+        self._applier = applier
+        self._reactor = reactor
+        self._endpoint = endpoint
+        self.limit = limit
+        self._proto = None
+        self._loop = None
+        self._probing = False
+        self._asked_ms = None
+
+    def _now_ms(self):
+        return int(self._reactor.seconds() * 1000)
+
+    def connected(self, proto):
+        """Watch the replication connection C{proto}."""
+        self.disconnected(self._proto)
+        self._proto = proto
+        self._applier.restart_progress(self._now_ms())
+        if self._endpoint is None:
+            return  # nowhere to ask the master
+        self._loop = LoopingCall(self._tick)
+        self._loop.clock = self._reactor
+        d = self._loop.start(self.limit / 2.0, now=False)
+        d.addErrback(lambda f: self.log.failure("the stall watch stopped", f))
+
+    def disconnected(self, proto):
+        """Stop watching C{proto} (its connection is gone)."""
+        if proto is None or proto is not self._proto:
+            return
+        self._proto = None
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        self._loop = None
+
+    def _tick(self):
+        applier = self._applier
+        applier.check_moving()
+        now = self._now_ms()
+        limit_ms = int(self.limit * 1000)
+        if applier.since_progress_ms(now) < limit_ms or self._probing:
+            return
+        if self._asked_ms is not None and now - self._asked_ms < limit_ms:
+            return
+        self._asked_ms = now
+        self._probing = True
+        d = connectProtocol(self._endpoint, MasterProbe())
+        d.addCallback(lambda probe: probe.answer)
+        d.addTimeout(self.limit, self._reactor)
+        d.addCallbacks(self._answered, self._unanswered)
+        d.addBoth(self._probed)
+
+    def _answered(self, master_event_id):
+        if not self._applier.check_stall(master_event_id, self._now_ms(), int(self.limit * 1000)):
+            return
+        proto = self._proto
+        if proto is not None and proto.transport is not None:
+            proto.transport.abortConnection()
+
+    def _unanswered(self, f):
+        # The replication connection's own silence limit notices a master that is gone.
+        self.log.info("could not ask the master how far it is: {why}", why=f.getErrorMessage())
+
+    def _probed(self, _):
+        self._probing = False
 
 
 class FollowerFactory(Factory):
-    """Builds L{FollowerProtocol}s for the one master connection."""
+    """Builds L{FollowerProtocol}s for the one master connection.
+
+    @ivar watch: the L{StallWatch} of the follower's connections.
+    """
 
     noisy = False
 
-    def __init__(self, applier, reactor, start_event=0, alive_interval=30.0):
+    def __init__(self, applier, reactor, start_event=0, alive_interval=30.0, endpoint=None):
         self.applier = applier
         self.reactor = reactor
         self.start_event = start_event
         self.silence_limit = max(1.0, 2 * alive_interval)
+        self.watch = StallWatch(applier, reactor, endpoint, self.silence_limit)
 
     def buildProtocol(self, addr):
         return FollowerProtocol(self)
@@ -191,8 +367,9 @@ def master_endpoint(reactor, config):
 def make_follower(broker, config, reactor):
     """Return the service that follows the master named in C{config}."""
     applier = Applier(broker)
-    factory = FollowerFactory(applier, reactor, config["event"], config["timeout.server.alive"] / 1000.0)
     endpoint = master_endpoint(reactor, config)
+    factory = FollowerFactory(applier, reactor, config["event"],
+                              config["timeout.server.alive"] / 1000.0, endpoint)
     service = ClientService(
         endpoint, factory, retryPolicy=backoffPolicy(initialDelay=1.0, maxDelay=5.0), clock=reactor
     )

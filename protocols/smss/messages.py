@@ -100,7 +100,18 @@ class Sub:
 
 @dataclass(frozen=True, slots=True)
 class Replica:
-    """REPLICA (64): stream binlog records after ``event_id`` (0 = from the start)."""
+    """REPLICA (64): stream binlog records after ``event_id`` (0 = from the start).
+    ``trace`` is the request's traceId: an mqserver follower names its confirmations
+    there (``wire.CONFIRM_TRACE``)."""
+
+    event_id: int
+    trace: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    """An mqserver follower's confirmation on its replication connection: it holds every
+    record up to ``event_id`` durably (a REPLICA request's frame, read in confirm mode)."""
 
     event_id: int
 

@@ -27,7 +27,7 @@ from mqserver.idle import IdleWatch
 from mqserver.sendnow import Cork, send_now
 from mqserver.store.message import PutResult
 
-from protocols.smss import codec, messages as m
+from protocols.smss import codec, messages as m, wire
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
 from mqserver.replication.logreader import LogReader
 from mqserver.replication.status import replication_status
@@ -42,8 +42,9 @@ REPLICATION_INFO = b"$replication"
 #: TOPIC INFO of this name (or C{$stats:TOPIC}) answers the broker's statistics.
 STATS_INFO = b"$stats"
 NAME_RULE = "topic name MUST be less than 128 char and NOT contains space/enter/tab"
-#: What NAME_RULE says (smss itself lets 128 bytes through its "> 128" check).
-MAX_NAME = 127
+#: The longest name in bytes: smss's own check is "> 128" whatever NAME_RULE says, and
+#: its SDKs' tests create 128-byte names.
+MAX_NAME = 128
 #: Answers waiting to be written before the connection stops reading more requests.
 MAX_PIPELINE = 256
 
@@ -428,11 +429,20 @@ class SmssServerProtocol(IdleWatch, Protocol):
             reader = LogReader.after_event(self.broker.store, ev.event_id)
         except EventNotFound as e:
             return codec.err(str(e))
-        self.replica_feed = ReplicaFeed(self, reader, ev.event_id)
+        confirms = ev.trace == wire.CONFIRM_TRACE
+        self.replica_feed = ReplicaFeed(self, reader, ev.event_id, confirms)
         self.factory.replica_feeds += 1
-        self.decoder.mode = codec.Mode.SINK  # whatever the slave sends is dropped unread
-        self.log.info("slave {peer} follows from eventId {eid}", peer=self._peer(), eid=ev.event_id)
+        self.log.info("slave {peer} follows from eventId {eid}{how}", peer=self._peer(),
+                      eid=ev.event_id, how=", confirming what it holds" if confirms else "")
         self.replica_feed.start()
+        # a reference smss slave's bytes are dropped unread (it never sends any that
+        # mean something); an mqserver follower's are its confirmations
+        self._decode(self.decoder.set_mode, codec.Mode.CONFIRMS if confirms else codec.Mode.SINK)
+        return None
+
+    def do_Confirm(self, ev):
+        if self.replica_feed is not None:
+            self.replica_feed.confirmed(ev.event_id)
         return None
 
     def do_Unsupported(self, ev):

@@ -28,8 +28,11 @@ class ReplicaFeed:
 
     log = Logger()
 
-    def __init__(self, proto, reader, after_event_id=0):
+    def __init__(self, proto, reader, after_event_id=0, confirms=False):
         self._proto = proto
+        self.confirms = confirms
+        self._gate = proto.broker.sync_gate if confirms else None
+        self.confirmed_event_id = None
         self._reader = reader
         self._store = proto.broker.store
         self._reactor = proto.factory.reactor
@@ -47,6 +50,14 @@ class ReplicaFeed:
         """Register as the connection's producer and start sending."""
         self._active = True
         self._proto.broker.stats.add_replica(self)
+        if self.confirms:
+            # an empty block: "send your confirmations" (a reference smss master never
+            # sends one, so a follower that sees none keeps quiet)
+            self._proto.transport.write(
+                wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, 0))
+            self.confirmed_event_id = 0
+            if self._gate is not None:
+                self._gate.attach(self)
         self._proto.transport.registerProducer(self, True)
         self._store.add_append_listener(self._wake)
         self._alive.start()
@@ -95,6 +106,21 @@ class ReplicaFeed:
             else:
                 yield record_to_block(view)
 
+    def confirmed(self, event_id):
+        """The follower holds every record up to C{event_id} durably. Only what was
+        sent to it counts: it cannot hold more of this log than that."""
+        if not self.confirms:
+            return
+        event_id = min(event_id, self.last_event_id)
+        if event_id > self.confirmed_event_id:
+            self.confirmed_event_id = event_id
+            if self._gate is not None:
+                self._gate.confirm(self, event_id)
+
+    def behind_bytes(self):
+        """Return how many bytes of the log this follower has not been sent yet."""
+        return max(0, self._store.commitlog.end - self._reader.offset)
+
     def _send_alive(self):
         if not self._active:
             return False
@@ -117,6 +143,8 @@ class ReplicaFeed:
         """Stop streaming (the connection is gone)."""
         self._active = False
         self._proto.broker.stats.remove_replica(self)
+        if self._gate is not None:
+            self._gate.detach(self)
         self._store.remove_append_listener(self._wake)
         self._alive.stop()
         if self._pump_call is not None and self._pump_call.active():

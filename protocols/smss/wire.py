@@ -49,6 +49,10 @@ CMD_DELETE = 3
 CMD_DELAY = 16
 CMD_ALIVE = 17
 CMD_REPLICA = 64
+#: The traceId of a REPLICA from an mqserver follower that confirms what it holds: an
+#: mqserver master answers it with an empty block and reads REPLICA frames as
+#: confirmations; the reference server only logs a traceId and drops what a slave sends.
+CONFIRM_TRACE = b"mqserver-confirm/1"
 CMD_TOPIC_INFO = 65
 CMD_VALID_LIST = 99
 CMD_LIST = 100

@@ -165,3 +165,41 @@ def test_nsq_channel_and_rocketmq_pull_skip_a_damaged_record(server_factory):
     assert p.code == codes.PULL_RETRY_IMMEDIATELY and p.ext_fields["nextBeginOffset"] == "21"
     rmq.close()
     assert "Traceback" not in server.current_log()
+
+
+def test_rebuild_counts_each_damaged_header_once_at_its_place(server_factory):
+    """Four records with a damaged header (magic), metadata.json and the consume queues
+    removed (a full rebuild), every message read: four log lines, each naming
+    its record's segment and offset, and the damaged-records counter at 4 (not 5 with
+    one blamed on offset 0)."""
+    from tests.integration.test_ops_metrics import LOOP, scrape
+    from tests.support.smss import connect
+
+    server = server_factory(config=CONFIG, listen={"smss": LOOP, "metrics": LOOP})
+    bodies = [b"body-%04d-" % i + b"z" * 200 for i in range(600)]
+    with connect(server) as c:
+        c.create("d")
+        for i in range(0, len(bodies), 50):
+            c.publish("d", bodies[i:i + 50])
+    server.stop()
+    recs = [(o, v) for o, v in records_of(server.data) if v.magic == fmt.MESSAGE_MAGIC]
+    hit = [recs[i] for i in (20, 150, 300, 500)]
+    assert len({o - o % SEGMENT for o, _ in hit}) > 1, "the damage must span segments"
+    for off, _ in hit:
+        seg = off - off % SEGMENT
+        with open(os.path.join(server.data, "commitlog", fmt.segment_name(seg)), "r+b") as f:
+            f.seek(off - seg + 4)
+            f.write(b"\x00\x00\x00\x00")  # the magic
+    os.remove(os.path.join(server.data, "metadata.json"))
+    shutil.rmtree(os.path.join(server.data, "consumequeue"))  # derived: rebuilt too
+    server.start()
+    lost = {bytes(v.body) for _, v in hit}
+    for batch in (1, 255):
+        got = read_topic(server, "d", count=len(bodies) - 4, batch=batch)
+        assert [m.body for m in got] == [b for b in bodies if b not in lost]
+    log = server.current_log()
+    lines = [x for x in log.splitlines() if "damaged record skipped" in x]
+    assert len(lines) == 4, log
+    for line, (off, _) in zip(lines, hit):
+        assert f"segment {fmt.segment_name(off - off % SEGMENT)} offset {off} " in line, line
+    assert scrape(server)[("mqserver_store_damaged_records_total", ())] == 4

@@ -1,6 +1,7 @@
 """Registering with lookupds (issue 19.6 and 19.8), with real processes: a broker that
 names its own embedded lookupd is listed once, and topics NSQ cannot name (RocketMQ's
-%RETRY%group) are never sent, so a standalone mqlookupd learns every other topic."""
+%RETRY%group) are never sent, so a standalone mqlookupd learns every other topic; and
+deleting a channel as nsqadmin does (the lookupd first, then the nsqd)."""
 
 import os
 import re
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from protocols.remoting import codes
-from tests.support.nsq import NsqPorts, http, http_json
+from tests.support.nsq import NsqPorts, http, http_json, nsq_broker
 from tests.support.remoting_client import RemotingClient
 from tests.support.server import ROOT, terminate
 
@@ -98,3 +99,24 @@ def test_registering_with_its_own_embedded_lookupd_lists_the_broker_once(server_
     nodes = http_json(nsq.lookupd_http, "GET", "/nodes")[1]["producers"]
     assert [p["tcp_port"] for p in producers] == [nsq.tcp]
     assert [p["tcp_port"] for p in nodes] == [nsq.tcp]
+
+
+def test_deleting_a_channel_as_nsqadmin_does(tmp_path):
+    """nsqadmin's channel delete posts /channel/delete to the lookupd, then to the nsqd:
+    the embedded lookupd answers 200 and drops the broker's channel registration, as
+    nsqlookupd does for the channel its nsqd registered; a channel or topic it does not
+    have is 404 CHANNEL_NOT_FOUND."""
+    with nsq_broker(tmp_path / "data") as nsq:
+        assert http(nsq.http, "POST", "/topic/create?topic=adm_t")[0] == 200
+        assert http(nsq.http, "POST", "/channel/create?topic=adm_t&channel=adm_c")[0] == 200
+        assert http_json(nsq.lookupd_http, "GET", "/channels?topic=adm_t") == (200, {"channels": ["adm_c"]})
+
+        assert http(nsq.lookupd_http, "POST", "/channel/delete?topic=adm_t&channel=adm_c")[:1] == (200,)
+        assert http_json(nsq.lookupd_http, "GET", "/channels?topic=adm_t") == (200, {"channels": []})
+        assert http(nsq.http, "POST", "/channel/delete?topic=adm_t&channel=adm_c")[0] == 200
+        stats = http_json(nsq.http, "GET", "/stats?format=json")[1]
+        assert [t["channels"] for t in stats["topics"] if t["topic_name"] == "adm_t"] == [[]]
+
+        not_found = (404, {"message": "CHANNEL_NOT_FOUND"})
+        assert http_json(nsq.lookupd_http, "POST", "/channel/delete?topic=adm_t&channel=adm_c") == not_found
+        assert http_json(nsq.lookupd_http, "POST", "/channel/delete?topic=nope&channel=adm_c") == not_found

@@ -2,28 +2,19 @@
 them (language JAVA, version 401, its request-header field names), against the real
 broker: topicStatus (202), consumerProgress (208), consumerConnection (203),
 producerConnection (204), getBrokerConfig (26), getNamesrvConfig (319), queryMsgById's
-track (300), resetOffsetByTime (222), statsAll (315), clusterList (28), deleteSubGroup."""
+track (300), resetOffsetByTime (222), statsAll (315), clusterList (28), deleteSubGroup,
+updateBrokerConfig (25) and brokerConsumeStats (317)."""
 
 import json
-import re
 import time
 
 import pytest
 
 from protocols.remoting import codes
-from tests.support.remoting_client import RemotingClient, heartbeat_body
+from tests.support.remoting_client import RemotingClient, heartbeat_body, mq_json
 from tests.support.rmq import broker_port, rocket_server
 
 pytestmark = pytest.mark.timeout(120)
-_MQ_KEY = re.compile(r'\{"brokerName":"([^"]*)","queueId":(\d+),"topic":"([^"]*)"\}:')
-
-
-def mq_json(body):
-    """Parse a fastjson body whose maps are keyed by MessageQueue objects (spec 5.8):
-    each key becomes C{"topic/queueId"}."""
-    text = body.decode()
-    assert _MQ_KEY.search(text), text
-    return json.loads(_MQ_KEY.sub(lambda m: f'"{m.group(3)}/{m.group(2)}":', text))
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +207,102 @@ def test_stats_all_315(admin):
     assert get["statsDay"]["sum"] == 2
     r = admin.call(codes.VIEW_BROKER_STATS_DATA, {"statsName": "TOPIC_PUT_NUMS", "statsKey": "NoT"})
     assert (r.code, r.remark) == (codes.SYSTEM_ERROR, "The stats <TOPIC_PUT_NUMS> <NoT> not exist")
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    """A broker of its own (its consume stats and settings are the test's alone)."""
+    s = rocket_server(tmp_path / "broker").start()
+    try:
+        yield s
+    finally:
+        s.stop()
+        s.close()
+
+
+def broker_config(port):
+    c = RemotingClient("127.0.0.1", port)
+    try:
+        r = c.call(codes.GET_BROKER_CONFIG)
+    finally:
+        c.close()
+    assert r.code == codes.SUCCESS
+    return dict(line.split("=", 1) for line in r.body.decode().splitlines())
+
+
+def test_update_broker_config_25_changes_settings_that_survive_a_restart(fresh):
+    """updateBrokerConfig's Properties body (MixAll.properties2String: key=value lines)
+    changes the runtime settings at once, 4.9.4 names unknown here are ignored, and the
+    change is in force again after a restart; a value a setting cannot take is refused
+    with nothing changed."""
+    c = RemotingClient("127.0.0.1", broker_port(fresh))
+    try:
+        r = c.call(codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable=false\nmessageDelayLevel=2s 4s\n"
+                                                   b"brokerPermission=4\nflushDiskType=SYNC_FLUSH\n")
+        assert (r.code, r.remark) == (codes.SUCCESS, None)
+        r = send_new_topic(c, "NoAutoT")
+        assert (r.code, r.remark) == (codes.TOPIC_NOT_EXIST, "topic[NoAutoT] not exist, apply first please!")
+        r = c.call(codes.UPDATE_BROKER_CONFIG, {}, b"transactionCheckMax=many\nautoCreateTopicEnable=true\n")
+        assert r.code == codes.SYSTEM_ERROR and "transactionCheckMax" in r.remark
+    finally:
+        c.close()
+    props = broker_config(broker_port(fresh))
+    assert (props["autoCreateTopicEnable"], props["messageDelayLevel"]) == ("false", "2s 4s")
+    assert props["flushDiskType"] == "ASYNC_FLUSH"
+
+    fresh.stop()
+    fresh.start()
+    assert "settings changed by updateBrokerConfig" in fresh.current_log()
+    props = broker_config(broker_port(fresh))
+    assert (props["autoCreateTopicEnable"], props["messageDelayLevel"]) == ("false", "2s 4s")
+    c = RemotingClient("127.0.0.1", broker_port(fresh))
+    try:
+        assert send_new_topic(c, "NoAutoT").code == codes.TOPIC_NOT_EXIST
+        assert c.call(codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable=true\n").code == codes.SUCCESS
+        assert send_new_topic(c, "NoAutoT").code == codes.SUCCESS
+    finally:
+        c.close()
+
+
+def send_new_topic(c, topic):
+    return c.call(codes.SEND_MESSAGE_V2, {
+        "a": "PG_ADM", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0,
+        "g": int(time.time() * 1000), "h": 0, "i": "", "j": 0, "k": "false", "m": "false"}, b"m")
+
+
+def test_broker_consume_stats_317(fresh):
+    """brokerConsumeStats: ConsumeStatsList with the broker's address, per subscription
+    group the ConsumeStats of each topic it has offsets on, and the total backlog;
+    isOrder keeps the ordered topics alone."""
+    c = RemotingClient("127.0.0.1", broker_port(fresh))
+    try:
+        create_topic(c, "BcsT", 2)
+        r = c.call(codes.UPDATE_AND_CREATE_TOPIC, {
+            "topic": "BcsOrd", "defaultTopic": "TBW102", "readQueueNums": 1, "writeQueueNums": 1,
+            "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "true"})
+        assert r.code == codes.SUCCESS
+        for body, queue in ((b"a", 0), (b"b", 0), (b"c", 1)):
+            send(c, "BcsT", body, queue)
+        send(c, "BcsOrd", b"o", 0)
+        for group in ("GB1", "GB2"):
+            assert c.call(codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                          json.dumps({"groupName": group}).encode()).code == codes.SUCCESS
+        for topic in ("BcsT", "BcsOrd"):
+            assert c.call(codes.UPDATE_CONSUMER_OFFSET, {
+                "consumerGroup": "GB1", "topic": topic, "queueId": 0, "commitOffset": 1}).code == 0
+        r = c.call(codes.GET_BROKER_CONSUME_STATS, {"isOrder": "false"})
+        assert (r.code, r.remark) == (codes.SUCCESS, None)
+        body = mq_json(r.body)
+        assert body["brokerAddr"] == f"127.0.0.1:{broker_port(fresh)}"
+        assert body["totalDiff"] == 2  # BcsT: (2 - 1) + (1 - 0); BcsOrd: 1 - 1
+        groups = {g: stats for entry in body["consumeStatsList"] for g, stats in entry.items()}
+        assert groups["GB2"] == []
+        assert [sorted(s["offsetTable"]) for s in groups["GB1"]] == [["BcsOrd/0"], ["BcsT/0", "BcsT/1"]]
+        q0 = groups["GB1"][1]["offsetTable"]["BcsT/0"]
+        assert (q0["brokerOffset"], q0["consumerOffset"]) == (2, 1) and q0["lastTimestamp"] > 0
+        body = mq_json(c.call(codes.GET_BROKER_CONSUME_STATS, {"isOrder": "true"}).body)
+        groups = {g: stats for entry in body["consumeStatsList"] for g, stats in entry.items()}
+        assert [sorted(s["offsetTable"]) for s in groups["GB1"]] == [["BcsOrd/0"]]
+        assert body["totalDiff"] == 0
+    finally:
+        c.close()

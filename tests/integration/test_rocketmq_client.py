@@ -11,7 +11,7 @@ from protocols.remoting import codes
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import (
     FAST_DELAYS, ClientProc, messages, namesrv_addr, broker_port, rocket_server, run_client, sends,
-    wait_held_by_each, wait_split,
+    wait_held_by_each, wait_route, wait_split,
 )
 from tests.support.wait import wait_until
 
@@ -27,20 +27,34 @@ def rmq(tmp_path_factory):
     with s.start():
         s.home = base / "home"
         s.ns = namesrv_addr(s)
+        # every test's first send auto-creates its topic by TBW102's route
+        wait_route(s.ns, "TBW102")
         yield s
 
 
 def produce(rmq, topic, *args, timeout=60):
+    """Send with the C++ producer; the topic's route is known when it returns (a send
+    that creates the topic answers before the broker registers it anew)."""
     lines = run_client(rmq.home, "produce", rmq.ns, topic, *args, timeout=timeout)
     assert lines[-1] == {"done": True}
     # a failed send (e.g. the C++ client's "No route info", which it also reports after
     # every retry of a send failed) fails here, with the client's words
     assert not [x for x in lines if "error" in x], lines
+    wait_route(rmq.ns, topic)
     return sends(lines)
 
 
 def consume(rmq, topic, *args, timeout=60):
+    """Start the C++ push consumer once the nameserver has the topic's route (it would
+    find no queue until its next route poll otherwise)."""
+    wait_route(rmq.ns, topic)
     return ClientProc(rmq.home, "consume", rmq.ns, topic, *args, timeout=timeout)
+
+
+def pull(rmq, topic, *args):
+    """Read every queue with the C++ pull consumer once the topic's route is known."""
+    wait_route(rmq.ns, topic)
+    return run_client(rmq.home, "pull", rmq.ns, topic, *args, timeout=60)
 
 
 def test_sync_send_then_push_consumer(rmq):
@@ -152,9 +166,9 @@ def test_broadcasting(rmq):
 def test_pull_consumer(rmq):
     """The pull consumer reads every queue to the end, with tag filtering."""
     produce(rmq, "RTPull", "--count", 9, "--tags", "TagA,TagB,TagC", "--group", "P9")
-    lines = run_client(rmq.home, "pull", rmq.ns, "RTPull", "--group", "CPull", timeout=60)
+    lines = pull(rmq, "RTPull", "--group", "CPull")
     assert sorted(m["body"] for m in messages(lines)) == sorted(f"msg-{i}" for i in range(9))
-    lines = run_client(rmq.home, "pull", rmq.ns, "RTPull", "--group", "CPull2", "--expr", "TagC", timeout=60)
+    lines = pull(rmq, "RTPull", "--group", "CPull2", "--expr", "TagC")
     assert sorted(m["body"] for m in messages(lines)) == ["msg-2", "msg-5", "msg-8"]
 
 
@@ -186,7 +200,7 @@ def test_failing_callback_retries_then_dead_letter(rmq):
     assert [m["reconsume"] for m in got] == [0, 1, 2]
     assert {m["body"] for m in got} == {"bad"}
     assert {m["topic"] for m in got} == {"RTFail"}
-    lines = run_client(rmq.home, "pull", rmq.ns, "%DLQ%CFail", "--group", "CDlq", timeout=60)
+    lines = pull(rmq, "%DLQ%CFail", "--group", "CDlq")
     dead = messages(lines)
     assert [m["body"] for m in dead] == ["bad"]
 

@@ -19,7 +19,7 @@ from tests.support.remoting_client import RemotingClient, heartbeat_body, record
 from tests.support.rmq import broker_port, rocket_server
 from tests.support.wait import wait_until
 
-VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "vectors" / "rocketmq"
+VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "rocketmq"
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -430,7 +430,6 @@ def _replay(client, commands):
     return [(expected[o], answers[o]) for o in sorted(expected)]
 
 
-@pytest.mark.skipif(not VECTORS.is_dir(), reason="captured vectors not available")
 def test_golden_cpp_session_frames(srv):
     """Every request the C++ client sent in the captured sessions gets an acceptable
     answer from our nameserver or broker."""
@@ -452,7 +451,6 @@ def test_golden_cpp_session_frames(srv):
             c.close()
 
 
-@pytest.mark.skipif(not VECTORS.is_dir(), reason="captured vectors not available")
 def test_golden_java_and_go_frames(srv):
     """The Java 4.9.4 and Go 2.1.2 request headers (spec 13) are served; the Java
     one-way offset commit gets no answer."""

@@ -168,17 +168,20 @@ def test_create_invalid_names_are_refused(client, name, text):
     assert name.decode("utf-8", "replace") not in [t["name"] for t in client.list()]
 
 
-def test_create_name_of_127_bytes_is_accepted(client):
-    """A 127-byte name is the longest CREATE accepts: names MUST be less than 128."""
-    name = "n" * 127
+def test_create_name_of_128_bytes_is_accepted_and_carries_messages(client, shared):
+    """A 128-byte name is the longest CREATE accepts, as the reference server's "> 128"
+    check does (its SDKs' tests create such names): it takes a PUB and a SUB reads it."""
+    name = "n" * 128
     client.create(name)
     assert client.topic_info(name)["name"] == name
+    client.publish(name, [b"long-name"])
+    assert [m.body for m in read_topic(shared, name, count=1)] == [b"long-name"]
 
 
-def test_create_name_of_128_bytes_is_refused(client):
-    """A 128-byte name gets the name rule's ERR (smss's error text says less than 128,
-    though the reference server's own check lets 128 through)."""
-    name = "n" * 128
+def test_create_name_of_129_bytes_is_refused(client):
+    """A 129-byte name gets the reference server's name rule ERR; the connection stays
+    usable."""
+    name = "n" * 129
     assert err_of(client.create, name) == NAME_RULE
     assert alive_ok(client)
     assert name not in [t["name"] for t in client.list()]

@@ -2,6 +2,7 @@
 family would send them (C++, Java or Go field conventions)."""
 
 import json
+import re
 import socket
 import time
 
@@ -104,6 +105,17 @@ def records(body):
 
 def json_of(cmd):
     return json.loads(cmd.body) if cmd.body else None
+
+
+_MQ_KEY = re.compile(r'\{"brokerName":"([^"]*)","queueId":(\d+),"topic":"([^"]*)"\}:')
+
+
+def mq_json(body):
+    """Parse a fastjson body whose maps are keyed by MessageQueue objects (spec 5.8):
+    each key becomes C{"topic/queueId"}."""
+    text = body.decode()
+    assert _MQ_KEY.search(text), text
+    return json.loads(_MQ_KEY.sub(lambda m: f'"{m.group(3)}/{m.group(2)}":', text))
 
 
 def heartbeat_body(client_id, group, topics, consume_type=1, model=1):

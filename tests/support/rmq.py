@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+from protocols.remoting import codes
+from tests.support.remoting_client import RemotingClient
 from tests.support.server import ROOT, ServerProcess
 from tests.support.wait import wait_until
 
@@ -34,6 +36,32 @@ def namesrv_addr(server):
 
 def broker_port(server):
     return server.ports["BrokerDoor"]
+
+
+def usable_route(namesrv, topic):
+    """Return the route the nameserver at C{namesrv} (``host:port``) gives for C{topic}
+    if clients can use it (queues on a broker whose master address it knows), else
+    None."""
+    host, _, port = namesrv.rpartition(":")
+    c = RemotingClient(host, int(port))
+    try:
+        r = c.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+    finally:
+        c.close()
+    if r.code != codes.SUCCESS:
+        return None
+    route = json.loads(r.body)
+    masters = {b["brokerName"] for b in route.get("brokerDatas", []) if "0" in (b.get("brokerAddrs") or {})}
+    return route if any(q["brokerName"] in masters for q in route.get("queueDatas", [])) else None
+
+
+def wait_route(namesrv, topic, timeout=30.0):
+    """Wait until the nameserver gives a usable route for C{topic}, as a client's first
+    lookup needs: before a producer sends to a new topic (TBW102's route, which
+    auto-creation goes by) or a consumer starts (the topic's own, else it finds no queue
+    until its next route poll, 30 s later)."""
+    return wait_until(lambda: usable_route(namesrv, topic), timeout,
+                      f"the nameserver's route of {topic}", interval=0.1)
 
 
 class ClientProc:

@@ -13,11 +13,13 @@ from mqserver.config import build_config
 from mqserver.store.format import RecordView, decode_properties
 from mqserver.store.store import MessageStore
 from protocols.remoting import codes
-from protocols.remoting.broker_door import BrokerDoor
+from protocols.remoting.broker_door import BrokerDoor, make_factory
 from protocols.remoting.codec import decode_frame, encode
 from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.topicview import make_attrs
+from tests.support.inprocess import door_fixtures
+from tests.support.remoting_client import mq_json
 
 
 class Door:
@@ -227,3 +229,148 @@ def test_pending_halves_are_rebuilt_by_replay_without_a_checkpoint(tmp_path):
         assert {r: (h.qoffset, h.checks) for r, h in d2.door.transactions.pending.items()} == before
     finally:
         d2.close()
+
+
+# -- updateBrokerConfig (25) and brokerConsumeStats (317) ---------------------------------
+
+
+def broker_config(d):
+    r = d.call(codes.GET_BROKER_CONFIG, {})
+    return dict(line.split("=", 1) for line in r.body.decode().splitlines())
+
+
+def test_update_broker_config_changes_the_runtime_settings_and_keeps_them(tmp_path):
+    """A Properties body as mqadmin sends it (MixAll.properties2String) changes the
+    runtime settings at once and survives a restart; names the broker does not change
+    at run time and unknown names are ignored, as 4.9.4 ignores unknown ones."""
+    d = Door(tmp_path / "s")
+    try:
+        r = d.call(codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable=false\nautoCreateSubscriptionGroup=false\n"
+                                                   b"brokerName=other\ndefaultTopicQueueNums=2\nnoSuchSetting=1\n")
+        assert (r.code, r.remark) == (codes.SUCCESS, None)
+        assert send(d, "AutoOff").code == codes.TOPIC_NOT_EXIST
+        props = broker_config(d)
+        assert (props["autoCreateTopicEnable"], props["autoCreateSubscriptionGroup"]) == ("false", "false")
+        assert (props["brokerName"], props["defaultTopicQueueNums"]) == ("broker-a", "4")
+    finally:
+        d.close()
+    with open(tmp_path / "s" / "brokerConfig.json") as f:
+        assert json.load(f) == {"autoCreateTopicEnable": False, "autoCreateSubscriptionGroup": False}
+    d = Door(tmp_path / "s")  # the same data directory: a restart
+    try:
+        assert broker_config(d)["autoCreateTopicEnable"] == "false"
+        assert send(d, "AutoOff").code == codes.TOPIC_NOT_EXIST
+        r = d.call(codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable = true\n")
+        assert r.code == codes.SUCCESS
+        assert send(d, "AutoOn").code == codes.SUCCESS
+    finally:
+        d.close()
+    with open(tmp_path / "s" / "brokerConfig.json") as f:
+        assert json.load(f) == {"autoCreateTopicEnable": True, "autoCreateSubscriptionGroup": False}
+
+
+def test_update_broker_config_delay_levels_and_transaction_settings(door):
+    """The delay levels apply to messages delayed from then on; the transaction check's
+    timeout and limit, and the idle timeout of new connections, change too."""
+    body = (b"messageDelayLevel=3s 7s\ntransactionTimeOut=2000\ntransactionCheckMax=4\n"
+            b"serverChannelMaxIdleTimeSeconds=30\n")
+    assert door.call(codes.UPDATE_BROKER_CONFIG, {}, body).code == codes.SUCCESS
+    assert [door.door.delay_ms(level) for level in (1, 2, 3)] == [3000, 7000, 7000]
+    assert (door.door.transactions.timeout_ms, door.door.transactions.check_max) == (2000, 4)
+    props = broker_config(door)
+    assert props["messageDelayLevel"] == "3s 7s" and props["serverChannelMaxIdleTimeSeconds"] == "30"
+    fresh = door.connect()  # closed after 30 s of silence (checked every 7.5 s), not 120
+    for _ in range(29):
+        door.clock.advance(1)
+    assert not fresh.transport.disconnecting
+    for _ in range(9):
+        door.clock.advance(1)
+    assert fresh.transport.disconnecting
+
+
+@pytest.mark.parametrize("body, remark", [
+    (b"transactionCheckMax=-1\nautoCreateTopicEnable=false\n",
+     "updateBrokerConfig refused: transactionCheckMax: config key 'rocketmq.transactionCheckMax' "
+     "must be >= 0, not -1"),
+    (b"autoCreateTopicEnable=yes\n", "updateBrokerConfig refused: autoCreateTopicEnable: config key "
+                                     "'rocketmq.autoCreateTopicEnable' must be true or false, not 'yes'"),
+    (b"autoCreateTopicEnable=\\u00zz\n", "string2Properties error"),
+], ids=["out-of-range", "not-a-boolean", "bad-escape"])
+def test_update_broker_config_refuses_what_it_cannot_take(door, tmp_path, body, remark):
+    """A body Properties cannot read gets 4.9.4's SYSTEM_ERROR; a value the setting
+    cannot take is refused with the reason, and nothing changes."""
+    r = door.call(codes.UPDATE_BROKER_CONFIG, {}, body)
+    assert (r.code, r.remark) == (codes.SYSTEM_ERROR, remark)
+    assert broker_config(door)["autoCreateTopicEnable"] == "true"
+    assert not (tmp_path / "s" / "brokerConfig.json").exists()
+    assert door.conn.transport.connected
+
+
+def test_update_broker_config_without_body_changes_nothing(door, tmp_path):
+    r = door.call(codes.UPDATE_BROKER_CONFIG, {})
+    assert (r.code, r.remark) == (codes.SUCCESS, None)
+    assert not (tmp_path / "s" / "brokerConfig.json").exists()
+
+
+def test_broker_consume_stats_lists_every_group(door):
+    """GET_BROKER_CONSUME_STATS: per subscription group, a ConsumeStats per topic it has
+    offsets on (write queues), the ordered topics alone with isOrder; totalDiff sums
+    the backlogs (4.9.4's fetchAllConsumeStatsInBroker)."""
+    door.create_topic("Bcs", 2, 6, 0, 2, 3)  # 2 read queues, 3 write queues
+    door.door.topics_changed()
+    ordered = make_attrs(None, 1, 1, order=True)
+    door.broker.create_topic("BcsO", 0, 1, 6, ordered)
+    for body in (b"a", b"b", b"c"):
+        send(door, "Bcs", body)
+    send(door, "BcsO")
+    for group in ("G1", "G2"):
+        assert door.call(codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                         json.dumps({"groupName": group}).encode()).code == codes.SUCCESS
+    for topic, offset in (("Bcs", 1), ("BcsO", 1)):
+        door.call(codes.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G1", "topic": topic, "queueId": 0,
+                                                 "commitOffset": offset})
+    r = door.call(codes.GET_BROKER_CONSUME_STATS, {"isOrder": "false"})
+    assert (r.code, r.remark) == (codes.SUCCESS, None)
+    body = mq_json(r.body)
+    assert body["brokerAddr"] is None and body["totalDiff"] == 2  # Bcs: 3 - 1; BcsO: 1 - 1
+    by_group = {g: stats for entry in body["consumeStatsList"] for g, stats in entry.items()}
+    assert sorted(by_group)[:2] == ["G1", "G2"] and by_group["G2"] == []
+    bcs, bcso = by_group["G1"]
+    assert sorted(bcs["offsetTable"]) == ["Bcs/0", "Bcs/1", "Bcs/2"]
+    assert bcs["offsetTable"]["Bcs/0"] == {"brokerOffset": 3, "consumerOffset": 1,
+                                           "lastTimestamp": bcs["offsetTable"]["Bcs/0"]["lastTimestamp"]}
+    assert bcs["offsetTable"]["Bcs/0"]["lastTimestamp"] > 0 and bcs["consumeTps"] == 0
+    assert list(bcso["offsetTable"]) == ["BcsO/0"]
+    only_ordered = mq_json(door.call(codes.GET_BROKER_CONSUME_STATS, {"isOrder": "true"}).body)
+    by_group = {g: stats for entry in only_ordered["consumeStatsList"] for g, stats in entry.items()}
+    assert [list(s["offsetTable"]) for s in by_group["G1"]] == [["BcsO/0"]]
+    assert only_ordered["totalDiff"] == 0
+
+
+_, held = door_fixtures(make_factory)
+
+
+def test_update_broker_config_requests_in_a_row_keep_every_change(held):
+    """Two updates whose writes wait for the disk: each is answered once its write is
+    done, and the file ends with both changes (one update at a time, as 4.9.4's)."""
+    c = held.connect(held.factory)
+    first = RemotingCommand(code=codes.UPDATE_BROKER_CONFIG, opaque=1, body=b"autoCreateTopicEnable=false\n")
+    second = RemotingCommand(code=codes.UPDATE_BROKER_CONFIG, opaque=2, body=b"transactionCheckMax=3\n")
+    c.send(encode(first) + encode(second))
+    assert c.take() == b""
+    held.runner.release()
+    answers = FrameDecoder().feed(c.take())
+    assert [(a.opaque, a.code) for a in answers] == [(1, codes.SUCCESS), (2, codes.SUCCESS)]
+    with open(os.path.join(held.store.path, "brokerConfig.json")) as f:
+        assert json.load(f) == {"autoCreateTopicEnable": False, "transactionCheckMax": 3}
+
+
+def test_update_broker_config_that_cannot_be_kept_changes_nothing(door, tmp_path):
+    """When the settings file cannot be written the answer is SYSTEM_ERROR and the
+    setting keeps its value."""
+    (tmp_path / "s" / "brokerConfig.json").mkdir()  # a directory: the rename onto it fails
+    r = door.call(codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable=false\n")
+    assert r.code == codes.SYSTEM_ERROR
+    assert r.remark.startswith("updateBrokerConfig: writing brokerConfig.json failed: ")
+    assert broker_config(door)["autoCreateTopicEnable"] == "true"
+    assert send(door, "StillAuto").code == codes.SUCCESS

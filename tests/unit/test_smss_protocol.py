@@ -10,6 +10,7 @@ from protocols.smss import client_codec as cc
 from protocols.smss.factory import SmssFactory, make_factory
 from protocols.smss.messages import Batch, ErrResponse, OkResponse
 from protocols.smss.payload import encode_message
+from protocols.smss.protocol import NAME_RULE
 from tests.support.inprocess import FillingTransport, door_fixtures
 
 # smss-protocol.md §15
@@ -97,6 +98,21 @@ def test_one_read_pubs_store_what_decoded_pubs_store(node):
     assert fast.connected and slow.connected
     assert _stored(node.store, "fast") == _stored(node.store, "slow")
     assert [m[0] for m in _stored(node.store, "fast")][:1] == [b"hello"]
+
+
+def test_names_of_128_bytes_are_the_longest_create_accepts(node):
+    """CREATE takes a 128-byte name (the reference server's check is "> 128") and PUBs
+    reach it; 129 bytes get the name rule's ERR, on CREATE and on PUB alike."""
+    c = node.connect(smss(node))
+    name = b"n" * 128
+    c.send(cc.encode_create(name) + cc.encode_pub(name, record(b"long")))
+    assert c.take() == OK + OK
+    assert [m[0] for m in _stored(node.store, name.decode())] == [b"long"]
+    too_long = b"n" * 129
+    c.send(cc.encode_create(too_long) + cc.encode_pub(too_long, record(b"x")))
+    assert c.take() == err(NAME_RULE.encode()) + TOPIC_NOT_EXIST
+    assert c.connected
+    assert node.broker.topic(too_long.decode()) is None
 
 
 def test_pipelined_requests_answered_in_order_in_one_read(node):

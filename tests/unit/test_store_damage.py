@@ -292,3 +292,28 @@ def test_a_write_cut_by_a_crash_ends_at_its_last_record(tmp_path):
     assert views[1].sys_flag & fmt.SYSFLAG_BATCH_MORE
     assert not views[2].sys_flag & fmt.SYSFLAG_BATCH_MORE
     s.close()
+
+
+@pytest.mark.parametrize("where", [0, 4, fmt.OFF_BODY_LEN])
+def test_rebuild_counts_each_damaged_header_once_at_its_place(tmp_path, logged, where):
+    """Four records with a damaged header (size, magic or body length), in two
+    segments, then a rebuild: each is logged once, naming its own segment and offset,
+    and counted once; reading every queue afterwards adds no report (the queue slots
+    those records had are no records, not more damage at offset 0)."""
+    msgs = fill(tmp_path, topics=("t", "u"))
+    hit = [msgs[i] for i in (10, 21, 40, 75)]
+    for _, _, off, _ in hit:
+        flip(tmp_path, off, where)
+    lose_checkpoint_and_queues(tmp_path)
+    s = open_store(tmp_path)
+    bodies = {m[1] for m in hit}
+    for topic in ("t", "u"):
+        for batch in (1, 7, 100):
+            want = [m[1] for m in msgs if m[0] == topic and m[1] not in bodies]
+            assert read_cursor(s, topic, batch) == want
+    assert s.damaged_records == 4
+    lines = [x for x in logged if "damaged record skipped" in x]
+    assert len(lines) == 4, lines
+    for line, (_, _, off, _) in zip(lines, hit):
+        assert f"segment {fmt.segment_name(off - off % SEGMENT)} offset {off} " in line, line
+    s.close()

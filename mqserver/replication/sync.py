@@ -1,0 +1,144 @@
+"""Synchronous replication on a master: a write is acknowledged once enough followers
+hold it.
+
+Followers that confirm (mqserver followers, which negotiate it on their replication
+connection: see L{protocols.smss.replica}) are attached to the L{SyncGate} while their
+connection lasts and report the highest eventId they hold durably at their own flush
+level. The I{commit point} is the eventId that C{replicas} of them have confirmed. The
+store holds every write back from consumers until the commit point passes it, and its
+client's answer waits for the same (L{mqserver.store.notify.Notifier}); the gate only
+counts.
+"""
+
+import heapq
+import itertools
+
+from twisted.internet import defer
+
+from mqserver.errors import ReplicasUnavailable, ReplicationTimeout
+
+
+class SyncGate:
+    """Confirmations of the attached followers, and the writes waiting for them.
+
+    @ivar replicas: how many followers must hold a write before it is acknowledged.
+    @ivar timeout: seconds a write waits for them before it fails.
+    @ivar fallbehind_bytes: a follower whose feed is more than this many bytes of log
+        behind does not count as available (None: no limit).
+    @ivar committed_event_id: the commit point (never goes back).
+    @ivar on_commit: called with the new commit point whenever it moves.
+    @ivar timeouts: writes that failed because confirmations came too late.
+    @ivar unavailable: writes that failed at once for want of followers.
+    """
+
+    def __init__(self, reactor, replicas, timeout_ms, fallbehind_bytes=None):
+        self._reactor = reactor
+        self.replicas = replicas
+        self.timeout = timeout_ms / 1000.0
+        self.fallbehind_bytes = fallbehind_bytes
+        self.committed_event_id = 0
+        #: the commit point the last checkpoint held (None: none was kept)
+        self.restored_event_id = None
+        self.on_commit = None
+        self.timeouts = 0
+        self.unavailable = 0
+        self._confirmed = {}  # follower -> the highest eventId it confirmed
+        self._waiting = []  # heap of [eventId, sequence, Deferred, timer]
+        self._sequence = itertools.count()
+
+    # -- followers -------------------------------------------------------------------
+
+    def attach(self, follower, confirmed=0):
+        """Count C{follower} (an object with C{behind_bytes()}) from now on."""
+        self._confirmed[follower] = confirmed
+        self._advance()
+
+    def detach(self, follower):
+        """Stop counting C{follower} (its connection is gone). Writes already waiting
+        keep waiting for the others, or for their timeout."""
+        self._confirmed.pop(follower, None)
+
+    def confirm(self, follower, event_id):
+        """C{follower} holds every record up to C{event_id} durably."""
+        if event_id > self._confirmed.get(follower, event_id):
+            self._confirmed[follower] = event_id
+            self._advance()
+
+    def confirmed(self, follower):
+        """Return the highest eventId C{follower} confirmed, or None if not attached."""
+        return self._confirmed.get(follower)
+
+    def followers(self):
+        """Return the attached followers."""
+        return list(self._confirmed)
+
+    def available(self):
+        """Return True when enough attached followers are close enough to count."""
+        limit = self.fallbehind_bytes
+        caught_up = sum(1 for f in self._confirmed
+                        if limit is None or f.behind_bytes() <= limit)
+        return caught_up >= self.replicas
+
+    # -- writes ----------------------------------------------------------------------
+
+    def wait(self, event_id):
+        """Return a Deferred that fires once C{replicas} followers hold C{event_id}; it
+        fails with L{ReplicasUnavailable} at once when too few are attached and caught
+        up, and with L{ReplicationTimeout} after L{timeout}."""
+        if event_id <= self.committed_event_id:
+            return defer.succeed(None)
+        if not self.available():
+            self.unavailable += 1
+            return defer.fail(ReplicasUnavailable(
+                f"{len(self._confirmed)} of {self.replicas} replicas connected and caught up"))
+        entry = [event_id, next(self._sequence), defer.Deferred(), None]
+        entry[3] = self._reactor.callLater(self.timeout, self._expire, entry)
+        heapq.heappush(self._waiting, entry)
+        return entry[2]
+
+    def _expire(self, entry):
+        d = entry[2]
+        entry[2] = None  # left in the heap; _advance skips it
+        self.timeouts += 1
+        d.errback(ReplicationTimeout(
+            f"no {self.replicas} replicas confirmed eventId {entry[0]} within "
+            f"{self.timeout * 1000:.0f} ms"))
+
+    def _commit_point(self):
+        if len(self._confirmed) < self.replicas:
+            return self.committed_event_id
+        if self.replicas == 1:
+            return max(self._confirmed.values())
+        return sorted(self._confirmed.values(), reverse=True)[self.replicas - 1]
+
+    def _advance(self):
+        point = self._commit_point()
+        if point <= self.committed_event_id:
+            return
+        self.committed_event_id = point
+        if self.on_commit is not None:
+            self.on_commit(point)
+        waiting = self._waiting
+        while waiting and waiting[0][0] <= point:
+            _, _, d, timer = heapq.heappop(waiting)
+            if d is not None:
+                timer.cancel()
+                d.callback(None)
+
+    # the checkpoint keeps the commit point, so that a restarted master shows consumers
+    # only what enough followers had confirmed (L{mqserver.store.notify.Notifier.hide_after})
+
+    def snapshot_state(self):
+        return {"committedEventId": self.committed_event_id}
+
+    def restore_state(self, state):
+        self.restored_event_id = (state or {}).get("committedEventId")
+        if self.restored_event_id is not None:
+            self.committed_event_id = max(self.committed_event_id, self.restored_event_id)
+
+    def stop(self):
+        """Cancel the timers of the writes still waiting (the broker is stopping)."""
+        for entry in self._waiting:
+            if entry[2] is not None and entry[3].active():
+                entry[3].cancel()
+        self._waiting = []

@@ -1,0 +1,237 @@
+"""Synchronous replication in process: the gate's counting (a Clock), the store holding
+writes back until they are confirmed, and an mqserver master and follower negotiating and
+sending confirmations over the smss replication stream (StringTransports, real stores)."""
+
+import pytest
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+
+from mqserver.errors import ReplicasUnavailable, ReplicationTimeout
+from mqserver.replication.applier import Applier
+from mqserver.replication.sync import SyncGate
+from mqserver.store import format as fmt
+from mqserver.store.store import Message
+from protocols.smss import client_codec as cc
+from protocols.smss import wire
+from protocols.smss.factory import make_factory
+from protocols.smss.follower import FollowerFactory
+from tests.support.inprocess import Node, failure_of, result_of
+
+OK = bytes.fromhex("c8000000000000000000")
+EMPTY_BLOCK = OK + bytes(4)
+
+
+class Follower:
+    """A stand-in follower for the gate: how far behind its feed is."""
+
+    def __init__(self, behind=0):
+        self.behind = behind
+
+    def behind_bytes(self):
+        return self.behind
+
+
+def fired(d):
+    """True once C{d} has its result (a Deferred waiting on another is not fired)."""
+    box = []
+    d.addBoth(lambda r: box.append(r) or r)
+    return bool(box)
+
+
+def gate(replicas=1, timeout_ms=1000, fallbehind=None):
+    clock = Clock()
+    return clock, SyncGate(clock, replicas, timeout_ms, fallbehind)
+
+
+def test_a_write_waits_for_its_confirmation():
+    clock, g = gate()
+    commits = []
+    g.on_commit = commits.append
+    f = Follower()
+    g.attach(f)
+    d = g.wait(5)
+    g.confirm(f, 4)
+    assert not d.called and commits == [4]
+    g.confirm(f, 5)
+    assert d.called and result_of(d) is None
+    assert g.committed_event_id == 5 and commits == [4, 5]
+    assert g.wait(5).called  # committed already
+    assert clock.getDelayedCalls() == []
+
+
+def test_without_followers_a_write_fails_at_once():
+    _, g = gate()
+    assert failure_of(g.wait(1)).check(ReplicasUnavailable)
+    assert g.unavailable == 1
+
+
+def test_a_follower_too_far_behind_does_not_count():
+    _, g = gate(fallbehind=100)
+    f = Follower(behind=101)
+    g.attach(f)
+    assert failure_of(g.wait(1)).check(ReplicasUnavailable)
+    f.behind = 100
+    assert not g.wait(1).called
+
+
+def test_a_write_not_confirmed_in_time_fails_and_a_late_confirmation_is_harmless():
+    clock, g = gate(timeout_ms=800)
+    f = Follower()
+    g.attach(f)
+    d = g.wait(3)
+    clock.advance(0.79)
+    assert not d.called
+    clock.advance(0.01)
+    f_ = failure_of(d)
+    assert f_.check(ReplicationTimeout) and "within 800 ms" in f_.getErrorMessage()
+    assert g.timeouts == 1
+    g.confirm(f, 3)  # the write's Deferred has fired: nothing more happens to it
+    assert g.committed_event_id == 3
+
+
+def test_two_replicas_commit_at_the_second_highest_confirmation():
+    _, g = gate(replicas=2)
+    a, b, c = Follower(), Follower(), Follower()
+    for f in (a, b, c):
+        g.attach(f)
+    d = g.wait(10)
+    g.confirm(a, 12)
+    assert not d.called
+    g.confirm(b, 9)
+    assert not d.called and g.committed_event_id == 9
+    g.confirm(c, 10)
+    assert d.called and g.committed_event_id == 10
+    g.detach(a)
+    g.detach(b)
+    assert failure_of(g.wait(11)).check(ReplicasUnavailable)
+
+
+@pytest.fixture
+def node(tmp_path):
+    n = Node(tmp_path / "master")
+    yield n
+    n.close()
+
+
+def readable(store, topic):
+    """The bodies a consumer of (C{topic}, 0) can read now."""
+    entries = store.read_entries(topic, 0, 0, 100)
+    if not entries:
+        return []
+    buf, locs = store.read_records(entries)
+    return [bytes(fmt.RecordView(buf, pos).body) for pos, _ in locs]
+
+
+def test_the_store_holds_a_write_back_until_it_is_confirmed(node):
+    """A gated write is not acknowledged nor readable until the gate confirms it; it is
+    replicable at once; a failed one carries its result and shows once confirmed."""
+    g = node.broker.require_replicas(1, 1000)
+    store = node.store
+    arrivals = []
+    store.add_arrival_listener(lambda t, q: arrivals.append((t, q)))
+    f = Follower()
+    g.attach(f)
+    visible = store.visible_end
+    d = store.put_messages("t", 0, [Message(body=b"one")])
+    assert not fired(d)
+    assert store.visible_end == visible and readable(store, "t") == []
+    assert store.replicable_end == store.commitlog.end
+    g.confirm(f, store.next_event_id - 1)
+    r = result_of(d)
+    assert store.visible_end == store.commitlog.end
+    assert arrivals == [("t", 0)] and readable(store, "t") == [b"one"]
+    d = store.put_messages("t", 0, [Message(body=b"two")])
+    node.clock.advance(1)
+    e = failure_of(d).value
+    assert isinstance(e, ReplicationTimeout) and e.put_result.event_id == r.event_id + 1
+    assert readable(store, "t") == [b"one"]
+    g.confirm(f, e.put_result.event_id)
+    assert readable(store, "t") == [b"one", b"two"]
+
+
+class Pipe(StringTransport):
+    """A transport whose writes the test moves to the other side by hand."""
+
+
+def follower_node(tmp_path, master_node):
+    n = Node(tmp_path / "follower")
+    n.broker.is_master = False
+    applier = Applier(n.broker)
+    factory = FollowerFactory(applier, n.clock, 0, alive_interval=30.0)
+    proto = factory.buildProtocol(None)
+    transport = Pipe()
+    proto.makeConnection(transport)
+    return n, proto, transport
+
+
+def test_master_and_follower_negotiate_and_confirm(node, tmp_path):
+    """The follower offers confirmations in its REPLICA's traceId; the master answers with
+    an empty block, streams, and acknowledges a publish once the follower's REPLICA frame
+    confirms it."""
+    node.broker.require_replicas(1, 5000)
+    f = node.door(make_factory)
+    fnode, follower, to_master = follower_node(tmp_path, node)
+    try:
+        replica_request = to_master.value()
+        assert replica_request == cc.encode_replica(0, wire.CONFIRM_TRACE)
+        to_master.clear()
+        master_side = node.connect(f)
+        master_side.send(replica_request)
+        out = master_side.take()
+        assert out.startswith(EMPTY_BLOCK)
+        follower.dataReceived(out)
+        fnode.clock.advance(0)
+        master_side.send(to_master.value())  # the follower's first confirmation
+        to_master.clear()
+        publisher = node.connect(f)
+        publisher.send(cc.encode_create(b"t"))
+        node.clock.advance(0)
+        assert publisher.take() == b""  # not acknowledged yet
+        follower.dataReceived(master_side.take())
+        fnode.clock.advance(0)
+        confirmation = to_master.value()
+        assert confirmation == cc.encode_replica(fnode.store.next_event_id - 1)
+        master_side.send(confirmation)
+        assert publisher.take() == OK
+        assert node.broker.sync_gate.committed_event_id == node.store.next_event_id - 1
+    finally:
+        fnode.close()
+
+
+def test_a_reference_slave_never_counts(node):
+    """A REPLICA without the traceId (what the reference smss slave sends) gets no empty
+    block, and what it sends after is dropped: it confirms nothing."""
+    node.broker.require_replicas(1, 5000)
+    f = node.door(make_factory)
+    slave = node.connect(f)
+    slave.send(cc.encode_replica(0))
+    assert not slave.take().startswith(EMPTY_BLOCK)
+    slave.send(cc.encode_replica(10**6))
+    assert node.broker.sync_gate.followers() == []
+    publisher = node.connect(f)
+    publisher.send(cc.encode_create(b"t"))
+    assert b"0 of 1 replicas" in publisher.take()
+
+
+def test_a_confirmation_counts_only_what_was_sent(node):
+    """A follower cannot confirm more of this log than it was sent."""
+    g = node.broker.require_replicas(1, 5000)
+    f = node.door(make_factory)
+    side = node.connect(f)
+    side.send(cc.encode_replica(0, wire.CONFIRM_TRACE))
+    side.take()
+    side.send(cc.encode_replica(10**6))
+    (feed,) = g.followers()
+    assert g.confirmed(feed) == feed.last_event_id < 10**6
+
+
+def test_a_bad_frame_on_a_confirming_stream_closes_it(node):
+    node.broker.require_replicas(1, 5000)
+    f = node.door(make_factory)
+    side = node.connect(f)
+    side.send(cc.encode_replica(0, wire.CONFIRM_TRACE))
+    side.take()
+    side.send(cc.encode_alive() + bytes(8))  # the size of a confirmation
+    assert b"confirmation must be a REPLICA frame" in side.take()
+    assert not side.connected
+    assert node.broker.sync_gate.followers() == []
