@@ -1,6 +1,7 @@
 """The README's commands and snippets, run as written against real brokers on the ports
 the README names: the master/slave walk-through (its ``slave.yaml``, ``mqctl stats`` on
-the slave, the smss ``TOPIC INFO $replication``), the msgout curl session, the
+the slave, the smss ``TOPIC INFO $replication``), the msgout curl sessions (with
+docs/msgout.md's), the
 ``mqserver`` commands with the README's example config; and every Python snippet uses
 only names it defines or imports.
 
@@ -191,8 +192,8 @@ def run_snippets_against_the_master(tmp_path):
 def test_master_slave_walk_through_and_msgout_session(tmp_path, free_doc_ports):
     """The README's master (``make run``), its slave (``slave.yaml``), ``mqctl stats``
     on the slave and ``TOPIC INFO $replication``; the smss and pynsq snippets and the NSQ
-    HTTP publish against the master; then the msgout curl session, each curl succeeding
-    and the ack taking the fetched receipt."""
+    HTTP publish against the master; then the msgout curl sessions of the README and of
+    docs/msgout.md, each curl succeeding and the ack taking the fetched receipt."""
     if shutil.which("curl") is None:
         pytest.skip("curl not installed")
     walk = section("Master and slave")
@@ -221,13 +222,16 @@ def test_master_slave_walk_through_and_msgout_session(tmp_path, free_doc_ports):
 
         run_snippets_against_the_master(tmp_path)
 
-        (session,) = [b for b in blocks("sh") if "/v1/ack" in b]
-        script = tmp_path / "msgout.sh"
-        script.write_text("set -e\n" + session.replace("curl ", "curl -sSf "))
-        p = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=60)
-        assert p.returncode == 0, p.stderr
-        assert '"acked":1' in p.stdout, p.stdout
+        with open(os.path.join(ROOT, "docs", "msgout.md")) as f:
+            msgout_doc = f.read()
+        for where, text in (("README.md", None), ("docs/msgout.md", msgout_doc)):
+            (session,) = [b for b in blocks("sh", text) if "/v1/ack" in b]
+            script = tmp_path / "msgout.sh"
+            script.write_text("set -e\n" + session.replace("curl ", "curl -sSf "))
+            p = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True,
+                               text=True, timeout=60)
+            assert p.returncode == 0, (where, p.stderr)
+            assert '"acked":1' in p.stdout, (where, p.stdout)
     finally:
         codes = started.stop()
     assert codes == [0, 0]  # both stopped cleanly
