@@ -35,9 +35,24 @@ def readme():
         return f.read()
 
 
+def fenced(text):
+    """The fenced code blocks of C{text}, in order, as (language, body)."""
+    out, lang, body = [], None, []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("```"):
+            if lang is None:
+                lang, body = line[3:].strip(), []
+            else:
+                out.append((lang, "".join(body)))
+                lang = None
+        elif lang is not None:
+            body.append(line)
+    return out
+
+
 def blocks(lang, text=None):
     """The fenced code blocks of language C{lang} in C{text} (default: the README)."""
-    return re.findall(rf"^```{lang}\n(.*?)^```", text or readme(), re.M | re.S)
+    return [body for kind, body in fenced(text or readme()) if kind == lang]
 
 
 def section(title):
@@ -257,3 +272,48 @@ def test_security_table_covers_every_door_with_real_keys():
     named = {k for r in rows for k in re.findall(r"`([a-zA-Z]+\.[a-zA-Z.]+)`", r.split("|")[3])}
     assert named and named <= keys, named - keys
     assert "admin.token" in named
+
+
+def _doc_texts():
+    texts = {"README.md": readme()}
+    for name in sorted(os.listdir(os.path.join(ROOT, "docs"))):
+        if name.endswith(".md") and name != "configuration.md":
+            with open(os.path.join(ROOT, "docs", name)) as f:
+                texts[f"docs/{name}"] = f.read()
+    return texts
+
+
+def run_commands():
+    """Every broker command line the README and docs/ give (in code blocks and inline
+    code): ``mqserver run ...``, ``.venv/bin/mqserver run ...``, ``make run ARGS="..."``;
+    as (document, the options after ``run``)."""
+    found = []
+    for where, text in _doc_texts().items():
+        code = "".join(body for kind, body in fenced(text) if kind in ("", "sh", "bash"))
+        lines = shell_lines(code) + re.findall(r"`((?:make run ARGS=|mqserver run )[^`]*)`",
+                                                text)
+        for line in lines:
+            m = re.match(r'(?:\S*/)?(?:mqserver run|make run ARGS=")(.*?)"?$', line)
+            if m and m.group(1).strip() not in ("", "ARGS"):
+                found.append((where, re.sub(r"\[(--config [^]]*)\]", r"\1",
+                                            m.group(1).strip())))
+    return found
+
+
+def test_every_documented_broker_command_line_is_accepted(tmp_path):
+    """Each ``mqserver run`` / ``make run ARGS=`` line of the README and docs/ has options
+    the broker accepts: ``mqserver config`` with the same options succeeds (in a directory
+    holding the README's ``config.yaml`` and ``slave.yaml``; an optional ``[--event N]``
+    given as ``--event 0``)."""
+    (example,) = blocks("yaml", section("Configuration"))
+    (tmp_path / "config.yaml").write_text(example)
+    (slave,) = blocks("yaml", section("Master and slave"))
+    (tmp_path / "slave.yaml").write_text(slave)
+    commands = run_commands()
+    assert len(commands) >= 8, commands
+    for where, options in commands:
+        options = options.replace("[--event N]", "--event 0")
+        p = subprocess.run(f"{MQSERVER} config {options}", shell=True, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, PYTHONPATH=ROOT))
+        assert p.returncode == 0, (where, options, p.stderr)
