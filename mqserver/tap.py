@@ -13,6 +13,7 @@ from mqserver.fastpath import service_reactor  # noqa: E402
 from mqserver.frontdoor import front_doors  # noqa: E402
 from mqserver.listen import check_description  # noqa: E402
 from mqserver.service import BrokerService  # noqa: E402
+from mqserver.version import version  # noqa: E402
 
 
 class Options(usage.Options):
@@ -40,6 +41,13 @@ class Options(usage.Options):
     def __init__(self):
         super().__init__()
         self["listen"] = {}
+
+    def opt_version(self):
+        """Display mqserver's version (and Twisted's) and exit."""
+        from twisted import __version__ as twisted_version
+
+        print(f"mqserver {version()} (Twisted {twisted_version})")
+        raise SystemExit(0)
 
     def opt_listen(self, value):
         """NAME=ENDPOINT: where front door NAME listens (repeatable)."""

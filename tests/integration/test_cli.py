@@ -49,6 +49,16 @@ def test_version():
     assert p.stdout.strip() == f"mqserver {version()}"
 
 
+def test_run_version_is_mqserver_s():
+    """``mqserver run --version`` (the plugin's option, as ``twistd mqserver --version``)
+    names mqserver's version, with Twisted's beside it."""
+    from twisted import __version__ as twisted_version
+
+    p = cli("run", "--version")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == f"mqserver {version()} (Twisted {twisted_version})"
+
+
 def test_config_prints_defaults_then_file_then_command_line(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump({"store": {"maxDays": 3, "path": "from-file"},
