@@ -10,12 +10,21 @@ from mqserver.leanstart import defer_imports
 
 
 def main():
-    """Defer the modules, then run twistd with this process's arguments."""
+    """Defer the modules, then run twistd with this process's arguments (as its script
+    does, but an error in twistd's own options is one line, not its usage text)."""
     # before anything imports Twisted: twistd's own imports then find the stand-ins
     defer_imports()
-    from twisted.scripts.twistd import run
+    from twisted.python import usage
+    from twisted.scripts.twistd import ServerOptions, runApp
 
-    run()
+    options = ServerOptions()
+    try:
+        options.parseOptions()
+    except usage.UsageError as e:
+        from mqserver.tap import refuse_start
+
+        refuse_start(e)
+    runApp(options)
 
 
 if __name__ == "__main__":

@@ -33,13 +33,15 @@ def run(args):
 
 def effective_config(args):
     """Return the L{mqserver.config.Config} the plugin options C{args} give (the same
-    parsing and checks as C{mqserver run}); raises L{ConfigError} with one line."""
+    parsing and checks as C{mqserver run}, but nothing of this host is looked at: a
+    config is checked as well while its broker runs); raises L{ConfigError} with one
+    line."""
     from twisted.python import usage
 
     from mqserver.config import ConfigError
-    from mqserver.tap import Options
+    from mqserver.tap import ConfigOptions
 
-    options = Options()
+    options = ConfigOptions()
     try:
         options.parseOptions(args)
     except usage.UsageError as e:

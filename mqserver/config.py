@@ -335,6 +335,16 @@ def door_keysets(doors):
     return out
 
 
+def _yaml_problem(error):
+    """One line for a YAML error: what is wrong and where (PyYAML's own text spans
+    several lines)."""
+    problem = getattr(error, "problem", None)
+    mark = getattr(error, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(error).split())
+
+
 def load_config(path=None, overrides=None, doors=None):
     """Read C{path} (YAML; None for the defaults) and return a L{Config}."""
     data = None
@@ -345,5 +355,5 @@ def load_config(path=None, overrides=None, doors=None):
         except OSError as e:
             raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
         except yaml.YAMLError as e:
-            raise ConfigError(f"config {path} is not valid YAML: {e}") from None
+            raise ConfigError(f"config {path} is not valid YAML: {_yaml_problem(e)}") from None
     return build_config(data, overrides, doors)

@@ -8,7 +8,7 @@ loaded only when the front door is enabled, so imports still point one way
 
 import importlib.util
 
-from twisted.internet.interfaces import ILoggingContext, IProtocolFactory
+from twisted.internet.interfaces import ILoggingContext, IProtocolFactory, IProtocolNegotiationFactory
 from twisted.logger import Logger
 from twisted.plugin import IPlugin, getPlugins
 from twisted.python.reflect import namedAny
@@ -70,7 +70,7 @@ class FrontDoor:
         return namedAny(self.follower + ".make_follower")(broker, config, reactor)
 
 
-@implementer(IProtocolFactory, ILoggingContext)
+@implementer(IProtocolFactory, ILoggingContext, IProtocolNegotiationFactory)
 class FirstUseFactory:
     """Stands for a front door's factory until its first connection, which builds it
     (C{build()}: importing the door's module) and from then on builds every protocol.
@@ -81,6 +81,11 @@ class FirstUseFactory:
     the door's services to run from start-up (L{mqserver.service.BrokerService.
     add_door_services}), which its factory would otherwise give, and C{listening} what
     learns the port once bound (L{mqserver.service.ListenerService}).
+
+    Behind an C{ssl:} endpoint it offers the real factory's application protocols
+    (ALPN, L{acceptableProtocols}): a twisted.web site speaks C{http/1.1}, and a TLS
+    server whose factory names no protocol answers a client that offers some with a
+    fatal alert, as Twisted's ALPN selection finds no overlap.
     """
 
     def __init__(self, build, log_prefix, services=(), listening=None):
@@ -102,6 +107,12 @@ class FirstUseFactory:
         the door's factory would have)."""
         if self._listening is not None:
             self._listening(port)
+
+    def acceptableProtocols(self):
+        """The real factory's ALPN protocols (none when it has no such list). TLS asks
+        during the handshake, after C{buildProtocol} built the factory."""
+        negotiation = IProtocolNegotiationFactory(self.factory, None)
+        return list(negotiation.acceptableProtocols()) if negotiation is not None else []
 
     def doStart(self):
         self._ports += 1

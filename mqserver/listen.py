@@ -10,10 +10,13 @@ C{listenTCP}, which is what Twisted's C{tcp:} endpoint does too; every other des
 goes to Twisted's C{serverFromString}, imported only then.
 """
 
+import re
+import socket
+
 from twisted.internet import defer, interfaces
 from zope.interface import implementer
 
-__all__ = ["server_endpoint", "check_description", "PlainTCPServerEndpoint"]
+__all__ = ["server_endpoint", "check_description", "probe_bind", "PlainTCPServerEndpoint"]
 
 _KEYS = ("port", "interface", "backlog")
 
@@ -71,3 +74,43 @@ def check_description(description):
     """Raise what Twisted's parser raises when C{description} is not a valid server
     endpoint string (parsing stores the reactor only, so none is needed)."""
     server_endpoint(None, description)
+
+
+def _tcp_address(description):
+    """The C{(interface, port)} a C{tcp:} or C{ssl:} description listens on, or None
+    for any other kind of endpoint."""
+    kind, _, rest = description.partition(":")
+    if kind not in ("tcp", "ssl"):
+        return None
+    port, interface = None, ""
+    for i, part in enumerate(re.split(r"(?<!\\):", rest)):
+        key, sep, value = part.partition("=")
+        if not sep and i == 0:
+            port = key
+        elif key == "port":
+            port = value
+        elif key == "interface":
+            interface = value.replace("\\:", ":")
+    if port is None or not port.isdigit():
+        return None
+    return interface, int(port)
+
+
+def probe_bind(description):
+    """Bind the TCP address of a C{tcp:} or C{ssl:} description and let it go at once
+    (as the reactor's C{listenTCP} binds: with SO_REUSEADDR); nothing for other kinds.
+
+    A check before start-up: a port in use, a privileged port, or an address this host
+    does not have is found before anything runs; the door's own bind at start stays
+    the authority.
+
+    @raise OSError: the address cannot be bound.
+    """
+    address = _tcp_address(description)
+    if address is None:
+        return
+    interface, port = address
+    family = socket.AF_INET6 if ":" in interface else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((interface, port))

@@ -21,6 +21,7 @@ from mqserver.listen import server_endpoint
 from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store import format as fmt
 from mqserver.store.flush import ThreadRunner
+from mqserver.store.lock import UnusableDirectory
 from mqserver.store.store import MessageStore
 from mqserver.version import version
 
@@ -139,7 +140,10 @@ class StorageService(service.MultiService):
                   "retention").setServiceParent(self)
 
     def startService(self):
-        self.store.open()
+        try:
+            self.store.open()
+        except OSError as e:  # the directory cannot be made, or its files read or written
+            raise UnusableDirectory(self.store.path, e) from None
         self.broker.start()
         self.log.info(
             "store open at {path}: log {start}..{end}, next eventId {eid}",
@@ -160,7 +164,17 @@ class StorageService(service.MultiService):
         return self.store.checkpoint()
 
     def _save_offsets(self):
-        return self.broker.offsets.save(self.store.runner)
+        d = self.broker.offsets.save(self.store.runner)
+        if d is not None:
+            d.addErrback(self._offsets_unsaved)
+        return d
+
+    def _offsets_unsaved(self, failure):
+        # a disk error like the others (counted, one line per trouble); the table stays
+        # dirty and the next save tries again. Left to the timer, a failure would stop
+        # the loop with a traceback.
+        failure.trap(OSError)
+        self.store.disk.error("writing consumer offsets", failure.value)
 
     def _clean(self):
         self.store.clean(self.config["store.maxDays"] * 86400, self.broker.min_reader_offset())

@@ -6,14 +6,29 @@ from mqserver.lazytls import defer_tls_import
 # without the TLS stack (mqserver/lazytls.py)
 defer_tls_import()
 
+import os  # noqa: E402
+import sys  # noqa: E402
+
 from twisted.python import usage  # noqa: E402
 
 from mqserver.config import ConfigError, load_config  # noqa: E402
+from mqserver.errors import StartupError  # noqa: E402
 from mqserver.fastpath import service_reactor  # noqa: E402
 from mqserver.frontdoor import front_doors  # noqa: E402
-from mqserver.listen import check_description  # noqa: E402
-from mqserver.service import BrokerService  # noqa: E402
+from mqserver.listen import check_description, probe_bind  # noqa: E402
+from mqserver.service import BrokerService, ListenError  # noqa: E402
+from mqserver.store.lock import check_directory  # noqa: E402
 from mqserver.version import version  # noqa: E402
+
+
+def refuse_start(why, stream=None):
+    """End start-up: write the one line saying C{why} to stderr and exit with status 1.
+
+    twistd answers an option error with its whole usage text before the error; an
+    operator needs the one line (the usage text is for C{--help})."""
+    line = " ".join(str(why).splitlines())
+    (stream or sys.stderr).write(f"mqserver cannot start: {line}\n")
+    raise SystemExit(1)
 
 
 class Options(usage.Options):
@@ -42,6 +57,15 @@ class Options(usage.Options):
         super().__init__()
         self["listen"] = {}
 
+    def parseOptions(self, options=None):
+        """Parse the command line; an error in it, in the config, or in what can be
+        checked before anything starts (the data directory, endpoint strings) ends the
+        process with one line (L{refuse_start})."""
+        try:
+            super().parseOptions(options)
+        except (usage.UsageError, StartupError) as e:
+            refuse_start(e)
+
     def opt_version(self):
         """Display mqserver's version (and Twisted's) and exit."""
         from twisted import __version__ as twisted_version
@@ -57,6 +81,19 @@ class Options(usage.Options):
         self["listen"][name] = desc
 
     def postOptions(self):
+        config, doors = self.configuration()
+        for name, desc in config.listen.items():
+            if desc is not None:
+                probe_endpoint(name, desc)
+        check_directory(os.path.abspath(config["store.path"]))
+        self["settings"] = config
+        self["doors"] = doors
+
+    def configuration(self):
+        """Return C{(config, doors)}: the L{mqserver.config.Config} these options give
+        (the defaults, then the C{--config} file, then the other options) and the front
+        doors. Raises L{usage.UsageError} naming what is wrong; nothing of this host
+        (ports, directories) is looked at."""
         doors = front_doors()
         overrides = {}
         if self["data"]:
@@ -82,14 +119,24 @@ class Options(usage.Options):
         for name, desc in config.listen.items():
             if desc is not None:
                 check_endpoint(name, desc)
-        self["settings"] = config
-        self["doors"] = doors
+        return config, doors
+
+
+class ConfigOptions(Options):
+    """The same options, read for the configuration they give alone (C{mqserver
+    config}): nothing is probed or created, and an error is raised (L{usage.UsageError})
+    rather than ending the process."""
+
+    def parseOptions(self, options=None):
+        usage.Options.parseOptions(self, options)
+
+    def postOptions(self):
+        self["settings"], self["doors"] = self.configuration()
 
 
 def check_endpoint(door, description):
     """Raise L{usage.UsageError} naming C{door} when C{description} is not an endpoint
-    string Twisted can parse (a door that cannot listen must stop start-up, and this
-    one is known before anything starts)."""
+    string Twisted can parse."""
     try:
         # Parsing only stores the reactor; none is chosen yet while options are read.
         check_description(description)
@@ -97,6 +144,16 @@ def check_endpoint(door, description):
         raise usage.UsageError(
             f"front door {door} cannot listen on {description!r}: not a valid endpoint "
             f"string ({type(e).__name__}: {e})") from None
+
+
+def probe_endpoint(door, description):
+    """Raise L{ListenError} when the TCP address of C{description} cannot be bound (a
+    door that cannot listen must stop start-up, and this is known before anything
+    starts)."""
+    try:
+        probe_bind(description)
+    except OSError as e:
+        raise ListenError(door, description, e) from None
 
 
 def makeService(options, reactor=None):
@@ -118,7 +175,10 @@ def makeService(options, reactor=None):
         follower.setServiceParent(root)
     for name, door in options["doors"].items():
         if config.listen.get(name):
-            factory = door.make_factory(broker, config, reactor)
+            try:
+                factory = door.make_factory(broker, config, reactor)
+            except StartupError as e:  # before twistd logs anything: one line
+                refuse_start(e)
             root.add_door_services(factory)
             root.add_listener(name, factory)
     return root

@@ -84,7 +84,7 @@ class Broker:
         self._cursors = set()
         self._extensions = {}  # name -> object with snapshot_state/restore_state
         self._ext_state = {}
-        self.offsets = ConsumerOffsets(store.path)
+        self.offsets = ConsumerOffsets(store.path, store.io.write_json)
         self.channels = ChannelRegistry(self, reactor)
         self.stats = Statistics(self, reactor.seconds)
         self.extensions = {}

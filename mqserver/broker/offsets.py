@@ -20,10 +20,15 @@ class ConsumerOffsets:
     @ivar table: C{(topic, group)} -> C{{queue_id: offset}}.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, write=write_json_atomic):
+        """
+        @param write: writes a JSON file atomically (the store's file I/O:
+            L{mqserver.store.fileio.FileIO.write_json}).
+        """
         self.path = os.path.join(path, FILE_NAME)
         self.table = {}
         self._dirty = False
+        self._write = write
 
     def load(self):
         """Read the file written by L{snapshot} (a missing file is an empty table)."""
@@ -80,9 +85,9 @@ class ConsumerOffsets:
         self._dirty = False
         data = self.snapshot()
         if runner is None:
-            write_json_atomic(self.path, data)
+            self._write(self.path, data)
             return None
-        d = runner.run(write_json_atomic, self.path, data)
+        d = runner.run(self._write, self.path, data)
 
         def failed(f):
             self._dirty = True

@@ -1,7 +1,7 @@
 """The store's disk watch: whether writes are refused, and the troubles of the disk."""
 
+import errno
 import os
-
 
 from mqserver.errors import DiskFullError, StoreError
 from mqserver.store.logs import store_logger
@@ -109,6 +109,15 @@ class DiskGuard:
         if op == "fsync" and self.flush_level < 2 and self.refusal is None:
             self.refusal = StoreError(f"fsync failed: {error}")
             self._fsync_refusal = True
+
+    def failed(self, op, error):
+        """Count and log (L{error}) the failure of C{op} with OSError C{error}, and
+        return the L{StoreError} to answer the request with: a L{DiskFullError} when the
+        disk or quota is full."""
+        self.error(op, error)
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return DiskFullError(f"disk full: {error.strerror}")
+        return StoreError(f"{op} failed: {error.strerror or error}")
 
     def fsync_worked(self):
         """An fsync succeeded: lift the refusal a failed one caused."""

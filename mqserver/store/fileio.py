@@ -4,7 +4,10 @@ L{FileIO} is the operating system's calls. L{FaultyIO} (tests only) raises chose
 errors: unit tests switch its flags, and a real-process test names a control directory
 in the environment variable C{MQSERVER_FAULT_INJECT}; while a file C{enospc} (or
 C{eio}) exists there, every commit-log write fails with that error, and while
-C{fsync-eio} exists every fsync fails with EIO. The variable is read once, when a store
+C{fsync-eio} exists every fsync fails with EIO. The state files written through
+L{FileIO.write_json} (consumer offsets, the RocketMQ door's C{topic.json} and
+C{subscriptionGroup.json}) fail with ENOSPC while C{enospc} or C{json-enospc} exists: the second alone is a disk
+that still takes commit-log writes (into a segment already allocated) but no new file. The variable is read once, when a store
 is made (L{from_environment}); it is for tests and has no place in production.
 """
 
@@ -12,6 +15,8 @@ import errno
 import os
 
 from twisted.logger import Logger
+
+from mqserver.store.flush import write_json_atomic
 
 #: The environment variable of the test-only fault injection (see the module docstring).
 FAULT_ENV = "MQSERVER_FAULT_INJECT"
@@ -22,6 +27,7 @@ class FileIO:
 
     pwrite = staticmethod(os.pwrite)
     fsync = staticmethod(os.fsync)
+    write_json = staticmethod(write_json_atomic)
 
 
 class FaultyIO(FileIO):
@@ -29,22 +35,26 @@ class FaultyIO(FileIO):
 
     @ivar write_error: an errno every pwrite fails with, or None.
     @ivar fsync_error: an errno every fsync fails with, or None.
-    @ivar control: a directory whose files C{enospc}, C{eio} and C{fsync-eio} set the
-        errors while they exist (a real-process test), or None.
+    @ivar json_error: an errno every L{write_json} fails with, or None.
+    @ivar control: a directory whose files C{enospc}, C{eio}, C{fsync-eio} and
+        C{json-enospc} set the errors while they exist (a real-process test), or None.
     """
 
     def __init__(self, control=None):
         self.write_error = None
         self.fsync_error = None
+        self.json_error = None
         self.control = control
 
     def _error(self, which):
         if self.control is not None:
             for name, code, kind in (("enospc", errno.ENOSPC, "write"), ("eio", errno.EIO, "write"),
-                                     ("fsync-eio", errno.EIO, "fsync")):
+                                     ("fsync-eio", errno.EIO, "fsync"),
+                                     ("enospc", errno.ENOSPC, "json"),
+                                     ("json-enospc", errno.ENOSPC, "json")):
                 if kind == which and os.path.exists(os.path.join(self.control, name)):
                     return code
-        return self.write_error if which == "write" else self.fsync_error
+        return {"write": self.write_error, "fsync": self.fsync_error, "json": self.json_error}[which]
 
     def pwrite(self, fd, data, pos):
         code = self._error("write")
@@ -57,6 +67,12 @@ class FaultyIO(FileIO):
         if code is not None:
             raise OSError(code, os.strerror(code))
         return os.fsync(fd)
+
+    def write_json(self, path, obj):
+        code = self._error("json")
+        if code is not None:
+            raise OSError(code, os.strerror(code))
+        return write_json_atomic(path, obj)
 
 
 def from_environment():

@@ -31,6 +31,45 @@ class DirectoryLocked(StartupError):
                          "one broker per data directory")
 
 
+class UnusableDirectory(StartupError):
+    """The data directory (C{store.path}) cannot be made or used."""
+
+    def __init__(self, path, why):
+        self.path = path
+        super().__init__(f"store.path {path} cannot be used: {why}")
+
+
+def check_directory(path):
+    """Raise what would stop a store from opening in C{path}, found without writing
+    anything: L{UnusableDirectory} when C{path} or a parent is not a directory, or
+    L{DirectoryLocked} when a live process holds its lock.
+
+    A check before start-up, so that an operator sees the reason before anything runs;
+    the store's own open (L{DirectoryLock.acquire}) stays the authority."""
+    probe = path
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if os.path.lexists(probe) and not os.path.isdir(probe):
+        what = "it is" if probe == path else f"{probe} is"
+        raise UnusableDirectory(path, f"{what} a file, not a directory")
+    try:
+        fd = os.open(os.path.join(path, LOCK_FILE), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # no lock file (nobody holds it), or one the store's own open will report
+    try:
+        # a shared lock: it conflicts only with a holder's exclusive one
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise DirectoryLocked(path, _read_pid(fd)) from None
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class DirectoryLock:
     """The exclusive lock of one data directory.
 

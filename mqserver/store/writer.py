@@ -1,14 +1,13 @@
 """The write path of the store: records packed and appended to the commit log, their
 consume-queue entries buffered, eventIds handed out."""
 
-import errno
 import time
 import zlib
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from mqserver.errors import DiskFullError, StoreError
+from mqserver.errors import StoreError
 from mqserver.store import format as fmt
 from mqserver.store import native
 from mqserver.store.latency import Latency
@@ -204,10 +203,7 @@ class Writer:
         return result if type(result) is not PutResult else defer.succeed(result)
 
     def _write_failed(self, e):
-        self._disk.error("write", e)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return DiskFullError(f"disk full: {e.strerror}")
-        return StoreError(f"write failed: {e.strerror or e}")
+        return self._disk.failed("write", e)
 
     def _force_event_id(self, event_id):
         if event_id is None:

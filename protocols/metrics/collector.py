@@ -117,6 +117,12 @@ class BrokerCollector:
         yield GaugeMetricFamily("mqserver_store_disk_max_used_ratio",
                                 "store.diskMaxUsedRatio: publishes are refused above it",
                                 value=store.disk.max_used_ratio)
+        yield CounterMetricFamily("mqserver_store_disk_errors",
+                                  "Writes and fsyncs of the data directory that failed (a full"
+                                  " or failing disk)", value=store.disk_errors)
+        yield CounterMetricFamily("mqserver_store_disk_troubles",
+                                  "Disk troubles started (failed writes, the usage ratio passed)",
+                                  value=store.disk_full_events)
         damaged = getattr(store, "damaged_records", None)
         if damaged is not None:
             yield CounterMetricFamily("mqserver_store_damaged_records",

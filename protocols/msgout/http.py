@@ -2,11 +2,11 @@
 resource (so one wrapper can guard every route) over L{MsgoutApi}.
 
 Oversize bodies, unknown routes and unknown queues are refused from the request head,
-before any of the body is buffered (L{MsgoutRequest.gotLength}).
+before any of the body is buffered (L{MsgoutSite.body_limit}, L{mqserver.webrequest}).
 """
 
 from twisted.internet import defer
-from twisted.web import http, resource, server
+from twisted.web import resource, server
 
 from mqserver import webrequest
 from mqserver.security import BearerTokenResource, bearer_authorized
@@ -16,101 +16,6 @@ from protocols.msgout.api import ApiError, Messages, MsgoutApi, dumps, split_pat
 from protocols.msgout.push import push_manager
 
 _JSON_TYPE = b"application/json; charset=utf-8"
-
-
-def request_target(request):
-    """The method and path of a request whose head is in but whose body is not yet read,
-    or (None, None) when this Twisted does not expose them.
-
-    twisted.web sets C{method}/C{path} on the request only once the body is read; the
-    channel keeps the request line meanwhile. This is the one place that reads it."""
-    channel = request.channel
-    command = getattr(channel, "_command", None)
-    path = getattr(channel, "_path", None)
-    if isinstance(command, bytes) and isinstance(path, bytes):
-        return command, path
-    return None, None
-
-
-class _Discard:
-    """A content file that keeps nothing (for a refused body)."""
-
-    def write(self, data):
-        pass
-
-    def seek(self, *a):
-        pass
-
-    def tell(self):
-        return 0
-
-    def read(self, *a):
-        return b""
-
-    def close(self):
-        pass
-
-
-class MsgoutRequest(webrequest.Request):
-    """A request that refuses its body before buffering it when it is too large, or
-    when its route or queue does not exist."""
-
-    _refused = False
-    _received = 0
-
-    def gotLength(self, length):
-        site = self.channel.site
-        api = site.api
-        why = None
-        if not bearer_authorized(self, site.token):  # refused before any body is read
-            why = ApiError(401, "unauthorized")
-        elif length is not None and length > api.max_body:
-            why = ApiError(413, f"body larger than {api.max_body} bytes")
-        else:
-            method, path = request_target(self)
-            if method is not None:
-                parts = split_path(path)
-                try:
-                    if parts is None:
-                        raise ApiError(400, "bad path")
-                    api.precheck(method, parts)
-                except Exception as e:
-                    why = e
-        if why is not None:
-            self._refuse(why)
-            return
-        super().gotLength(length)
-
-    def handleContentChunk(self, data):
-        if self._refused:
-            return
-        self._received += len(data)
-        if self._received > self.channel.site.api.max_body:
-            self._refuse(ApiError(413, "body too large"))
-            return
-        self.content.write(data)
-
-    def _refuse(self, exc):
-        """Answer now, from the head alone, and close: the body is never read."""
-        self._refused = True
-        # no "100 Continue" after the refusal: the client must not send the body
-        self.requestHeaders.removeHeader(b"expect")
-        if self.content is not None and not isinstance(self.content, _Discard):
-            self.content.close()
-        self.content = _Discard()
-        status, text = status_of(exc)
-        body = dumps({"error": text})
-        phrase = http.RESPONSES.get(status, b"Error")
-        head = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-                b"Connection: close\r\n\r\n" % (status, phrase, _JSON_TYPE, len(body)))
-        transport = self.channel.transport
-        transport.write(head + body)
-        transport.loseConnection()
-
-    def process(self):
-        if self._refused:
-            return
-        super().process()
 
 
 class MsgoutResource(resource.Resource):
@@ -166,12 +71,9 @@ class MsgoutResource(resource.Resource):
         return body
 
 
-class MsgoutSite(server.Site):
+class MsgoutSite(webrequest.Site):
     """The msgout HTTP site; its push subscriptions run as a service of the broker's
     tree (L{services})."""
-
-    noisy = False
-    requestFactory = MsgoutRequest
 
     def __init__(self, api, pushes=None, root=None, token=""):
         root = root if root is not None else MsgoutResource(api)
@@ -179,9 +81,25 @@ class MsgoutSite(server.Site):
         self.token = token
         self.api = api
         self.pushes = pushes
+        self.max_body = api.max_body
 
-    def log(self, request):
-        pass  # no access log: a line per request would cost more than the request
+    def body_limit(self, request, method, path):
+        """msgout.maxBodySize; a request without its token, or to an unknown route or
+        queue, is refused from its head (its body is never read)."""
+        if not bearer_authorized(request, self.token):
+            raise self.refusal(*status_of(ApiError(401, "unauthorized")))
+        if method is not None:
+            parts = split_path(path)
+            try:
+                if parts is None:
+                    raise ApiError(400, "bad path")
+                self.api.precheck(method, parts)
+            except Exception as e:
+                raise self.refusal(*status_of(e)) from None
+        return super().body_limit(request, method, path)
+
+    def refusal(self, status, text):
+        return webrequest.Refusal(status, dumps({"error": text}), _JSON_TYPE)
 
     def services(self):
         """The service pushing the subscriptions (none without pushes), added to the

@@ -14,7 +14,7 @@ from mqserver.store.store import Message
 from mqserver.version import version as mqserver_version
 
 from protocols.nsq.codec import NS_PER_MS as _NS, is_valid_name, is_valid_topic
-from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, result_body
+from protocols.nsq.httputil import HttpError, NsqSite, arg as _arg, error_body, handler_for, result_body
 from protocols.nsq.stats import stats_json, stats_text
 from protocols.nsq.version import VERSION
 from protocols.nsq.wire import U32
@@ -306,18 +306,19 @@ class NsqdHttpResource(resource.Resource):
         return values[opt]
 
 
-class NsqdHttpSite(server.Site):
+class NsqdHttpSite(NsqSite):
     """The nsqd HTTP site; learns its port for /info and lookupd."""
-
-    noisy = False
-    requestFactory = webrequest.Request
 
     def __init__(self, node, idle_timeout=60.0):
         super().__init__(NsqdHttpResource(node), timeout=idle_timeout or None, reactor=node.reactor)
         self.node = node
 
-    def log(self, request):
-        pass  # no access log
+    def body_limit(self, request, method, path):
+        """As nsqd: /pub takes one message (nsq.maxMsgSize, else 413 MSG_TOO_BIG), every
+        other route at most nsq.maxBodySize (413 BODY_TOO_BIG)."""
+        if path is not None and path.rstrip(b"/") == b"/pub":
+            return self.node.max_msg_size, "MSG_TOO_BIG"
+        return self.node.max_body_size, "BODY_TOO_BIG"
 
     def listening(self, port):
         """The listener is bound (called by the broker's service tree)."""

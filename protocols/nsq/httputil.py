@@ -3,7 +3,12 @@ bodies, arguments."""
 
 import json
 
+from mqserver import webrequest
+
 from protocols.nsq.codec import is_valid_name
+
+_JSON_TYPE = b"application/json; charset=utf-8"
+_NSQ_TYPE = (b"X-NSQ-Content-Type", b"nsq; version=1.0")
 
 
 class HttpError(Exception):
@@ -34,12 +39,27 @@ def handler_for(route, request):
     return fn
 
 
+def _error_json(code):
+    return json.dumps({"message": code}).encode()
+
+
 def error_body(request, e):
     """Set the status and headers of HttpError C{e}; return its JSON body."""
     request.setResponseCode(e.status)
-    request.setHeader(b"X-NSQ-Content-Type", b"nsq; version=1.0")
-    request.setHeader(b"Content-Type", b"application/json; charset=utf-8")
-    return head_aware(request, json.dumps({"message": e.code}).encode())
+    request.setHeader(*_NSQ_TYPE)
+    request.setHeader(b"Content-Type", _JSON_TYPE)
+    return head_aware(request, _error_json(e.code))
+
+
+class NsqSite(webrequest.Site):
+    """The site of an nsqd or nsqlookupd HTTP API: its refusals are nsqd's errors
+    (C{{"message": CODE}}), and a body past the limit is C{BODY_TOO_BIG}."""
+
+    def body_limit(self, request, method, path):
+        return self.max_body, "BODY_TOO_BIG"
+
+    def refusal(self, status, code):
+        return webrequest.Refusal(status, _error_json(code), _JSON_TYPE, [_NSQ_TYPE])
 
 
 def result_body(request, result, plain):

@@ -1,11 +1,11 @@
 """nsqlookupd's HTTP API (``listen.lookupd_http``): /ping, /info, /lookup, /topics,
 /channels, /nodes, topic/channel create/delete, /topic/tombstone, /debug."""
 
-from twisted.web import resource, server
+from twisted.web import resource
 
-from mqserver import webrequest
-
-from protocols.nsq.httputil import HttpError, arg as _arg, error_body, handler_for, name_arg, result_body
+from protocols.nsq.httputil import (
+    HttpError, NsqSite, arg as _arg, error_body, handler_for, name_arg, result_body,
+)
 from protocols.nsq.version import VERSION
 
 
@@ -94,17 +94,11 @@ class LookupdHttpResource(resource.Resource):
             raise HttpError(404, "CHANNEL_NOT_FOUND")
 
 
-class LookupdHttpSite(server.Site):
-    """The nsqlookupd HTTP site."""
-
-    noisy = False
-    requestFactory = webrequest.Request
+class LookupdHttpSite(NsqSite):
+    """The nsqlookupd HTTP site (no route reads a body: at most 64 KiB is taken)."""
 
     def __init__(self, registry, idle_timeout=60.0, reactor=None):
         super().__init__(LookupdHttpResource(registry), timeout=idle_timeout or None, reactor=reactor)
-
-    def log(self, request):
-        pass
 
 
 def make_factory(broker, config, reactor):

@@ -13,7 +13,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from mqserver.cluster.lookupd import LookupRegistry
-from mqserver.errors import TopicExists
+from mqserver.errors import StartupError, TopicExists
 
 from protocols.nsq.auth import AuthClient
 from protocols.nsq.codec import is_valid_name
@@ -29,8 +29,12 @@ def tls_options(cert, key):
         return None
     from twisted.internet import ssl
 
-    with open(key, "rb") as k, open(cert, "rb") as c:
-        return ssl.PrivateCertificate.loadPEM(k.read() + b"\n" + c.read()).options()
+    try:
+        with open(key, "rb") as k, open(cert, "rb") as c:
+            return ssl.PrivateCertificate.loadPEM(k.read() + b"\n" + c.read()).options()
+    except Exception as e:  # the file system's, pyOpenSSL's or Twisted's own error
+        raise StartupError(f"config keys 'nsq.tlsCert' ({cert}) and 'nsq.tlsKey' ({key}):"
+                           f" cannot load the certificate and key ({type(e).__name__}: {e})") from None
 
 
 class NsqNode:

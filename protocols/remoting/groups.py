@@ -5,6 +5,7 @@ import os
 
 from twisted.internet import defer
 
+from mqserver.errors import StoreError
 from mqserver.store.flush import read_json
 
 from protocols.remoting import codes
@@ -52,7 +53,13 @@ class Groups:
         if not self.consumers.changed_configs:
             return
         self.consumers.changed_configs = False
-        self._files.write(GROUP_FILE, self.wrapper(data_version), sync)
+        written = self._files.write(GROUP_FILE, self.wrapper(data_version), sync)
+        if written is not None:
+            written.addErrback(self._unsaved)
+
+    def _unsaved(self, failure):
+        failure.trap(StoreError)  # counted and logged as a disk error
+        self.consumers.changed_configs = True  # the next save (the tick) tries again
 
     # -- configs -------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import os
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from mqserver.store.flush import write_json_atomic
+from mqserver.errors import StoreError
 
 from protocols.remoting.topicview import (
     DLQ_PREFIX, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX, TBW102, make_attrs, topic_config,
@@ -18,7 +18,12 @@ TOPIC_FILE = "topic.json"
 
 class ConfigFiles:
     """Writes the door's JSON files (``topic.json``, ``subscriptionGroup.json``) into the
-    store directory, atomically, on the store's disk thread or at once."""
+    store directory, atomically, on the store's disk thread or at once.
+
+    A write that fails (a full disk) is a disk error of the store: counted and logged
+    as the store's own (one line per disk trouble, L{mqserver.store.disk.DiskGuard}),
+    and the file as it was stays (the write goes to a temporary file first).
+    """
 
     log = Logger()
 
@@ -26,17 +31,34 @@ class ConfigFiles:
         self._store = store
 
     def write(self, name, data, sync):
-        """Write C{data} as the file C{name}: now when C{sync}, else on the disk thread."""
+        """Write C{data} as the file C{name}: now when C{sync} (raising OSError), else on
+        the disk thread.
+
+        @return: (not C{sync}) a Deferred firing once written, or failing with the
+            L{StoreError} to answer a request with (L{DiskFullError} for a full disk),
+            the failure already counted and logged.
+        """
         if sync:
-            write_json_atomic(os.path.join(self._store.path, name), data)
-        else:
-            self.save(name, data).addErrback(
-                lambda f: self.log.failure("writing {name} failed", f, name=name))
+            self._store.io.write_json(os.path.join(self._store.path, name), data)
+            return None
+        return self.save(name, data).addErrback(self._failed, name)
 
     def save(self, name, data):
         """Write C{data} as the file C{name} on the disk thread; return a Deferred that
         fires once it is written, or fails with the error."""
-        return self._store.runner.run(write_json_atomic, os.path.join(self._store.path, name), data)
+        store = self._store
+        return store.runner.run(store.io.write_json, os.path.join(store.path, name), data)
+
+    def _failed(self, f, name):
+        if f.check(OSError):
+            raise self._store.disk.failed(f"writing {name}", f.value)
+        self.log.failure("writing {name} failed", f, name=name)
+        raise StoreError(f"writing {name} failed")
+
+
+def _written(failure):
+    """Errback of a write nothing waits for: its failure was counted and logged."""
+    failure.trap(StoreError)
 
 
 class TopicTable:
@@ -78,17 +100,32 @@ class TopicTable:
         @return: a Deferred firing (never failing) once the nameservers answered the
             re-registration, or at once when there was none to make.
         """
+        written, registered = self._update(sync)
+        written.addErrback(_written)
+        return registered
+
+    def _update(self, sync):
+        """L{check}'s work: return the Deferreds of the topic.json write (failing with
+        a L{StoreError} when it failed) and of the re-registration."""
         table = {t.name: topic_config(t) for t in self.broker.topics() if t.valid(self.broker.now_ms())}
         fp = sorted((n, tuple(sorted(c.items()))) for n, c in table.items())
         if fp == self._topic_fingerprint:
-            return defer.succeed(None)
+            return defer.succeed(None), defer.succeed(None)
         first = self._topic_fingerprint is None
         self._topic_fingerprint = fp
         self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": self.broker.now_ms()}
-        self._files.write(TOPIC_FILE, {"topicConfigTable": table, "dataVersion": self.data_version}, sync)
-        if first:
-            return defer.succeed(None)
-        return self._registrar.kick()
+        written = self._files.write(TOPIC_FILE, {"topicConfigTable": table, "dataVersion": self.data_version},
+                                    sync)
+        if written is None:
+            written = defer.succeed(None)
+        written.addErrback(self._unwritten, fp)
+        return written, defer.succeed(None) if first else self._registrar.kick()
+
+    def _unwritten(self, failure, fp):
+        # the file on disk is the old table: the next check (the tick) writes it again
+        if self._topic_fingerprint == fp:
+            self._topic_fingerprint = [("unwritten",)]
+        return failure
 
     def wrapper(self):
         """The TopicConfigSerializeWrapper: every valid topic's config and the data version."""
@@ -106,8 +143,10 @@ class TopicTable:
         return d
 
     def _created(self, t):
-        self.check()
-        return t
+        # the request that created the topic is answered once topic.json holds it, or
+        # fails with the store's error (a full disk) when it could not be written
+        written, _ = self._update(False)
+        return written.addCallback(lambda _: t)
 
     def auto_create(self, name, default_topic, queue_nums):
         """Create an unknown topic a producer sends to, or return None when not allowed

@@ -100,6 +100,26 @@ def test_config_check_names_what_is_wrong(tmp_path):
     assert p.returncode == 1 and "cannot read config" in p.stderr
 
 
+def test_config_check_does_not_probe_the_host(tmp_path, used_port):
+    """A config is checked, not tried: one whose door's port is in use (as while its
+    broker runs) and whose data directory does not exist yet is valid; ``mqserver run``
+    with it refuses to start with one line."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({
+        "store": {"path": str(tmp_path / "not-yet")},
+        "listen": {"smss": f"tcp:{used_port}:interface=127.0.0.1", "namesrv": "off",
+                   "broker": "off", "nsqd_tcp": "off", "nsqd_http": "off",
+                   "lookupd_tcp": "off", "lookupd_http": "off", "msgout": "off",
+                   "console": "off", "metrics": "off", "admin": "off"}}))
+    p = cli("config", "--check", str(path))
+    assert (p.returncode, p.stdout.strip()) == (0, f"{path}: valid"), p.stderr
+    assert not (tmp_path / "not-yet").exists()
+    p = cli("run", "--config", str(path))
+    assert p.returncode == 1
+    assert p.stderr.startswith(f"mqserver cannot start: front door smss cannot listen on "
+                               f"tcp:{used_port}:interface=127.0.0.1"), p.stderr
+
+
 def _port(ready_path):
     try:
         with open(ready_path) as f:

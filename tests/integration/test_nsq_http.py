@@ -50,7 +50,8 @@ def test_pub_and_mpub_text_and_binary(nsq):
     ("POST", "/pub?topic=bad!", b"x", 400, "INVALID_TOPIC"),
     ("POST", "/pub?topic=t", b"", 400, "MSG_EMPTY"),
     ("POST", "/pub?topic=t&defer=3600001", b"x", 400, "INVALID_DEFER"),
-    ("POST", "/pub?topic=t", b"x" * 1048577, 413, "MSG_TOO_BIG"),
+    # (a /pub body over the limit is refused from its head: test_http_bodies.py)
+    ("POST", "/mpub?topic=t", b"x" * 1048577, 413, "MSG_TOO_BIG"),
     ("GET", "/pub?topic=t", None, 405, "METHOD_NOT_ALLOWED"),
     ("GET", "/nope", None, 404, "NOT_FOUND"),
     ("POST", "/mpub?topic=t&binary=true", b"\x00\x00", 413, "BAD_BODY"),

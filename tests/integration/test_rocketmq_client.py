@@ -11,9 +11,8 @@ from protocols.remoting import codes
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import (
     FAST_DELAYS, ClientProc, messages, namesrv_addr, broker_port, rocket_server, run_client, sends,
-    wait_held_by_each, wait_route, wait_split,
+    wait_held_by_each, wait_members, wait_route, wait_split,
 )
-from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 #: The queues of a topic auto-created on the broker (named broker-a by default).
@@ -106,20 +105,6 @@ def test_tag_filtering(rmq):
     got2 = messages(consume(rmq, "RTTags", "--group", "CTags2", "--expr", "TagA || TagC", "--expect", 8,
                             "--linger", 2).result())
     assert len(got2) == 8 and {m["tags"] for m in got2} == {"TagA", "TagC"}
-
-
-def wait_members(rmq, group, n, timeout=30.0):
-    """Wait until C{group} has C{n} consumers registered (bounded)."""
-    c = RemotingClient("127.0.0.1", broker_port(rmq))
-
-    def members():
-        r = c.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
-        return r.code == codes.SUCCESS and len(json.loads(r.body)["consumerIdList"]) >= n
-
-    try:
-        wait_until(members, timeout, f"group {group} to have {n} members", interval=0.2)
-    finally:
-        c.close()
 
 
 def test_clustering_two_consumers_share_the_topic(rmq):

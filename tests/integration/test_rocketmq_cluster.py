@@ -10,7 +10,7 @@ from protocols.remoting import codes
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import (
     ClientProc, NamesrvProcess, broker_port, messages, namesrv_addr, rocket_server, run_client, sends,
-    wait_split,
+    wait_members, wait_split,
 )
 from tests.support.wait import wait_until
 
@@ -73,19 +73,6 @@ def test_pending_delay_fires_after_restart(tmp_path):
     finally:
         s.stop()
         s.close()
-
-
-def wait_members(server, group, n, timeout=30.0):
-    c = RemotingClient("127.0.0.1", broker_port(server))
-
-    def members():
-        r = c.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
-        return r.code == codes.SUCCESS and len(json.loads(r.body)["consumerIdList"]) >= n
-
-    try:
-        wait_until(members, timeout, f"group {group} to have {n} members", interval=0.2)
-    finally:
-        c.close()
 
 
 def test_two_brokers_one_nameserver(tmp_path):

@@ -245,3 +245,105 @@ def test_twistd_uid_binds_privileged_and_leaves_data_to_the_service_user(tmp_pat
         assert set(owners.values()) == {nobody}, owners
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _start_output(tmp_path, config_text, *args, command=None):
+    """Start a broker as an operator does (``python -m mqserver -n mqserver --config
+    ...``: no log file, twistd logs to stdout) and return (exit status, stdout+stderr)."""
+    import subprocess
+    import sys
+
+    from tests.support.server import ROOT, _door_names
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(config_text)
+    off = [a for d in _door_names() if d not in config_text for a in ("--listen", f"{d}=off")]
+    command = command or [sys.executable, "-m", "mqserver"]
+    proc = subprocess.run([*command, "-n", "--pidfile=", "mqserver", "--config", str(cfg), *off, *args],
+                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace")
+
+
+def _one_line(code, out):
+    assert code != 0, out
+    lines = out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mqserver cannot start: "), out
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["store path is a file", "store path under a file",
+                                  "unknown key", "wrong type", "bad YAML", "missing config",
+                                  "port in use", "bad TLS files", "bad NSQ TLS files",
+                                  "unknown door", "unknown option"])
+def test_every_start_up_failure_is_one_line(tmp_path, used_port, case):
+    """Whatever stops start-up, the operator sees one line naming the key, file or door
+    (no traceback, no usage text) and a non-zero exit status."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    smss = "listen:\n  smss: tcp:0:interface=127.0.0.1\n"
+    data = f"store:\n  path: {tmp_path / 'data'}\n"
+    bad_pem = tmp_path / "bad.pem"
+    bad_pem.write_text("not a certificate\n")
+    cases = {
+        "store path is a file": (f"store:\n  path: {afile}\n" + smss, (),
+                                 f"store.path {afile} cannot be used: it is a file, not a directory"),
+        "store path under a file": (f"store:\n  path: {afile}/data\n" + smss, (),
+                                    f"store.path {afile}/data cannot be used: {afile} is a file"),
+        "unknown key": (data + smss + "bogus: 1\n", (), "unknown config key 'bogus'"),
+        "wrong type": (data + smss + "nsq:\n  maxMsgSize: big\n", (), "'nsq.maxMsgSize' must be"),
+        "bad YAML": ("store: [\n  x: : :\n", (), "config.yaml is not valid YAML: "),
+        "missing config": (data, ("--config", str(tmp_path / "nope.yaml")),
+                           f"cannot read config {tmp_path / 'nope.yaml'}: No such file"),
+        "port in use": (data + f"listen:\n  smss: tcp:{used_port}:interface=127.0.0.1\n", (),
+                        f"front door smss cannot listen on tcp:{used_port}:interface=127.0.0.1: "
+                        "[Errno 98] Address already in use"),
+        "bad TLS files": (data + f"listen:\n  smss: ssl:0:interface=127.0.0.1:privateKey={bad_pem}:"
+                          f"certKey={bad_pem}\n", (), "front door smss cannot listen on 'ssl:0"),
+        "bad NSQ TLS files": (data + "listen:\n  nsqd_tcp: tcp:0:interface=127.0.0.1\n"
+                              f"nsq:\n  tlsCert: {bad_pem}\n  tlsKey: {tmp_path / 'none.key'}\n", (),
+                              f"config keys 'nsq.tlsCert' ({bad_pem}) and 'nsq.tlsKey'"),
+        "unknown door": (data + smss, ("--listen", "nope=tcp:1"), "unknown front door 'nope'"),
+        "unknown option": (data + smss, ("--bogus",), "option --bogus not recognized"),
+    }
+    config_text, args, expect = cases[case]
+    line = _one_line(*_start_output(tmp_path, config_text, *args))
+    assert expect in line, line
+    assert not (tmp_path / "data").exists()  # nothing was made
+
+
+def test_a_held_data_directory_is_one_line(tmp_path):
+    from mqserver.store.lock import DirectoryLock
+
+    data = tmp_path / "data"
+    data.mkdir()
+    holder = DirectoryLock(str(data))
+    holder.acquire()
+    try:
+        code, out = _start_output(tmp_path, f"store:\n  path: {data}\n"
+                                  "listen:\n  smss: tcp:0:interface=127.0.0.1\n")
+    finally:
+        holder.release()
+    line = _one_line(code, out)
+    assert f"data directory {data} is in use by process {os.getpid()}" in line, line
+
+
+def test_twistds_own_script_gives_the_same_one_line(tmp_path):
+    """``twistd -n mqserver`` (the console script) too: the config error alone, without
+    twistd's usage text."""
+    import sys
+
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    line = _one_line(*_start_output(tmp_path, "bogus: 1\n", command=[twistd]))
+    assert line == "mqserver cannot start: unknown config key 'bogus'"
+
+
+def test_help_still_shows_the_usage_text(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.support.server import ROOT
+
+    proc = subprocess.run([sys.executable, "-m", "mqserver", "mqserver", "--help"], cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, timeout=60)
+    assert proc.returncode == 0 and b"--listen" in proc.stdout and b"--config" in proc.stdout

@@ -4,7 +4,10 @@ certificates made at test time, and a client speaking that door's protocol over 
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import urllib.request
 
 import pytest
 
@@ -18,7 +21,11 @@ from tests.support.server import ServerProcess
 from tests.support.tls import Certs
 
 DOORS = ("smss", "namesrv", "broker", "nsqd_tcp", "nsqd_http", "lookupd_tcp", "lookupd_http",
-         "msgout", "console")
+         "msgout", "console", "admin", "metrics")
+
+#: every HTTP door's site (as its port is logged) and a GET route it answers with 200
+HTTPS_DOORS = [("NsqdHttpSite", "/ping"), ("LookupdHttpSite", "/ping"), ("MsgoutSite", "/v1/queues"),
+               ("AdminSite", "/stats"), ("MetricsSite", "/metrics")]
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +130,39 @@ def test_msgout_over_https_and_console_over_tls(srv, certs):
         with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
             s.sendall(b"QUIT\n")
             assert s.recv(100) == b"OK bye\r\n"
+
+
+def _get(sock, path):
+    sock.sendall(b"GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" % path.encode())
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("site, path", HTTPS_DOORS)
+def test_https_doors_answer_clients_that_offer_alpn(srv, certs, site, path):
+    """A client offering h2 and http/1.1 over ALPN (browsers, Go, curl) gets http/1.1
+    negotiated and its answer, as does urllib with its default ALPN (http/1.1) and curl
+    as it comes."""
+    port = srv.ports[site]
+    ctx = certs.client_context()
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            assert s.selected_alpn_protocol() == "http/1.1"
+            assert _get(s, path).startswith(b"HTTP/1.1 200 ")
+
+    ctx = certs.client_context()
+    ctx.set_alpn_protocols(["http/1.1"])  # what urllib's own default context offers
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", timeout=10, context=ctx) as r:
+        assert r.status == 200
+
+    curl = shutil.which("curl")
+    if curl is not None:
+        out = subprocess.run([curl, "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", certs.ca,
+                              f"https://127.0.0.1:{port}{path}"], capture_output=True, text=True, timeout=30)
+        assert (out.returncode, out.stdout) == (0, "200"), out.stderr
 
 
 def wait_for(predicate, timeout=20.0):

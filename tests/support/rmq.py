@@ -38,6 +38,21 @@ def broker_port(server):
     return server.ports["BrokerDoor"]
 
 
+def wait_members(server, group, n, timeout=30.0):
+    """Wait until consumer group C{group} of C{server}'s broker door has C{n} consumers
+    registered (bounded)."""
+    c = RemotingClient("127.0.0.1", broker_port(server))
+
+    def members():
+        r = c.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+        return r.code == codes.SUCCESS and len(json.loads(r.body)["consumerIdList"]) >= n
+
+    try:
+        wait_until(members, timeout, f"group {group} to have {n} members", interval=0.2)
+    finally:
+        c.close()
+
+
 def usable_route(namesrv, topic):
     """Return the route the nameserver at C{namesrv} (``host:port``) gives for C{topic}
     if clients can use it (queues on a broker whose master address it knows), else

@@ -116,3 +116,23 @@ def test_a_factory_that_cannot_be_built_refuses_the_connection_and_is_retried():
     failures = [e for e in events if e.get("log_failure") is not None]
     assert len(failures) == 1 and failures[0]["door"] == "FlakySite"
     assert failures[0]["log_failure"].check(RuntimeError)
+
+
+def test_offers_the_built_sites_alpn_protocols():
+    """Behind TLS, ALPN asks the factory for its protocols during the handshake: the
+    site built at the first connection answers (a twisted.web site: http/1.1), so a
+    client offering h2 and http/1.1 is not refused for want of a common protocol."""
+    from twisted.internet.interfaces import IProtocolNegotiationFactory
+    from twisted.web import resource, server
+
+    site = server.Site(resource.Resource())
+    f = FirstUseFactory(lambda: site, "Site")
+    assert IProtocolNegotiationFactory.providedBy(f)
+    assert f.acceptableProtocols() == []  # nothing built, nothing to offer
+    f.doStart()
+    f.buildProtocol(ADDR)
+    assert f.acceptableProtocols() == site.acceptableProtocols()
+    assert b"http/1.1" in f.acceptableProtocols()
+    plain = FirstUseFactory(Counting, "Plain")  # a factory without a protocol list
+    plain.buildProtocol(ADDR)
+    assert plain.acceptableProtocols() == []

@@ -62,3 +62,28 @@ def test_plain_endpoint_listens_on_a_real_socket():
             pass
     finally:
         yield port.stopListening()
+
+
+def test_probe_bind_finds_what_the_listener_would_hit():
+    """tcp: and ssl: descriptions are probed (port in use, address this host lacks);
+    other kinds are left to their listener."""
+    import errno
+    import socket
+
+    import pytest
+
+    from mqserver.listen import probe_bind
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        for desc in (f"tcp:{port}:interface=127.0.0.1",
+                     f"ssl:port={port}:privateKey=a\\:b.pem:interface=127.0.0.1"):
+            with pytest.raises(OSError) as e:
+                probe_bind(desc)
+            assert e.value.errno == errno.EADDRINUSE
+    with pytest.raises(OSError):
+        probe_bind("tcp:0:interface=192.0.2.1")
+    probe_bind("tcp:0:interface=127.0.0.1")
+    probe_bind("unix:/nonexistent/dir/sock")  # not probed

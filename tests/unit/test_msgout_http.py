@@ -9,7 +9,8 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
 from protocols.msgout.api import MsgoutApi
-from protocols.msgout.http import MsgoutRequest, MsgoutSite, _Discard, request_target
+from mqserver.webrequest import Request, _Discard, request_target
+from protocols.msgout.http import MsgoutSite
 from tests.unit.test_msgout_queues import declare, open_broker, pub
 
 
@@ -82,7 +83,7 @@ def test_request_target_falls_back_when_the_channel_hides_it():
     class Bare:
         pass
 
-    r = MsgoutRequest.__new__(MsgoutRequest)
+    r = Request.__new__(Request)
     r.channel = Bare()
     assert request_target(r) == (None, None)
 

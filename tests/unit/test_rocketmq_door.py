@@ -25,11 +25,11 @@ from tests.support.remoting_client import mq_json
 class Door:
     """A broker door on a Clock with one client connection."""
 
-    def __init__(self, path, **rocketmq):
+    def __init__(self, path, io=None, **rocketmq):
         self.clock = Clock()
         self.clock.advance(1_700_000_000)
         self.store = MessageStore(str(path), self.clock, clock=self.clock.seconds, segment_size=1 << 20,
-                                  flush_level=0)
+                                  flush_level=0, io=io)
         self.broker = Broker(self.store, self.clock)
         config = build_config({"rocketmq": rocketmq})
         self.door = BrokerDoor(self.broker, config, self.clock)
@@ -374,3 +374,29 @@ def test_update_broker_config_that_cannot_be_kept_changes_nothing(door, tmp_path
     assert r.remark.startswith("updateBrokerConfig: writing brokerConfig.json failed: ")
     assert broker_config(door)["autoCreateTopicEnable"] == "true"
     assert send(door, "StillAuto").code == codes.SUCCESS
+
+
+def test_a_topic_json_that_cannot_be_written_fails_the_send_that_auto_creates(tmp_path):
+    """The auto-created topic is in the log, but topic.json cannot hold it (a full disk):
+    the send gets the full-disk answer, the failure is one of the store's disk errors,
+    and the next tick writes topic.json once the disk has room."""
+    import errno
+
+    from mqserver.store.fileio import FaultyIO
+
+    io = FaultyIO()
+    d = Door(tmp_path / "s", io=io)
+    try:
+        io.json_error = errno.ENOSPC
+        r = send(d, "AutoT")
+        assert r.code == codes.SERVICE_NOT_AVAILABLE and "disk is full" in r.remark, r.remark
+        assert d.store.disk_errors == 1 and d.store.disk.disk_trouble.startswith("writing topic.json")
+        d.door._tick()  # the disk is still full: tried again, counted again
+        assert d.store.disk_errors == 2
+        io.json_error = None
+        d.door._tick()
+        with open(tmp_path / "s" / "topic.json") as f:
+            assert "AutoT" in json.load(f)["topicConfigTable"]
+        assert send(d, "AutoT").code == codes.SUCCESS
+    finally:
+        d.close()

@@ -37,16 +37,25 @@ def critical():
     globalLogPublisher.removeObserver(observe)
 
 
-def test_a_door_failing_after_the_store_opened_closes_the_store(tmp_path, critical, used_port):
+def test_a_door_failing_after_the_store_opened_closes_the_store(tmp_path, critical):
     """Started without privilegedStartService (as twist does), the listener binds after
     the store opened; its failure stops the process and the store is closed cleanly:
-    checkpoint written, lock released."""
+    checkpoint written, lock released. (The port is taken after the options were
+    checked, which would have refused it.)"""
+    import socket
+
     from twisted.internet import reactor
 
-    desc = f"tcp:{used_port}:interface=127.0.0.1"
-    root = makeService(options(tmp_path, smss=desc), reactor)
-    with pytest.raises(SystemExit) as exit_info:
-        root.startService()
+    with socket.socket() as taker:
+        taker.bind(("127.0.0.1", 0))
+        desc = f"tcp:{taker.getsockname()[1]}:interface=127.0.0.1"
+    opts = options(tmp_path, smss=desc)
+    with socket.socket() as taker:
+        taker.bind(("127.0.0.1", int(desc.split(":")[1])))
+        taker.listen(1)
+        root = makeService(opts, reactor)
+        with pytest.raises(SystemExit) as exit_info:
+            root.startService()
     assert exit_info.value.code == 1
     assert critical == [f"mqserver cannot start: front door smss cannot listen on {desc}: "
                         "[Errno 98] Address already in use"]
@@ -197,3 +206,19 @@ def test_start_up_names_each_door_then_says_ready_and_writes_the_ready_file(tmp_
                                                  f"(unix:{sock})")
     assert os.listdir(tmp_path).count("ready.json") == 1
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def test_a_store_path_that_cannot_be_used_at_start_is_one_critical_line(tmp_path, critical):
+    """The options found the data directory usable, but at start (as another user under
+    twistd --uid, or changed meanwhile) it is not: one line naming store.path, exit 1,
+    no traceback."""
+    from twisted.internet import reactor
+
+    opts = options(tmp_path)
+    (tmp_path / "data").write_text("now a file")
+    root = makeService(opts, reactor)
+    with pytest.raises(SystemExit) as exit_info:
+        root.startService()
+    assert exit_info.value.code == 1
+    assert critical == [f"mqserver cannot start: store.path {tmp_path / 'data'} cannot be used: "
+                        f"[Errno 17] File exists: '{tmp_path / 'data'}'"]

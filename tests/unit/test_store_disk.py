@@ -4,6 +4,7 @@ resume once the disk works again, nothing acknowledged is lost and the log recov
 the disk-usage watermark store.diskMaxUsedRatio."""
 
 import errno
+import os
 
 import pytest
 from twisted.internet.task import Clock
@@ -156,3 +157,21 @@ def test_disk_usage_watermark_refuses_then_accepts(tmp_path, logged, monkeypatch
     assert len([x for x in logged if "publishes are refused" in x]) == 1
     assert len([x for x in logged if "publishes are accepted again" in x]) == 1
     s.close()
+
+
+@pytest.mark.parametrize("code, cls, text", [(errno.ENOSPC, DiskFullError, "disk full: No space left on device"),
+                                             (errno.EDQUOT, DiskFullError, "disk full: Disk quota exceeded"),
+                                             (errno.EIO, StoreError, "writing x.json failed: Input/output error")])
+def test_a_failed_write_of_a_state_file_is_a_disk_error(tmp_path, logged, code, cls, text):
+    """DiskGuard.failed: counted, logged once per trouble (no traceback), and the error
+    to answer the request with."""
+    s = open_store(tmp_path / "s", FaultyIO())
+    try:
+        err = s.disk.failed("writing x.json", OSError(code, os.strerror(code)))
+        assert type(err) is cls and str(err) == text
+        s.disk.failed("writing x.json", OSError(code, "again"))
+        assert s.disk_errors == 2 and s.disk_full_events == 1
+        assert sum("disk trouble: writing x.json failed" in line for line in logged) == 1
+        assert not any("Traceback" in line for line in logged)
+    finally:
+        s.close()

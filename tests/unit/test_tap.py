@@ -3,7 +3,6 @@
 import pytest
 from twisted.application.service import IServiceMaker
 from twisted.plugin import getPlugins
-from twisted.python import usage
 
 from mqserver.config import ConfigError, build_config
 from mqserver.frontdoor import front_doors
@@ -58,16 +57,29 @@ def test_listen_off(tmp_path):
     assert [s.name for s in makeService(o)] == ["storage"]
 
 
-def test_bad_options_are_usage_errors(tmp_path):
-    """Unknown front doors, malformed --listen and bad config files are usage errors."""
-    with pytest.raises(usage.UsageError):
-        Options().parseOptions(["--listen", "nope=tcp:1"])
-    with pytest.raises(usage.UsageError):
-        Options().parseOptions(["--listen", "smss"])
+def refused(capsys, args):
+    """What C{Options().parseOptions(args)} writes before it ends the process."""
+    with pytest.raises(SystemExit) as exit_info:
+        Options().parseOptions(args)
+    assert exit_info.value.code == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    return err
+
+
+def test_bad_options_end_the_process_with_one_line(tmp_path, capsys):
+    """Unknown front doors, malformed --listen, unknown options and bad config files
+    end the process with one line on stderr (not twistd's usage text)."""
+    assert refused(capsys, ["--listen", "nope=tcp:1"]) == (
+        "mqserver cannot start: unknown front door 'nope' in --listen\n")
+    assert "--listen wants NAME=ENDPOINT" in refused(capsys, ["--listen", "smss"])
+    assert "--bogus" in refused(capsys, ["--bogus"])
     cfg = tmp_path / "c.yaml"
     cfg.write_text("store:\n  flushLevl: 2\n")
-    with pytest.raises(usage.UsageError, match="store.flushLevl"):
-        Options().parseOptions(["--config", str(cfg)])
+    assert "store.flushLevl" in refused(capsys, ["--config", str(cfg)])
+    cfg.write_text("store: [\n  x: : :\n")
+    assert refused(capsys, ["--config", str(cfg)]).endswith(
+        "is not valid YAML: expected the node content, but found ':' at line 2, column 6\n")
 
 
 @pytest.mark.parametrize(
