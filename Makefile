@@ -1,19 +1,30 @@
 # mqserver: `make run` starts a broker on the defaults, `make test` runs every test.
-# Both create the virtualenv in .venv and install the project into it when needed.
+# Both create the virtualenv in .venv and install the project into it when needed: `make
+# run` the broker alone, the other targets with the test, benchmark and Spark extras.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+RUN_STAMP := $(VENV)/.broker-stamp
 ARGS ?=
+SOURCES := setup.cfg setup.py pyproject.toml $(wildcard */*/*.c) $(wildcard mqserver/*.h)
 
-.PHONY: install java run test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-compare bench-audit audit audit-zip clean
+.PHONY: install java run unit test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-compare bench-audit audit audit-zip clean
 
-$(STAMP): setup.cfg setup.py pyproject.toml $(wildcard */*/*.c) $(wildcard mqserver/*.h)
+# The broker alone (what `make run` needs), with pip's progress shown.
+$(RUN_STAMP): $(SOURCES)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip setuptools wheel
+	$(PY) -m pip install --config-settings editable_mode=compat -e .
+	touch $(RUN_STAMP)
+
+# With the extras the tests, benchmarks and the audit need.
+$(STAMP): $(SOURCES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q --config-settings editable_mode=compat -e '.[test,bench,spark]'
-	touch $(STAMP)
+	$(PY) -m pip install --config-settings editable_mode=compat -e '.[test,bench,spark]'
+	touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
 
@@ -31,9 +42,15 @@ java:
 	  exit 1; \
 	fi
 
-# The broker on the defaults: data in ./data, smss on 127.0.0.1:12301.
-run: $(STAMP) java
-	PYTHONPATH=$(CURDIR) $(PY) -m mqserver -n --pidfile= mqserver $(ARGS)
+# The broker on the defaults: data in ./data, smss on 127.0.0.1:12301. exec: make's child
+# is the broker itself, so SIGTERM to it ends make with status 0, and Ctrl-C with no error.
+run: $(RUN_STAMP)
+	exec $(VENV)/bin/mqserver run $(ARGS)
+
+# The unit tests alone (in-process, no Java): under two minutes. `MQSERVER_PURE_PYTHON=1
+# make unit` runs them on the pure-Python paths.
+unit: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) -m pytest tests/unit -q -p no:cacheprovider
 
 # Every test, then the unit tests again on the pure-Python paths (the reference of each C
 # speedup, and what runs where none is built). The second pass runs and reports even when

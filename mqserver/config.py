@@ -104,6 +104,65 @@ SCHEMA = {
 }
 
 
+#: What each core key does (docs/configuration.md is generated from it).
+DOCS = {
+    "port": "shorthand for `listen.smss: tcp:PORT:interface=127.0.0.1`",
+    "role": "`master` or `slave` (also `--role`)",
+    "master": "the master a slave follows: `HOST:PORT` of its smss door, or a client "
+              "endpoint string such as `tls:HOST:PORT:trustRoots=DIR`; required for a "
+              "slave (also `--master`)",
+    "masterTls": "the slave reaches `HOST:PORT` over TLS (also `--master-tls`; "
+                 "docs/security.md)",
+    "masterCa": "CA file (PEM) the master's certificate must chain to; empty: the "
+                "system's trust roots",
+    "event": "eventId a slave starts after when it holds nothing newer (0: the master's "
+             "oldest record; also `--event`)",
+    "replication.syncReplicas": "on a master: mqserver followers that must hold a write "
+                                "before it is acknowledged (0: asynchronous; "
+                                "docs/replication.md)",
+    "replication.syncTimeoutMs": "ms a write waits for those followers before it fails "
+                                 "with the protocol's error",
+    "security.allow": "CIDRs of the peers every door accepts; others are closed at "
+                      "accept and logged once a minute per address (empty: everyone; "
+                      "docs/security.md)",
+    "store.path": "data directory (relative to the working directory; also `--data`); "
+                  "one broker per directory",
+    "store.maxLogSize": "commit-log segment size, bytes",
+    "store.flushLevel": "0: the OS cache only; 1: fsync once a second; 2: fsync (group "
+                        "commit) before a write is answered, and no consumer sees a "
+                        "message before it is durable",
+    "store.maxDays": "retention of sealed segments, days",
+    "store.clearInterval": "seconds between retention runs",
+    "store.waitDelLockTimeoutMs": "accepted for smss compatibility",
+    "store.noCache": "accepted for smss compatibility",
+    "store.maxMessageSize": "largest message body, bytes (at most what a segment holds)",
+    "store.cqEntriesPerFile": "20-byte entries per consume-queue file",
+    "store.diskMaxUsedRatio": "publishes are refused while the data directory's file "
+                              "system is fuller than this (as df shows it), accepted "
+                              "again below it",
+    "server.reactor": "`spinning`: the busy-polling reactor and direct socket writes "
+                      "(where this Twisted has the internals they read); `standard`: "
+                      "Twisted's epoll reactor",
+    "server.spinMicros": "µs the reactor keeps polling after traffic before it sleeps",
+    "server.spinProbe": "spin only where it pays: probes compare the CPU per byte read "
+                        "with and without the spin",
+    "log.path": "accepted for smss compatibility (twistd's `-l` chooses the log file)",
+    "log.sample": "accepted for smss compatibility",
+    "log.withGid": "accepted for smss compatibility",
+    "log.level": "accepted for smss compatibility",
+    "log.rotate.maxSize": "accepted for smss compatibility",
+    "log.rotate.maxBackups": "accepted for smss compatibility",
+    "log.rotate.maxAge": "accepted for smss compatibility",
+    "worker.buffSize": "accepted for smss compatibility",
+    "worker.waitMsgTimeout": "accepted for smss compatibility",
+    "worker.waitMsgTimeoutLogSample": "accepted for smss compatibility",
+    "background.defaultScanSecond": "accepted for smss compatibility (alias "
+                                    "`background.life.defaultScanSec`)",
+    "background.firstExecSecond": "accepted for smss compatibility (alias "
+                                  "`background.delay.firstExec`)",
+}
+
+
 #: Names the smss README uses for keys its code reads under another name.
 ALIASES = {
     "background.life.defaultScanSec": "background.defaultScanSecond",
@@ -117,26 +176,30 @@ class KeySet:
     A front door declares its keys in a module of its own, named by its plugin
     (L{mqserver.frontdoor.IFrontDoor.config}), holding:
       - C{KEYS}: dotted key -> C{(type, default, check or None, what the check wants)};
+      - C{DOCS}: dotted key -> what it does (one phrase, for docs/configuration.md);
       - C{ALIASES} (optional): other names of those keys;
       - C{validate(values)} (optional): checks across keys, raising L{ConfigError}.
 
     @ivar keys: dotted key -> (type, default, check, wants).
+    @ivar docs: dotted key -> what it does.
     @ivar aliases: alternative name -> dotted key.
     @ivar validate: callable(values) or None.
     @ivar owner: who owns the keys (for error messages).
     """
 
-    def __init__(self, keys, aliases=None, validate=None, owner="mqserver"):
+    def __init__(self, keys, aliases=None, validate=None, owner="mqserver", docs=None):
         self.keys = dict(keys)
         self.aliases = dict(aliases or {})
         self.validate = validate
         self.owner = owner
+        self.docs = dict(docs or {})
 
     @classmethod
     def from_module(cls, module):
         """Return the key set a front door's config module declares."""
         return cls(module.KEYS, getattr(module, "ALIASES", None),
-                   getattr(module, "validate", None), owner=module.__name__)
+                   getattr(module, "validate", None), owner=module.__name__,
+                   docs=getattr(module, "DOCS", None))
 
 
 def _core_validate(values):
@@ -144,7 +207,7 @@ def _core_validate(values):
         raise ConfigError("config key 'master' (HOST:PORT) is required when role is slave")
 
 
-CORE = KeySet(SCHEMA, ALIASES, _core_validate)
+CORE = KeySet(SCHEMA, ALIASES, _core_validate, docs=DOCS)
 
 
 class Config:

@@ -2,11 +2,14 @@
 listeners close before the store flushes on shutdown (MultiService stops its children
 in reverse order)."""
 
+import json
 import os
+import signal
 import socket
 
 from twisted.application import service
 from twisted.application.internet import TimerService
+from twisted.internet.address import IPv4Address, IPv6Address, UNIXAddress
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -20,6 +23,7 @@ from mqserver.store import format as fmt
 from mqserver.store.flush import ThreadRunner
 from mqserver.store.lock import UnusableDirectory
 from mqserver.store.store import MessageStore
+from mqserver.version import version
 
 
 def local_ipv4():
@@ -192,22 +196,42 @@ class StorageService(service.MultiService):
 
 
 def count_connections(factory, door, stats):
-    """Make C{factory} tell the broker's statistics about every connection it builds (the
+    """Make C{factory} tell the broker's statistics about every connection it serves (the
     connections of front door C{door} and their client addresses), adding nothing to a
     connection's own work.
 
     The factory's C{buildProtocol} is wrapped on the instance rather than the factory
-    itself, because doors find their listening port by the factory's identity."""
+    itself, because doors find their listening port by the factory's identity. The
+    statistics learn the connection's transport when the protocol gets it
+    (C{makeConnection}, wrapped on the protocol instance): the protocol a factory builds
+    may be a wrapper without a transport of its own (twisted.web's HTTP channel)."""
     build = factory.buildProtocol
 
     def buildProtocol(addr):
         p = build(addr)
         if p is not None:
-            stats.connection_made(door, p, addr)
+            connect = p.makeConnection
+
+            def makeConnection(transport):
+                stats.connection_made(door, transport, addr)
+                return connect(transport)
+
+            p.makeConnection = makeConnection
         return p
 
     factory.buildProtocol = buildProtocol
     return factory
+
+
+def write_ready_file(path, info):
+    """Write C{info} as JSON to C{path} atomically: a reader finds the whole file or
+    none (a temporary file beside it, then renamed over it)."""
+    path = os.path.abspath(path)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(info, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
 
 
 class ListenError(StartupError):
@@ -277,6 +301,31 @@ class ListenerService(service.Service):
         if isinstance(result, Failure):
             raise ListenError(self.door, self.description, _reason(result))
         self.port = result
+        self.log.info("door {door} listening on {endpoint} ({address})", door=self.door,
+                      endpoint=self.description, address=self.address())
+
+    def bound(self):
+        """Return where the door is bound: C{{"host": HOST, "port": PORT}}, or
+        C{{"path": PATH}} for a UNIX socket; None when it is not listening."""
+        if self.port is None:
+            return None
+        addr = self.port.getHost()
+        if isinstance(addr, (IPv4Address, IPv6Address)):
+            return {"host": addr.host, "port": addr.port}
+        if isinstance(addr, UNIXAddress):
+            name = addr.name
+            return {"path": name.decode("utf-8", "replace") if isinstance(name, bytes) else name}
+        return {"address": str(addr)}
+
+    def address(self):
+        """Return the bound address as text: C{tcp:HOST:PORT} or C{unix:PATH}."""
+        where = self.bound()
+        if "port" in where:
+            host = where["host"]
+            return f"tcp:[{host}]:{where['port']}" if ":" in host else f"tcp:{host}:{where['port']}"
+        if "path" in where:
+            return f"unix:{where['path']}"
+        return where["address"]
 
     def stopService(self):
         super().stopService()
@@ -298,10 +347,11 @@ class BrokerService(service.MultiService):
 
     log = Logger()
 
-    def __init__(self, config, reactor):
+    def __init__(self, config, reactor, ready_file=None):
         super().__init__()
         self.config = config
         self._reactor = reactor
+        self.ready_file = ready_file
         self.storage = StorageService(config, reactor)
         self.storage.setName("storage")
         self.storage.setServiceParent(self)
@@ -321,6 +371,9 @@ class BrokerService(service.MultiService):
         if desc is None:
             return None
         count_connections(factory, name, self.storage.broker.stats)
+        self.storage.broker.stats.door_listening(name)
+        # the listening port's log lines name the door, not the factory's class
+        factory.logPrefix = lambda: f"door {name}"
         endpoint = server_endpoint(self._reactor, desc)
         if self.allow is not None:  # security.allow: refused at accept, on every door
             endpoint = AllowListEndpoint(endpoint, self.allow, name)
@@ -330,6 +383,18 @@ class BrokerService(service.MultiService):
         return svc
 
     def privilegedStartService(self):
+        self.log.info("mqserver {version} starting: {role}, data {path}, pid {pid}",
+                      version=version(), role=self.config["role"],
+                      path=os.path.abspath(self.config["store.path"]), pid=os.getpid())
+        if self.ready_file:
+            # a file left by an earlier run must not say this one is ready
+            try:
+                os.remove(self.ready_file)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                self._refuse(StartupError(f"cannot replace the ready file {self.ready_file}: "
+                                          f"{e.strerror}"))
         try:
             super().privilegedStartService()
         except StartupError as e:
@@ -340,7 +405,43 @@ class BrokerService(service.MultiService):
             super().startService()
         except StartupError as e:
             self._refuse(e)
+        self._ready()
         self._reactor.callWhenRunning(release_free_heap)
+        self._reactor.callWhenRunning(self._stop_cleanly_on_signals)
+
+    def listeners(self):
+        """Return the L{ListenerService} of every door that listens, in start order."""
+        return [child for child in self if isinstance(child, ListenerService)]
+
+    def _ready(self):
+        """Every door listens and the store is open: say so in one line, and write the
+        ready file when asked for one."""
+        doors = self.listeners()
+        self.log.info("mqserver {version} ready: {doors}", version=version(),
+                      doors=", ".join(f"{d.door} {d.address()}" for d in doors) or "no doors")
+        if self.ready_file:
+            try:
+                write_ready_file(self.ready_file, {
+                    "version": version(), "pid": os.getpid(),
+                    "doors": {d.door: dict(d.bound(), endpoint=d.description) for d in doors}})
+            except OSError as e:
+                self._refuse(StartupError(f"cannot write the ready file {self.ready_file}: "
+                                          f"{e.strerror}"))
+
+    def _stop_cleanly_on_signals(self):
+        """Make SIGTERM and SIGINT stop the reactor as the reactor's own handlers do, but
+        without twistd then killing the process with that signal again: a broker stopped
+        that way has shut down cleanly, so it exits with status 0 (what service managers
+        and ``make run`` take as success). Only handlers the reactor installed are
+        replaced (none in a process that runs it without signal handling)."""
+        for number in (signal.SIGTERM, signal.SIGINT):
+            installed = signal.getsignal(number)
+            if getattr(installed, "__self__", None) is self._reactor:
+                signal.signal(number, self._stop_on_signal)
+
+    def _stop_on_signal(self, number, frame):
+        self.log.info("received {name}, shutting down", name=signal.Signals(number).name)
+        self._reactor.callFromThread(self._reactor.stop)
 
     def _refuse(self, error):
         self.log.critical("mqserver cannot start: {why}", why=str(error))

@@ -18,6 +18,7 @@ from mqserver.frontdoor import front_doors  # noqa: E402
 from mqserver.listen import check_description, probe_bind  # noqa: E402
 from mqserver.service import BrokerService, ListenError  # noqa: E402
 from mqserver.store.lock import check_directory  # noqa: E402
+from mqserver.version import version  # noqa: E402
 
 
 def refuse_start(why, stream=None):
@@ -47,6 +48,9 @@ class Options(usage.Options):
         ["role", None, None, "master or slave (overrides role)."],
         ["master", None, None, "HOST:PORT of the master a slave follows (overrides master)."],
         ["event", None, None, "eventId a slave starts after (overrides event; 0 = all)."],
+        ["ready-file", None, None,
+         "Once every front door listens, write PATH (JSON: version, pid, each door's "
+         "endpoint, host and port; replaced atomically)."],
     ]
 
     def __init__(self):
@@ -62,6 +66,13 @@ class Options(usage.Options):
         except (usage.UsageError, StartupError) as e:
             refuse_start(e)
 
+    def opt_version(self):
+        """Display mqserver's version (and Twisted's) and exit."""
+        from twisted import __version__ as twisted_version
+
+        print(f"mqserver {version()} (Twisted {twisted_version})")
+        raise SystemExit(0)
+
     def opt_listen(self, value):
         """NAME=ENDPOINT: where front door NAME listens (repeatable)."""
         name, sep, desc = value.partition("=")
@@ -70,6 +81,19 @@ class Options(usage.Options):
         self["listen"][name] = desc
 
     def postOptions(self):
+        config, doors = self.configuration()
+        for name, desc in config.listen.items():
+            if desc is not None:
+                probe_endpoint(name, desc)
+        check_directory(os.path.abspath(config["store.path"]))
+        self["settings"] = config
+        self["doors"] = doors
+
+    def configuration(self):
+        """Return C{(config, doors)}: the L{mqserver.config.Config} these options give
+        (the defaults, then the C{--config} file, then the other options) and the front
+        doors. Raises L{usage.UsageError} naming what is wrong; nothing of this host
+        (ports, directories) is looked at."""
         doors = front_doors()
         overrides = {}
         if self["data"]:
@@ -95,16 +119,24 @@ class Options(usage.Options):
         for name, desc in config.listen.items():
             if desc is not None:
                 check_endpoint(name, desc)
-        check_directory(os.path.abspath(config["store.path"]))
-        self["settings"] = config
-        self["doors"] = doors
+        return config, doors
+
+
+class ConfigOptions(Options):
+    """The same options, read for the configuration they give alone (C{mqserver
+    config}): nothing is probed or created, and an error is raised (L{usage.UsageError})
+    rather than ending the process."""
+
+    def parseOptions(self, options=None):
+        usage.Options.parseOptions(self, options)
+
+    def postOptions(self):
+        self["settings"], self["doors"] = self.configuration()
 
 
 def check_endpoint(door, description):
     """Raise L{usage.UsageError} naming C{door} when C{description} is not an endpoint
-    string Twisted can parse, or L{ListenError} when its TCP address cannot be bound (a
-    door that cannot listen must stop start-up, and this is known before anything
-    starts)."""
+    string Twisted can parse."""
     try:
         # Parsing only stores the reactor; none is chosen yet while options are read.
         check_description(description)
@@ -112,6 +144,12 @@ def check_endpoint(door, description):
         raise usage.UsageError(
             f"front door {door} cannot listen on {description!r}: not a valid endpoint "
             f"string ({type(e).__name__}: {e})") from None
+
+
+def probe_endpoint(door, description):
+    """Raise L{ListenError} when the TCP address of C{description} cannot be bound (a
+    door that cannot listen must stop start-up, and this is known before anything
+    starts)."""
     try:
         probe_bind(description)
     except OSError as e:
@@ -125,7 +163,7 @@ def makeService(options, reactor=None):
         reactor = service_reactor(spin=config["server.spinMicros"] / 1e6,
                                   standard=config["server.reactor"] == "standard",
                                   probe=config["server.spinProbe"])
-    root = BrokerService(config, reactor)
+    root = BrokerService(config, reactor, ready_file=options.get("ready-file"))
     broker = root.storage.broker
     if config["role"] == "master" and config["replication.syncReplicas"] > 0:
         broker.require_replicas(config["replication.syncReplicas"],

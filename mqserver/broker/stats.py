@@ -242,7 +242,7 @@ class Statistics:
         self._clock = clock
         self.start_ms = int(clock() * 1000)
         self.consumers = {}
-        self._doors = {}  # door name -> WeakKeyDictionary protocol -> peer address
+        self._doors = {}  # door name -> WeakKeyDictionary transport -> peer address
         self._replicas = {}  # feeds to slaves (insertion ordered)
         self.history = _History(clock)
         self.get_msgs = 0  # messages handed out by every consumer, for the rates
@@ -345,7 +345,10 @@ class Statistics:
         """Return the consumer, or None."""
         if kind == CHANNEL:
             ch = self.broker.channels.get(topic, name)
-            return ChannelConsumer(ch) if ch is not None else None
+            if ch is None or ch.name.startswith(MSGOUT_CHANNEL_PREFIX):
+                # msgout's channels are consumers of kind msgout, found as such below
+                return None
+            return ChannelConsumer(ch)
         c = self.consumers.get((kind, topic, name))
         if c is None and kind == MSGOUT:
             for n in (name, MSGOUT_CHANNEL_PREFIX + name, MSGOUT_CHANNEL_PREFIX + "sub:" + name):
@@ -371,12 +374,17 @@ class Statistics:
 
     def topic_stats(self, topic):
         """Return a topic's figures: messages and bytes in (record and payload bytes),
-        per queue, and its consumers."""
+        per queue (every queue the topic has, those never written to with zeros), and its
+        consumers."""
         queues = {}
         for (t, qid), q in self.store.open_queues():
             if t == topic:
                 queues[qid] = {"in_msgs": q.in_msgs, "in_bytes": q.in_bytes,
                                "min_offset": q.min_offset, "max_offset": q.max_offset}
+        meta = self.broker.topic(topic)
+        for qid in range(meta.queues if meta is not None else 0):
+            queues.setdefault(qid, {"in_msgs": 0, "in_bytes": 0, "min_offset": 0,
+                                    "max_offset": 0})
         msgs = sum(v["in_msgs"] for v in queues.values())
         nbytes = sum(v["in_bytes"] for v in queues.values())
         return {"topic": topic, "in_msgs": msgs, "in_bytes": nbytes,
@@ -465,12 +473,19 @@ class Statistics:
 
     # -- front doors ---------------------------------------------------------------------
 
-    def connection_made(self, door, protocol, address):
-        """Count a connection of front door C{door} (forgotten when it closes)."""
+    def door_listening(self, door):
+        """Front door C{door} listens: L{connections} lists it from now on, with no
+        connection until its first one."""
+        if door not in self._doors:
+            self._doors[door] = weakref.WeakKeyDictionary()
+
+    def connection_made(self, door, transport, address):
+        """Count a connection of front door C{door}, by its C{transport} (forgotten when
+        it closes)."""
         conns = self._doors.get(door)
         if conns is None:
             conns = self._doors[door] = weakref.WeakKeyDictionary()
-        conns[protocol] = address
+        conns[transport] = address
 
     def connections(self, door=None):
         """Return {door: [client address, ...]} of the connections open now."""
@@ -479,9 +494,8 @@ class Statistics:
             if door is not None and name != door:
                 continue
             live = []
-            for p, addr in list(conns.items()):
-                t = getattr(p, "transport", None)
-                if t is None or getattr(t, "disconnected", False):
+            for t, addr in list(conns.items()):
+                if getattr(t, "disconnected", False):
                     continue
                 live.append(_address(addr))
             out[name] = sorted(live)

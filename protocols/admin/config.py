@@ -7,3 +7,10 @@ KEYS = {
     # requests must carry "Authorization: Bearer <token>" when set (docs/security.md)
     "admin.token": (str, "", None, None),
 }
+
+#: What each key does (docs/configuration.md is generated from it).
+DOCS = {
+    "admin.maxPeek": "most messages one `mqctl peek`/`tail` request reads",
+    "admin.token": "bearer token every admin API request (and so `mqctl --token`) must carry; "
+                   "empty: none (docs/security.md)",
+}

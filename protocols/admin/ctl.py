@@ -21,6 +21,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from mqserver.version import version
+
 DEFAULT_URL = "http://127.0.0.1:9465"
 
 
@@ -150,21 +152,32 @@ def cmd_rewind(api, args):
     return r, f"rewound {r['kind']} {r['name']} on {r['topic']}: {pos}; lag now {r['lag']}"
 
 
+def _body(m):
+    if "body_base64" in m:
+        return "base64:" + m["body_base64"]
+    return m.get("body", "")
+
+
+PEEK_COLUMNS = [("EVENTID", "event_id"), ("QUEUE", "queue"), ("OFFSET", "offset"),
+                ("STORED", lambda m: _ts(m["store_ts"])), ("BODY", _body),
+                ("PROPERTIES", lambda m: json.dumps(m["properties"]) if m.get("properties")
+                 else "")]
+
+
 def _message_lines(msgs):
     out = []
     for m in msgs:
-        body = m.get("body", m.get("body_base64", ""))
-        if "body_base64" in m:
-            body = "base64:" + body
         props = " " + json.dumps(m["properties"]) if m.get("properties") else ""
         out.append(f"{m['event_id']:>10}  q{m['queue']}:{m['offset']}  {_ts(m['store_ts'])}  "
-                   f"{body}{props}")
+                   f"{_body(m)}{props}")
     return out
 
 
 def cmd_peek(api, args):
     msgs = api.call("GET", f"/topics/{urllib.parse.quote(args.topic, safe='')}/messages", n=args.n)
-    return msgs, "\n".join(_message_lines(msgs)) or "(no messages)"
+    if not msgs:
+        return msgs, "(no messages)"
+    return msgs, table(msgs, PEEK_COLUMNS)
 
 
 def cmd_tail(api, args, out=sys.stdout):
@@ -197,6 +210,12 @@ def cmd_stats(api, args):
     if s.get("replicas"):
         lines += ["", table(s["replicas"], [("SLAVE", "slave"), ("SENT EVENTID", "sent_event_id"),
                                             ("LAG (EVENTIDS)", "lag_events")])]
+    rep = s.get("replication") or {}
+    if rep.get("role") == "slave":
+        state = "connected" if rep.get("connected") else "NOT connected"
+        lines += ["", f"slave of {rep.get('master') or '?'} ({state}): applied eventId "
+                      f"{rep['appliedEventId']}, lag {rep.get('lagMs', 0)} ms, "
+                      f"{rep.get('records', 0)} records applied since the start"]
     return s, "\n".join(lines)
 
 
@@ -207,6 +226,7 @@ def build_parser():
     p.add_argument("--token", default=os.environ.get("MQCTL_TOKEN", ""),
                    help="the admin door's bearer token (admin.token), or MQCTL_TOKEN")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--version", action="version", version=f"mqctl (mqserver) {version()}")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("topics", help="list topics").set_defaults(fn=cmd_topics)
     t = sub.add_parser("topic", help="create, delete or describe a topic")

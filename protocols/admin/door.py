@@ -4,7 +4,10 @@ resource can wrap it (authentication) as a whole.
 
 Routes (answers are JSON; errors are C{{"error": text}} with a 4xx/5xx status):
 
-  - C{GET /stats}: every statistic (L{mqserver.broker.stats.Statistics.snapshot}).
+  - C{GET /info}: the broker's version, process id and role.
+  - C{GET /stats}: every statistic (L{mqserver.broker.stats.Statistics.snapshot}), the
+    broker's version and its replication status (on a slave: its master, whether it is
+    connected, the eventId applied, the lag).
   - C{GET /topics}: the topics with their counts; C{POST /topics} C{{"name", "queues"}}
     creates one; C{GET /topics/NAME} its details and consumers; C{DELETE /topics/NAME}.
   - C{GET /topics/NAME/messages?n=N} the last N messages; C{&after=EVENTID} the next N
@@ -14,6 +17,7 @@ Routes (answers are JSON; errors are C{{"error": text}} with a 4xx/5xx status):
 """
 
 import json
+import os
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -21,7 +25,9 @@ from twisted.web import resource, server
 
 from mqserver.errors import BrokerError, TopicExists, TopicNotFound
 from mqserver import webrequest
+from mqserver.replication.status import replication_status
 from mqserver.security import BearerTokenResource
+from mqserver.version import version
 
 from protocols.admin import messages
 
@@ -65,11 +71,12 @@ class AdminResource(resource.Resource):
     isLeaf = True
     log = Logger()
 
-    def __init__(self, broker, max_peek=1000):
+    def __init__(self, broker, max_peek=1000, master=""):
         super().__init__()
         self.broker = broker
         self.stats = broker.stats
         self.max_peek = max_peek
+        self.master = master
 
     def render(self, request):
         parts = [p.decode("utf-8", "replace") for p in request.postpath if p]
@@ -86,7 +93,8 @@ class AdminResource(resource.Resource):
 
     def _route(self, request, method, parts):
         routes = {
-            ("GET", ("stats",)): lambda: self.stats.snapshot(),
+            ("GET", ("info",)): self.info,
+            ("GET", ("stats",)): self.stats_answer,
             ("GET", ("topics",)): self.topics,
             ("POST", ("topics",)): lambda: self.create_topic(_json_body(request)),
             ("GET", ("consumers",)): lambda: self.consumers(request),
@@ -143,6 +151,16 @@ class AdminResource(resource.Resource):
         if t is None:
             raise ApiError(404, f"topic {name} not found")
         return t
+
+    def stats_answer(self):
+        replication = replication_status(self.broker)
+        if replication["role"] == "slave":
+            replication["master"] = self.master
+        return dict(self.stats.snapshot(), version=version(), replication=replication)
+
+    def info(self):
+        return {"version": version(), "pid": os.getpid(),
+                "role": "master" if self.broker.is_master else "slave"}
 
     def topics(self):
         out = []
@@ -229,7 +247,7 @@ class AdminSite(webrequest.Site):
 
 def make_factory(broker, config, reactor):
     """Return the admin API site of C{broker}."""
-    root = AdminResource(broker, config["admin.maxPeek"])
+    root = AdminResource(broker, config["admin.maxPeek"], master=config["master"])
     token = config["admin.token"]
     site = AdminSite(BearerTokenResource(root, token) if token else root)
     site.displayTracebacks = False

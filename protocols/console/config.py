@@ -8,3 +8,12 @@ KEYS = {
     # the first line must be "AUTH <token>" when set (docs/security.md)
     "console.token": (str, "", None, None),
 }
+
+#: What each key does (docs/configuration.md is generated from it).
+DOCS = {
+    "console.maxLineLength": "longest console line, bytes",
+    "console.window": "un-acked messages one `SUB` may hold per queue",
+    "console.peekMax": "most messages `PEEK` returns (`FETCH`: ten times as many)",
+    "console.token": "the first console line must be `AUTH <token>`; empty: no authentication "
+                     "(docs/security.md)",
+}

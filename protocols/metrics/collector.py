@@ -8,6 +8,7 @@ import os
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from mqserver.replication.status import replication_status
+from mqserver.version import version
 
 
 def _histogram(name, doc, latency):
@@ -34,6 +35,10 @@ class BrokerCollector:
         self.per_consumer = per_consumer
 
     def collect(self):
+        build = GaugeMetricFamily("mqserver_build_info", "The broker's version (always 1)",
+                                  labels=["version"])
+        build.add_metric([version()], 1)
+        yield build
         yield from self._topics()
         yield from self._consumers()
         yield from self._doors()
@@ -101,6 +106,17 @@ class BrokerCollector:
                                 value=_disk_bytes(store.path))
         yield GaugeMetricFamily("mqserver_store_next_event_id", "The eventId of the next record",
                                 value=store.next_event_id)
+        try:
+            used = store.disk.used_ratio()
+        except OSError:
+            used = None  # the data directory's file system cannot be read: no sample
+        if used is not None:
+            yield GaugeMetricFamily("mqserver_store_disk_used_ratio",
+                                    "Used share of the data directory's file system (as df)",
+                                    value=used)
+        yield GaugeMetricFamily("mqserver_store_disk_max_used_ratio",
+                                "store.diskMaxUsedRatio: publishes are refused above it",
+                                value=store.disk.max_used_ratio)
         yield CounterMetricFamily("mqserver_store_disk_errors",
                                   "Writes and fsyncs of the data directory that failed (a full"
                                   " or failing disk)", value=store.disk_errors)

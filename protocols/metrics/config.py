@@ -5,3 +5,9 @@
 KEYS = {
     "metrics.perConsumer": (bool, True, None, None),
 }
+
+#: What each key does (docs/configuration.md is generated from it).
+DOCS = {
+    "metrics.perConsumer": "one series per consumer in `/metrics` (turn off with very many "
+                           "consumers)",
+}

@@ -10,3 +10,13 @@ KEYS = {
     # requests must carry "Authorization: Bearer <token>" when set (docs/security.md)
     "msgout.token": (str, "", None, None),
 }
+
+#: What each key does (docs/configuration.md is generated from it).
+DOCS = {
+    "msgout.maxBodySize": "largest HTTP request body, bytes, refused from the head",
+    "msgout.maxFetch": "largest `max` of a fetch",
+    "msgout.maxWaitMs": "longest `wait_ms` of a long poll, ms",
+    "msgout.pushTimeoutMs": "a push POST that takes longer fails, ms",
+    "msgout.pushMaxBackoffMs": "the longest wait between push retries, ms",
+    "msgout.token": "bearer token every HTTP request must carry; empty: none (docs/security.md)",
+}

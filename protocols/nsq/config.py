@@ -38,6 +38,44 @@ KEYS = {
     "nsq.lookupdIdleTimeout": (int, 60000, lambda v: v >= 0, ">= 0 (ms, 0: never)"),
 }
 
+#: What each key does (docs/configuration.md is generated from it).
+DOCS = {
+    "nsq.lookupdTcpAddresses": "nsqlookupd TCP addresses (`host:port`) the broker registers its "
+                               "topics and channels with (`--lookupd-tcp-address`)",
+    "nsq.broadcastAddress": "address given to lookupds and in nsqd's `/info` "
+                            "(`--broadcast-address`)",
+    "nsq.msgTimeout": "default in-flight timeout, ms (`--msg-timeout`)",
+    "nsq.maxRdyCount": "RDY ceiling (`--max-rdy-count`)",
+    "nsq.maxMsgSize": "largest message body, bytes (`--max-msg-size`)",
+    "nsq.maxBodySize": "largest MPUB/IDENTIFY body, bytes (`--max-body-size`)",
+    "nsq.maxMsgTimeout": "most a consumer may ask of IDENTIFY `msg_timeout` and of TOUCH, ms "
+                         "(`--max-msg-timeout`)",
+    "nsq.maxReqTimeout": "longest REQ delay (longer ones are cut to it) and DPUB delay (longer "
+                         "ones are `E_INVALID`), ms (`--max-req-timeout`)",
+    "nsq.maxHeartbeatInterval": "most a consumer may ask of IDENTIFY `heartbeat_interval`, ms "
+                                "(`--max-heartbeat-interval`)",
+    "nsq.outputBufferTimeout": "flush interval of a consumer's output buffer when it asks for "
+                               "none, ms (`--output-buffer-timeout`)",
+    "nsq.minOutputBufferTimeout": "least IDENTIFY `output_buffer_timeout` may ask for, ms "
+                                  "(`--min-output-buffer-timeout`)",
+    "nsq.maxOutputBufferTimeout": "most IDENTIFY `output_buffer_timeout` may ask for, ms "
+                                  "(`--max-output-buffer-timeout`)",
+    "nsq.maxOutputBufferSize": "most IDENTIFY `output_buffer_size` may ask for, bytes "
+                               "(`--max-output-buffer-size`)",
+    "nsq.maxChannelConsumers": "most consumers one channel may have at once; 0: no limit "
+                               "(`--max-channel-consumers`)",
+    "nsq.deflate": "IDENTIFY may turn on deflate (`--deflate`)",
+    "nsq.maxDeflateLevel": "highest deflate level IDENTIFY may ask for (`--max-deflate-level`)",
+    "nsq.snappy": "IDENTIFY may turn on snappy (`--snappy`)",
+    "nsq.tlsCert": "certificate (PEM) for IDENTIFY `tls_v1` (`--tls-cert`; needs `nsq.tlsKey`)",
+    "nsq.tlsKey": "private key (PEM) of `nsq.tlsCert` (`--tls-key`)",
+    "nsq.tlsRequired": "clients must upgrade to TLS before anything else (`--tls-required`)",
+    "nsq.authHttpAddresses": "auth servers for `AUTH` (`--auth-http-address`; docs/security.md)",
+    "nsq.httpIdleTimeout": "ms before an idle nsqd or lookupd HTTP connection is closed; 0: never",
+    "nsq.lookupdIdleTimeout": "ms without input before a lookupd TCP connection is closed (nsqd "
+                              "PINGs every 15 s); 0: never",
+}
+
 
 def validate(values):
     """nsqd's start-up checks: a certificate needs its key, TLS-required needs both."""

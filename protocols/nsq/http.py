@@ -11,6 +11,7 @@ from twisted.web import resource, server
 from mqserver import webrequest
 from mqserver.errors import BrokerError, InvalidTopicName
 from mqserver.store.store import Message
+from mqserver.version import version as mqserver_version
 
 from protocols.nsq.codec import NS_PER_MS as _NS, is_valid_name, is_valid_topic
 from protocols.nsq.httputil import HttpError, NsqSite, arg as _arg, error_body, handler_for, result_body
@@ -138,7 +139,9 @@ class NsqdHttpResource(resource.Resource):
 
     def info(self, request):
         n = self.node
-        return {"version": VERSION, "broadcast_address": n.broadcast_address,
+        # version: the nsqd release clients expect; mqserver_version: this broker's
+        return {"version": VERSION, "mqserver_version": mqserver_version(),
+                "broadcast_address": n.broadcast_address,
                 "hostname": n.hostname, "http_port": n.http_port, "tcp_port": n.tcp_port,
                 "start_time": n.start_time,
                 "max_heartbeat_interval": n.server.max_heartbeat_interval_ms * _NS,

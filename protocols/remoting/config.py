@@ -73,6 +73,41 @@ KEYS = {
     "rocketmq.serverChannelMaxIdleTimeSeconds": (int, 120, lambda v: v >= 0, ">= 0 (0: never)"),
 }
 
+#: What each key does (docs/configuration.md is generated from it).
+DOCS = {
+    "rocketmq.brokerName": "broker name in routes",
+    "rocketmq.brokerClusterName": "cluster name",
+    "rocketmq.brokerId": "0: master",
+    "rocketmq.brokerIP": "address advertised and written as STOREHOST; empty: the host's address",
+    "rocketmq.namesrvAddr": "`host:port;host:port` of nameservers to register with; empty: the "
+                            "embedded one",
+    "rocketmq.autoCreateTopicEnable": "TBW102 template and topic auto-creation",
+    "rocketmq.autoCreateSubscriptionGroup": "groups created on first use",
+    "rocketmq.defaultTopicQueueNums": "queues of auto-created topics (capped by TBW102)",
+    "rocketmq.messageDelayLevel": "delay of each delay level, level 1 first",
+    "rocketmq.maxReconsumeTimes": "default `retryMaxTimes` of new groups",
+    "rocketmq.registerIntervalMs": "broker re-registration period, ms",
+    "rocketmq.brokerExpireMs": "embedded nameserver: a broker silent this long is dropped, ms",
+    "rocketmq.scanIntervalMs": "embedded nameserver: period of its liveness scan, ms",
+    "rocketmq.longPollMaxMs": "upper bound on the client's `suspendTimeoutMillis`, ms",
+    "rocketmq.longPollBatchMs": "an arrival wakes a pull parked less than this long before up to "
+                                "this long later, with what came meanwhile (0: at once), ms",
+    "rocketmq.transactionTimeoutMs": "age of a half message before it is checked back, ms",
+    "rocketmq.transactionCheckMax": "checks before a half message is discarded",
+    "rocketmq.transactionCheckIntervalMs": "period of the transaction check, ms",
+    "rocketmq.aclEnable": "the broker's plain ACL (`aclEnable` in broker.conf; docs/security.md)",
+    "rocketmq.aclFile": "the ACL file, in `plain_acl.yml` format",
+    "rocketmq.aclCheckIntervalMs": "how often the ACL file is reloaded when it changed, ms",
+    "rocketmq.serverChannelMaxIdleTimeSeconds": "close a nameserver or broker connection that "
+                                                "sent nothing for this long (clients heartbeat "
+                                                "every 30 s); 0: never",
+    "rocketmq.brokerRole": "SYNC_MASTER answers a send once a slave holds it, with 4.9.4's "
+                           "FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE otherwise "
+                           "(docs/replication.md)",
+    "rocketmq.syncFlushTimeout": "ms a SYNC_MASTER send waits for the slave",
+    "rocketmq.haSlaveFallbehindMax": "bytes of log a slave may be behind and still count",
+}
+
 
 def validate(values):
     """ACL needs its file, which must load (a broken one stops the start, as in 4.9);

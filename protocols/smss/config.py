@@ -10,5 +10,16 @@ KEYS = {
     "timeout.net.idle": (int, 1_800_000, lambda v: v >= 0, ">= 0 (ms, 0: never)"),
 }
 
+#: What each key does (docs/configuration.md is generated from it).
+DOCS = {
+    "store.maxPubPayload": "largest smss PUB/DELAY payload, bytes, refused before it is buffered",
+    "store.folderCount": "smss's hash-bucket count; only used for `topicRoot` in topic JSON",
+    "timeout.net.write": "accepted for smss compatibility",
+    "timeout.server.alive": "ms without a write before an idle subscription or REPLICA stream "
+                            "gets ALIVE, repeated while it stays idle (alias `time.server.alive`)",
+    "timeout.net.idle": "ms without a request before an smss connection is closed (SUB and "
+                        "REPLICA streams are exempt)",
+}
+
 #: The smss README's name for the alive interval its code reads as timeout.server.alive.
 ALIASES = {"time.server.alive": "timeout.server.alive"}

@@ -65,6 +65,8 @@ def test_metrics_parse_and_follow_the_broker(srv):
     assert m[("mqserver_store_fsync_seconds_count", ())] >= 1  # flush level 2 fsyncs
     assert m[("mqserver_store_segments", ())] >= 1
     assert m[("mqserver_store_disk_bytes", ())] > 0
+    assert 0 < m[("mqserver_store_disk_used_ratio", ())] < 1
+    assert m[("mqserver_store_disk_max_used_ratio", ())] == 0.9  # store.diskMaxUsedRatio
     assert m[("mqserver_replication_is_slave", ())] == 0
     smss.publish("mt", [b"three"])
     assert scrape(srv)[("mqserver_messages_in_total", (("queue", "0"), ("topic", "mt")))] == 3

@@ -12,7 +12,7 @@ from protocols.smss.messages import AliveResponse, Batch
 from protocols.smss import client_codec as cc
 from tests.support.server import ROOT
 
-_PORT = re.compile(r"SmssFactory starting on (\d+)")
+_PORT = re.compile(r"door smss starting on (\d+)")
 
 
 def other_doors_off():

@@ -1,5 +1,6 @@
 """Run the real broker (``twistd -n mqserver``) in a subprocess on loopback ports."""
 
+import json
 import os
 import re
 import signal
@@ -11,6 +12,25 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _STARTED = re.compile(r"(\w+)(?: \(TLS\))? starting on (\d+)")
+
+#: The name tests use for each front door's port: its factory's class, which the port's
+#: start-up line named before doors were named by their own (and still do in the trees
+#: benchmarks compare, read from their logs).
+FACTORY_NAMES = {
+    "smss": "SmssFactory", "namesrv": "NamesrvFactory", "broker": "BrokerDoor",
+    "nsqd_tcp": "NsqdFactory", "nsqd_http": "NsqdHttpSite", "lookupd_tcp": "LookupdFactory",
+    "lookupd_http": "LookupdHttpSite", "msgout": "MsgoutSite", "console": "ConsoleFactory",
+    "metrics": "MetricsSite", "admin": "AdminSite",
+}
+
+
+def has_ready_file(root=None):
+    """Whether the broker of source tree C{root} (default L{ROOT}) takes --ready-file."""
+    try:
+        with open(os.path.join(root or ROOT, "mqserver", "tap.py")) as f:
+            return '"ready-file"' in f.read()
+    except OSError:
+        return False
 
 
 def terminate(proc, log=None):
@@ -45,7 +65,10 @@ def _door_names():
 class ServerProcess:
     """One broker process.
 
-    @ivar ports: factory class name -> port it listens on (read from the log).
+    @ivar ports: front door (by its name, e.g. C{smss}, and by L{FACTORY_NAMES}) -> the
+        port it listens on, from the broker's ready file (C{--ready-file}), or for a tree
+        without one from its log.
+    @ivar ready: what the ready file says (version, pid, doors), or None.
     @ivar data: the data directory.
     """
 
@@ -58,6 +81,8 @@ class ServerProcess:
         self.proc = None
         self.ports = {}
         self.log_path = os.path.join(self.data + ".log")
+        self.ready_path = self.data + ".ready.json"
+        self.ready = None
 
     @property
     def smss_port(self):
@@ -69,9 +94,15 @@ class ServerProcess:
         want = sum(1 for v in self.listen.values() if v and v != "off")
         deadline = time.monotonic() + timeout
         self.ports = {}
+        self.ready = None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.read_log()}")
+            if self._ready_file:
+                if self._read_ready():
+                    return self
+                time.sleep(0.05)
+                continue
             found = {}
             for name, port in _STARTED.findall(self._current_run_log()):
                 found[name] = int(port)
@@ -81,6 +112,21 @@ class ServerProcess:
             time.sleep(0.05)
         self.kill()
         raise RuntimeError(f"broker did not start in {timeout}s:\n{self.read_log()}")
+
+    def _read_ready(self):
+        try:
+            with open(self.ready_path) as f:
+                ready = json.load(f)
+        except FileNotFoundError:
+            return False
+        if ready["pid"] != self.proc.pid:
+            return False  # a file left by an earlier process
+        self.ready = ready
+        for door, where in ready["doors"].items():
+            if "port" in where:
+                self.ports[door] = where["port"]
+                self.ports[FACTORY_NAMES.get(door, door)] = where["port"]
+        return True
 
     def _spawn(self):
         os.makedirs(self.data, exist_ok=True)
@@ -97,9 +143,11 @@ class ServerProcess:
             self._log.close()  # a restart of the same object: one handle per run
         self._log = open(self.log_path, "ab")
         self._log_start = os.path.getsize(self.log_path)
+        self._ready_file = has_ready_file()
+        ready = ["--ready-file", self.ready_path] if self._ready_file else []
         self.proc = subprocess.Popen(
             [*twistd_command(), "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path,
-             *self.extra_args],
+             *ready, *self.extra_args],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
 

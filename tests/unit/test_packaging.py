@@ -23,9 +23,12 @@ def test_wheel_contains_plugin(tmp_path):
     assert "mqserver/store/format.py" in names
     assert "protocols/smss/codec.py" in names
     assert "spark/audit/job.py" in names
-    # mqctl is installed as a console script; prometheus_client is a dependency
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE")
+               for n in names), names
+    # mqserver and mqctl are installed as console scripts; prometheus_client is a dependency
     wheel_zip = zipfile.ZipFile(tmp_path / wheel)
     (entry,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "mqctl = protocols.admin.ctl:main" in wheel_zip.read(entry).decode()
+    assert "mqserver = mqserver.cli:main" in wheel_zip.read(entry).decode()
     (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     assert "Requires-Dist: prometheus_client" in wheel_zip.read(meta).decode().replace("-client", "_client")

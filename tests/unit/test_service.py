@@ -158,6 +158,56 @@ def test_msgout_pushes_are_a_service_started_after_the_broker(tmp_path):
     assert queues.push_runner is None
 
 
+@pytest_twisted.inlineCallbacks
+def test_start_up_names_each_door_then_says_ready_and_writes_the_ready_file(tmp_path):
+    """Each listener logs its door and endpoint; once all listen and the store is open,
+    one ready line lists them and --ready-file holds version, pid and bound addresses."""
+    import json
+
+    from twisted.internet import reactor
+
+    from mqserver.version import version
+
+    o = Options()
+    args = ["--data", str(tmp_path / "data"), "--ready-file", str(tmp_path / "ready.json")]
+    for door in front_doors():
+        desc = {"smss": "tcp:0:interface=127.0.0.1",
+                "console": f"unix:{tmp_path / 'c.sock'}"}.get(door, "off")
+        args += ["--listen", f"{door}={desc}"]
+    o.parseOptions(args)
+    lines = []
+
+    def observe(event):
+        if event.get("log_format"):
+            lines.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observe)
+    root = makeService(o, reactor)
+    try:
+        root.privilegedStartService()
+        assert not os.path.exists(tmp_path / "ready.json")  # not before every door listens
+        root.startService()
+        port = root.getServiceNamed("listen-smss").port.getHost().port
+        with open(tmp_path / "ready.json") as f:
+            ready = json.load(f)
+    finally:
+        globalLogPublisher.removeObserver(observe)
+        yield root.stopService()
+    sock = str(tmp_path / "c.sock")
+    assert ready == {"version": version(), "pid": os.getpid(), "doors": {
+        "smss": {"host": "127.0.0.1", "port": port, "endpoint": "tcp:0:interface=127.0.0.1"},
+        "console": {"path": sock, "endpoint": f"unix:{sock}"}}}
+    assert (f"door smss listening on tcp:0:interface=127.0.0.1 (tcp:127.0.0.1:{port})"
+            in lines)
+    assert f"door console listening on unix:{sock} (unix:{sock})" in lines
+    ready_line = f"mqserver {version()} ready: smss tcp:127.0.0.1:{port}, console unix:{sock}"
+    assert ready_line in lines
+    assert lines.index(ready_line) > lines.index(f"door console listening on unix:{sock} "
+                                                 f"(unix:{sock})")
+    assert os.listdir(tmp_path).count("ready.json") == 1
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
 def test_a_store_path_that_cannot_be_used_at_start_is_one_critical_line(tmp_path, critical):
     """The options found the data directory usable, but at start (as another user under
     twistd --uid, or changed meanwhile) it is not: one line naming store.path, exit 1,

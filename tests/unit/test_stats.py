@@ -4,7 +4,9 @@ eventId for a channel and a cursor consumer."""
 
 from twisted.internet.task import Clock
 
-from mqserver.broker.stats import CHANNEL, SMSS, Consumer, payload_bytes, record_overhead
+from mqserver.broker.stats import (CHANNEL, MSGOUT, SMSS, Consumer, payload_bytes,
+                                   record_overhead)
+from mqserver.store.store import Message
 from tests.unit.test_channels import Consumer as ChannelClient
 from tests.unit.test_channels import open_broker, publish
 
@@ -125,4 +127,43 @@ def test_day_marks_for_clusterlist(tmp_path):
     broker.stats.tick()
     yesterday, today = broker.stats.history.day_marks
     assert (yesterday[("put", None)][0], today[("put", None)][0]) == (2, 3)
+    store.close()
+
+
+def test_a_listening_door_is_listed_before_its_first_connection(tmp_path):
+    """A door the service tree listens on is in connections() with none open."""
+    store, broker = open_broker(tmp_path, Clock())
+    broker.stats.door_listening("smss")
+    broker.stats.door_listening("admin")
+    assert broker.stats.connections() == {"admin": [], "smss": []}
+    store.close()
+
+
+def test_topic_stats_lists_every_queue_of_the_topic(tmp_path):
+    """Queues never written to are there with zeros, beside those written to."""
+    store, broker = open_broker(tmp_path, Clock())
+    broker.create_topic("four", queues=4)
+    broker.publish("four", [Message(b"x")])
+    queues = broker.stats.topic_stats("four")["queues"]
+    assert sorted(queues) == ["0", "1", "2", "3"]
+    written = [q for q, v in queues.items() if v["in_msgs"]]
+    assert len(written) == 1 and queues[written[0]]["max_offset"] == 1
+    zero = {"in_msgs": 0, "in_bytes": 0, "min_offset": 0, "max_offset": 0}
+    assert [v for q, v in queues.items() if q not in written] == [zero] * 3
+    store.close()
+
+
+def test_a_msgout_channel_is_found_once_as_kind_msgout(tmp_path):
+    """msgout's channel ``msgout:queue`` is a consumer of kind msgout: a lookup as an NSQ
+    channel does not find it too (which made one consumer look like two)."""
+    store, broker = open_broker(tmp_path, Clock())
+    publish(broker, "jobs", [b"a"])
+    broker.channels.create_channel("jobs", "msgout:queue")
+    broker.channels.create_channel("jobs", "ch")
+    stats = broker.stats
+    assert stats.find(CHANNEL, "msgout:queue", "jobs") is None
+    found = stats.find(MSGOUT, "msgout:queue", "jobs")
+    assert (found.kind, found.name) == (MSGOUT, "msgout:queue")
+    assert stats.find(MSGOUT, "queue", "jobs").name == "msgout:queue"
+    assert (stats.find(CHANNEL, "ch", "jobs").kind) == CHANNEL
     store.close()
