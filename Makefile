@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: install java run test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-compare bench-audit audit audit-zip clean
+.PHONY: install java etcd run test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-compare bench-audit audit audit-zip clean
 
 $(STAMP): setup.cfg setup.py pyproject.toml $(wildcard */*/*.c) $(wildcard mqserver/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,21 @@ java:
 	  exit 1; \
 	fi
 
+# The replica-group tests (mqserver/cluster) run a real etcd 3.4 on loopback.
+# Install Debian's etcd-server when /usr/bin/etcd (or etcd on PATH) is missing and we may,
+# else say what to do.
+etcd:
+	@if command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: no etcd found; installing etcd-server for the replica-group tests"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server >/dev/null || \
+	  { echo "make: installing etcd-server failed; install etcd 3.4 or later and put it on PATH, then retry" >&2; exit 1; }; \
+	else \
+	  echo "make: the replica-group tests need etcd and none was found. Install it (Debian/Ubuntu: sudo apt-get install etcd-server) or put an etcd 3.4+ binary on PATH, then retry." >&2; \
+	  exit 1; \
+	fi
+
 # The broker on the defaults: data in ./data, smss on 127.0.0.1:12301.
 run: $(STAMP) java
 	PYTHONPATH=$(CURDIR) $(PY) -m mqserver -n --pidfile= mqserver $(ARGS)
@@ -41,7 +56,7 @@ run: $(STAMP) java
 # passes (e.g. make test TESTS=tests/unit/test_x.py UNIT_TESTS=tests/unit/test_x.py).
 TESTS ?= tests
 UNIT_TESTS ?= tests/unit
-test: $(STAMP) java
+test: $(STAMP) java etcd
 	status=0; \
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest $(TESTS) -q -p no:cacheprovider || \
 	  { echo "make: the tests failed" >&2; status=1; }; \
