@@ -28,6 +28,8 @@ from twisted.web.client import (
     ResponseNeverReceived,
 )
 
+from mqserver.config import etcd_endpoints as parse_endpoints
+
 #: The largest gateway answer (one unary reply, or one watch message) we read, in bytes.
 MAX_REPLY = 16 << 20
 
@@ -191,18 +193,6 @@ def _revision(reply):
 
 
 # -- the client -----------------------------------------------------------------------
-
-
-def parse_endpoints(value):
-    """Endpoint URLs from a list or a comma-separated string (C{http://host:port});
-    a bare C{host:port} means http."""
-    items = value.split(",") if isinstance(value, str) else list(value)
-    out = []
-    for item in items:
-        item = item.strip().rstrip("/")
-        if item:
-            out.append(item if "://" in item else f"http://{item}")
-    return out
 
 
 class EtcdClient:

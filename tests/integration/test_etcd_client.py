@@ -2,7 +2,7 @@
 
 import pytest
 import pytest_twisted
-from twisted.internet import defer, reactor, task
+from twisted.internet import reactor, task
 
 from mqserver.cluster import etcd as etcdmod
 from mqserver.cluster.etcd import (
@@ -17,20 +17,7 @@ from mqserver.cluster.etcd import (
     prefix_end,
 )
 from tests.support.etcd import free_port
-
-
-def deferred_wait(predicate, timeout=10.0, what="condition"):
-    """Poll C{predicate} on the reactor (the reactor keeps running meanwhile)."""
-    start = reactor.seconds()
-
-    @defer.inlineCallbacks
-    def loop():
-        while not predicate():
-            if reactor.seconds() - start > timeout:
-                raise AssertionError(f"gave up after {timeout}s waiting for {what}")
-            yield task.deferLater(reactor, 0.02, lambda: None)
-
-    return loop()
+from tests.support.wait import deferred_wait
 
 
 @pytest.fixture

@@ -245,3 +245,17 @@ def test_twistd_uid_binds_privileged_and_leaves_data_to_the_service_user(tmp_pat
         assert set(owners.values()) == {nobody}, owners
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_group_refuses_to_start_without_enough_sync_replicas(server_factory):
+    """A replica group of three with syncReplicas 0 could elect a member lacking an
+    acknowledged write: the broker refuses to start, saying which keys."""
+    with pytest.raises(RuntimeError) as e:
+        server_factory("grouped", config={
+            "cluster": {"etcd": "http://127.0.0.1:2379", "group": "g", "name": "m1",
+                        "members": 3},
+            "replication": {"syncReplicas": 0}})
+    log = str(e.value)
+    assert ("config key 'replication.syncReplicas' must be at least 1 in a replica group "
+            "of 3 (cluster.members)") in log, log
+    assert "Traceback" not in log, log

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.support.server import terminate
+from tests.support.server import read_log_file, terminate
 
 SKIP_REASON = (
     "no etcd binary (Debian: apt-get install etcd-server; `make etcd` installs it when "
@@ -95,11 +95,7 @@ class EtcdProcess:
             return False
 
     def read_log(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("latin-1")
-        except FileNotFoundError:
-            return ""
+        return read_log_file(self.log_path)
 
     def kill(self):
         """SIGKILL and reap."""
