@@ -147,12 +147,12 @@ def op_put(key, value, lease=0):
 
 def op_delete(key, prefix=False):
     """A delete inside a txn."""
-    return {"request_delete_range": _range_body(key, prefix)}
+    return {"request_delete_range": range_body(key, prefix)}
 
 
 def op_get(key, prefix=False):
     """A range inside a txn."""
-    return {"request_range": _range_body(key, prefix)}
+    return {"request_range": range_body(key, prefix)}
 
 
 def _put_body(key, value, lease):
@@ -162,7 +162,7 @@ def _put_body(key, value, lease):
     return body
 
 
-def _range_body(key, prefix):
+def range_body(key, prefix):
     body = {"key": _b64(key)}
     if prefix:
         body["range_end"] = _b64(prefix_end(key))
@@ -275,7 +275,7 @@ class EtcdClient:
     def range(self, key, prefix=False):
         """Return C{(kvs, revision)}: the L{KeyValue}s of C{key} (or of every key
         starting with it when C{prefix}), sorted by key, and etcd's revision."""
-        reply = yield self.call("/v3/kv/range", _range_body(key, prefix))
+        reply = yield self.call("/v3/kv/range", range_body(key, prefix))
         return [KeyValue.from_json(kv) for kv in reply.get("kvs", ())], _revision(reply)
 
     @defer.inlineCallbacks
@@ -294,7 +294,7 @@ class EtcdClient:
     @defer.inlineCallbacks
     def delete(self, key, prefix=False):
         """Delete C{key} (or every key starting with it); returns how many went."""
-        reply = yield self.call("/v3/kv/deleterange", _range_body(key, prefix))
+        reply = yield self.call("/v3/kv/deleterange", range_body(key, prefix))
         return int(reply.get("deleted", 0))
 
     @defer.inlineCallbacks
@@ -461,7 +461,7 @@ class Watch:
             self._stream.transport.stopProducing()
 
     def _open(self):
-        body = {"create_request": _range_body(self.key, self.prefix)}
+        body = {"create_request": range_body(self.key, self.prefix)}
         if self.next_revision is not None:
             body["create_request"]["start_revision"] = str(self.next_revision)
         url = self.client.endpoints[self._endpoint % len(self.client.endpoints)] + "/v3/watch"

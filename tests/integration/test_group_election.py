@@ -1,6 +1,10 @@
 """Leader election of a replica group (mqserver.cluster.group) with a real etcd and three
 in-process members, each with an eventId the test sets."""
 
+import json
+import os
+import sys
+
 import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
@@ -8,6 +12,8 @@ from twisted.internet import defer, reactor
 from mqserver.cluster.etcd import EtcdClient
 from mqserver.cluster.group import LEADER, GroupMember, read_group
 from tests.support.cut import CuttableForwarder
+from tests.support.etcd import free_port
+from tests.support.server import ROOT
 from tests.support.wait import deferred_wait
 
 LEASE_MS = 2000
@@ -224,3 +230,38 @@ def test_etcd_killed_and_restarted(group, etcd_server):
     yield deferred_wait(elected(journal, 2), 30, "a leader after etcd is back")
     assert leads(journal)[1] == ("lead", "b", 2)
     assert leaders(nodes) == ["b"]
+
+
+def mqctl(*args):
+    """Run mqctl as a process without blocking the reactor (the members keep renewing);
+    fires with (stdout, stderr, exit status)."""
+    from twisted.internet import utils
+
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return utils.getProcessOutputAndValue(
+        sys.executable, ["-m", "protocols.admin.ctl", *args], env=env, path=ROOT)
+
+
+@pytest_twisted.inlineCallbacks
+def test_mqctl_cluster_prints_the_members(group, etcd_server):
+    nodes = group(a=5, b=9, c=7)
+    yield deferred_wait(lambda: all(n.member.view and n.member.view.members.get(n.name, {})
+                                    .get("role") in ("leader", "follower")
+                                    for n in nodes.values()), 20, "the roles published")
+    out, err, status = yield mqctl("cluster", "--etcd", etcd_server.endpoint, "--group", GROUP)
+    assert status == 0, err
+    lines = out.decode().splitlines()
+    assert lines[0] == f"group {GROUP}: leader b, epoch 1"
+    rows = {line.split()[0]: line.split()[1:5] for line in lines[3:]}
+    assert lines[2].split()[:6] == ["NAME", "ROLE", "EPOCH", "EVENTID", "LAG", "ADDRESSES"]
+    assert rows == {"a": ["follower", "0", "5", "4"], "b": ["leader", "1", "9", "0"],
+                    "c": ["follower", "0", "7", "2"]}
+    out, err, status = yield mqctl("--json", "cluster", "--etcd", etcd_server.endpoint,
+                                   "--group", GROUP)
+    data = json.loads(out)
+    assert data["leader"] == "b" and [m["name"] for m in data["members"]] == ["a", "b", "c"]
+    assert data["members"][0]["addresses"] == {"smss": "127.0.0.1:12397"}
+    # no etcd there: exit 2 with a message
+    dead = f"http://127.0.0.1:{free_port()}"
+    out, err, status = yield mqctl("cluster", "--etcd", dead, "--group", GROUP)
+    assert status == 2 and b"no etcd answers" in err
