@@ -377,7 +377,13 @@ class GroupMember(service.Service):
             else:
                 return
         if mine:
-            return  # our own campaign, still being settled
+            if not self._campaigning:
+                # Our lease holds the key but we do not lead (a campaign whose answer was
+                # lost, or taken too late): give the key up, or nobody would ever lead.
+                self.log.warn("{name} holds the leader key without leading; giving it up",
+                              name=self.name)
+                self._abandon_lease()
+            return
         if record.get("name") == self.name:
             return  # a former incarnation of ours: its lease lapses soon
         if self.leader is None or (self.leader.get("name"), self.leader.get("epoch")) != (

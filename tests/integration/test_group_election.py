@@ -265,3 +265,18 @@ def test_mqctl_cluster_prints_the_members(group, etcd_server):
     dead = f"http://127.0.0.1:{free_port()}"
     out, err, status = yield mqctl("cluster", "--etcd", dead, "--group", GROUP)
     assert status == 2 and b"no etcd answers" in err
+
+
+@pytest_twisted.inlineCallbacks
+def test_a_leader_key_held_by_a_member_that_does_not_lead_is_given_up(group, etcd_server):
+    """The key under a member's lease without the member leading (what a campaign whose
+    answer was lost leaves): the member gives it up and an election follows."""
+    nodes = group(a=5)
+    yield deferred_wait(lambda: nodes["a"].member.lease, 10, "a's lease")
+    client = EtcdClient(reactor, [etcd_server.endpoint])
+    yield client.put(f"/mqserver/{GROUP}/leader", json.dumps({"name": "a", "epoch": 1}),
+                     lease=nodes["a"].member.lease)
+    yield client.close()
+    nodes.update(group(b=9))
+    yield deferred_wait(elected(group.journal, 1), 20, "a leader")
+    assert leads(group.journal) == [("lead", "b", 1)]
