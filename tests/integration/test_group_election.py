@@ -193,11 +193,20 @@ def test_leader_cut_off_from_etcd_steps_down_before_its_lease_lapses(group, etcd
     yield deferred_wait(elected(journal, 1), 20, "a leader")
     assert leads(journal) == [("lead", "b", 1)]
     lease = nodes["b"].member.lease
+    # etcd's own account of when b's lease lapsed: the keys attached to it go
+    client = EtcdClient(reactor, [etcd_server.endpoint])
+
+    def lapsed(events, revision):
+        journal.extend(("lapsed", e.kv.key) for e in events if e.type == "DELETE")
+
+    watch = client.watch(f"/mqserver/{GROUP}/leader", lapsed)
+    yield deferred_wait(lambda: watch.connected, 10, "the watch")
     line.cut = True
     yield deferred_wait(elected(journal, 2), 30, "the next leader")
+    watch.stop()
     assert leads(journal)[1] == ("lead", "c", 2)
-    assert journal.index(("step_down", "b")) < journal.index(("lead", "c", 2))
-    client = EtcdClient(reactor, [etcd_server.endpoint])
+    gone = journal.index(("lapsed", f"/mqserver/{GROUP}/leader"))
+    assert journal.index(("step_down", "b")) < gone < journal.index(("lead", "c", 2))
     view = yield read_group(client, GROUP)
     yield client.close()
     assert view.leader["name"] == "c" and view.leader_lease != lease
