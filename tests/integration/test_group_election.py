@@ -16,7 +16,7 @@ from tests.support.etcd import free_port
 from tests.support.server import ROOT
 from tests.support.wait import deferred_wait
 
-LEASE_MS = 2000
+LEASE_MS = 3000
 GROUP = "g1"
 
 
@@ -289,3 +289,23 @@ def test_a_leader_key_held_by_a_member_that_does_not_lead_is_given_up(group, etc
     nodes.update(group(b=9))
     yield deferred_wait(elected(group.journal, 1), 20, "a leader")
     assert leads(group.journal) == [("lead", "b", 1)]
+
+
+@pytest_twisted.inlineCallbacks
+def test_etcd_paused_answers_nothing(group, etcd_server):
+    """etcd stopped (SIGSTOP): connections open, nothing answers, watches hang. The leader
+    steps down in time all the same, nobody promotes itself, and once etcd runs again
+    (every lease lapsed meanwhile) a leader is elected in a new epoch."""
+    nodes = group(a=5, b=9, c=7)
+    journal = group.journal
+    yield deferred_wait(elected(journal, 1), 20, "a leader")
+    etcd_server.pause()
+    try:
+        yield deferred_wait(lambda: ("step_down", "b") in journal, 10, "the leader to step down")
+        yield deferred_wait(lambda: not any(n.member.etcd_reachable for n in nodes.values()),
+                            10, "every member to notice")
+        assert len(leads(journal)) == 1 and leaders(nodes) == []
+    finally:
+        etcd_server.resume()
+    yield deferred_wait(elected(journal, 2), 30, "a leader after etcd runs again")
+    assert leads(journal)[1] == ("lead", "b", 2)
