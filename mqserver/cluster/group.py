@@ -102,9 +102,14 @@ class GroupView:
         out = []
         for name, record in sorted(self.members.items()):
             event = record.get("eventId", 0)
+            role = record.get("role", FOLLOWER)
+            if name == leader_name:
+                role = LEADER
+            elif role == LEADER:  # a record not yet rewritten since it stepped down
+                role = FOLLOWER
             out.append({
                 "name": name,
-                "role": LEADER if name == leader_name else record.get("role", FOLLOWER),
+                "role": role,
                 "epoch": record.get("epoch", 0),
                 "eventId": event,
                 "lag": None if leader_event is None else max(0, leader_event - event),

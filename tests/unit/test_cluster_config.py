@@ -82,4 +82,5 @@ def test_group_view_rows():
     assert [(r["name"], r["role"], r["lag"]) for r in view.rows()] == [
         ("a", "follower", 2), ("b", "leader", 0)]
     leaderless = GroupView("g", kvs[:2], 10)
-    assert [r["lag"] for r in leaderless.rows()] == [None, None]
+    assert [(r["role"], r["lag"]) for r in leaderless.rows()] == [
+        ("follower", None), ("follower", None)]  # b's record is not the leader key
