@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.broker-stamp
 ARGS ?=
 SOURCES := setup.cfg setup.py pyproject.toml $(wildcard */*/*.c) $(wildcard mqserver/*.h)
 
-.PHONY: install java run unit test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-compare bench-audit audit audit-zip clean
+.PHONY: install java etcd run unit test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-compare bench-audit audit audit-zip clean
 
 # The broker alone (what `make run` needs), with pip's progress shown.
 $(RUN_STAMP): $(SOURCES)
@@ -52,13 +52,28 @@ run: $(RUN_STAMP)
 unit: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest tests/unit -q -p no:cacheprovider
 
+# The replica-group tests (mqserver/cluster) run a real etcd 3.4 on loopback.
+# Install Debian's etcd-server when /usr/bin/etcd (or etcd on PATH) is missing and we may,
+# else say what to do.
+etcd:
+	@if command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "make: no etcd found; installing etcd-server for the replica-group tests"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends etcd-server >/dev/null || \
+	  { echo "make: installing etcd-server failed; install etcd 3.4 or later and put it on PATH, then retry" >&2; exit 1; }; \
+	else \
+	  echo "make: the replica-group tests need etcd and none was found. Install it (Debian/Ubuntu: sudo apt-get install etcd-server) or put an etcd 3.4+ binary on PATH, then retry." >&2; \
+	  exit 1; \
+	fi
+
 # Every test, then the unit tests again on the pure-Python paths (the reference of each C
 # speedup, and what runs where none is built). The second pass runs and reports even when
 # the first failed; the target fails when either did. TESTS and UNIT_TESTS narrow the
 # passes (e.g. make test TESTS=tests/unit/test_x.py UNIT_TESTS=tests/unit/test_x.py).
 TESTS ?= tests
 UNIT_TESTS ?= tests/unit
-test: $(STAMP) java
+test: $(STAMP) java etcd
 	status=0; \
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest $(TESTS) -q -p no:cacheprovider || \
 	  { echo "make: the tests failed" >&2; status=1; }; \

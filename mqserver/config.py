@@ -60,6 +60,33 @@ def host_port(text):
     return host, int(port)
 
 
+_GROUP_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
+_ETCD_URL = re.compile(r"https?://([^/:]+):(\d+)\Z")
+
+
+def etcd_endpoints(value):
+    """The etcd client URLs of C{cluster.etcd} (a list, or a comma-separated string);
+    a bare C{HOST:PORT} means C{http://HOST:PORT}."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out = []
+    for item in items:
+        item = item.strip().rstrip("/") if isinstance(item, str) else item
+        if item:
+            out.append(item if "://" in item else f"http://{item}")
+    return out
+
+
+def _valid_etcd(value):
+    if not isinstance(value, (str, list)) or not all(isinstance(v, str) for v in
+                                                      ([value] if isinstance(value, str) else value)):
+        return False
+    for url in etcd_endpoints(value):
+        m = _ETCD_URL.match(url)
+        if m is None or not 1 <= int(m.group(2)) <= 65535:
+            return False
+    return True
+
+
 #: The core's keys: dotted key -> (type, default, check or None, what the check wants).
 SCHEMA = {
     "port": (int, None, lambda v: 0 <= v <= 65535, "a port number"),
@@ -74,6 +101,16 @@ SCHEMA = {
     # is acknowledged, and how long a write waits for them
     "replication.syncReplicas": (int, 0, lambda v: 0 <= v <= 64, "0..64 (0: asynchronous)"),
     "replication.syncTimeoutMs": (int, 5000, lambda v: v >= 1, ">= 1"),
+    # a replica group (mqserver.cluster.group): etcd decides who leads
+    "cluster.etcd": (object, "", lambda v: _valid_etcd(v),
+                     "a list or a comma-separated string of etcd client URLs "
+                     "(http://HOST:PORT), empty for no group"),
+    "cluster.group": (str, "", lambda v: v == "" or _GROUP_NAME.match(v) is not None,
+                      "1..64 of A-Z a-z 0-9 . _ -"),
+    "cluster.name": (str, "", lambda v: v == "" or _GROUP_NAME.match(v) is not None,
+                     "1..64 of A-Z a-z 0-9 . _ -"),
+    "cluster.leaseMs": (int, 3000, lambda v: 2000 <= v <= 60_000, "2000..60000"),
+    "cluster.members": (int, 3, lambda v: 1 <= v <= 15, "1..15"),
     "security.allow": (list, [], _valid_networks, "a list of CIDRs (e.g. 10.0.0.0/8, ::1/128)"),
     "store.path": (str, "data", None, None),
     "store.maxLogSize": (int, 1 << 30, lambda v: 4096 <= v <= 1 << 30, "4096..1073741824"),
@@ -120,6 +157,16 @@ DOCS = {
     "replication.syncReplicas": "on a master: mqserver followers that must hold a write "
                                 "before it is acknowledged (0: asynchronous; "
                                 "docs/replication.md)",
+    "cluster.etcd": "etcd client URLs (`http://HOST:PORT`, a list or comma-separated) of "
+                    "a replica group; empty: no group (docs/replication.md, \"Replica "
+                    "groups\")",
+    "cluster.group": "the replica group's name (required with `cluster.etcd`)",
+    "cluster.name": "this member's name, unique in the group (required with "
+                    "`cluster.etcd`)",
+    "cluster.leaseMs": "the leader's etcd lease in ms; a leader that cannot renew it for "
+                       "two thirds of this steps down",
+    "cluster.members": "the group's size: an election needs a majority of it, and "
+                       "`replication.syncReplicas` must be at least a majority minus one",
     "replication.syncTimeoutMs": "ms a write waits for those followers before it fails "
                                  "with the protocol's error",
     "security.allow": "CIDRs of the peers every door accepts; others are closed at "
@@ -205,6 +252,23 @@ class KeySet:
 def _core_validate(values):
     if values["role"] == "slave" and not values["master"]:
         raise ConfigError("config key 'master' (HOST:PORT) is required when role is slave")
+    if etcd_endpoints(values["cluster.etcd"]):
+        _group_validate(values)
+
+
+def _group_validate(values):
+    for key in ("cluster.group", "cluster.name"):
+        if not values[key]:
+            raise ConfigError(f"config key {key!r} is required with cluster.etcd")
+    members = values["cluster.members"]
+    # a write held by the leader and syncReplicas followers must be on a majority, so
+    # that every majority that can elect a leader includes a member holding it
+    least = members // 2
+    if values["replication.syncReplicas"] < least:
+        raise ConfigError(
+            f"config key 'replication.syncReplicas' must be at least {least} in a replica "
+            f"group of {members} (cluster.members), so that a majority holds every "
+            f"acknowledged write; it is {values['replication.syncReplicas']}")
 
 
 CORE = KeySet(SCHEMA, ALIASES, _core_validate, docs=DOCS)

@@ -7,7 +7,8 @@ from twisted.python.reflect import namedModule
 
 from mqserver.config import CORE, KeySet
 
-_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string", list: "list"}
+_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string", list: "list",
+          object: "list or string"}
 
 HEADER = """\
 # Configuration reference

@@ -39,3 +39,18 @@ def used_port():
     s.listen(1)
     yield s.getsockname()[1]
     s.close()
+
+
+@pytest.fixture
+def etcd_server(tmp_path):
+    """A running single-node etcd on loopback (tests/support/etcd.py); the test skips
+    when there is no etcd binary."""
+    from tests.support.etcd import SKIP_REASON, EtcdProcess, etcd_binary
+
+    if etcd_binary() is None:
+        pytest.skip(SKIP_REASON)
+    etcd = EtcdProcess(tmp_path / "etcd")
+    try:
+        yield etcd.start()
+    finally:
+        etcd.stop()

@@ -6,9 +6,11 @@ front door, default http://127.0.0.1:9465; ``--url`` or ``MQCTL_URL`` to change 
     mqctl rewind TOPIC@NAME (--time ISO8601 | --event N) [--kind channel|rocketmq|smss|msgout]
     mqctl peek TOPIC [-n N] | tail TOPIC [-n N] [--count N]
     mqctl stats
+    mqctl cluster --group G [--etcd URL[,URL...]]
 
 Tables for people, ``--json`` for scripts. Exit status 0, 1 when the broker refused the
-request, 2 when no broker answers.
+request, 2 when no broker answers. C{mqctl cluster} reads a replica group from etcd
+(C{--etcd}, or C{MQCTL_ETCD}; default http://127.0.0.1:2379), not from a broker.
 """
 
 import argparse
@@ -24,6 +26,7 @@ import urllib.request
 from mqserver.version import version
 
 DEFAULT_URL = "http://127.0.0.1:9465"
+DEFAULT_ETCD = "http://127.0.0.1:2379"
 
 
 class NoBroker(Exception):
@@ -219,6 +222,49 @@ def cmd_stats(api, args):
     return s, "\n".join(lines)
 
 
+def read_group(endpoints, group, timeout=5.0):
+    """The L{mqserver.cluster.group.GroupView} of C{group}, read from the first of the
+    etcd C{endpoints} that answers. Raises L{NoBroker} when none does."""
+    from mqserver.cluster.etcd import KeyValue, range_body
+    from mqserver.cluster.group import GroupView, group_prefix
+    from mqserver.config import etcd_endpoints
+
+    body = json.dumps(range_body(group_prefix(group), prefix=True)).encode()
+    failures = []
+    for url in etcd_endpoints(endpoints):
+        req = urllib.request.Request(url + "/v3/kv/range", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                reply = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            raise Refused(f"etcd at {url} answered HTTP {e.code}") from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError) as e:
+            failures.append(f"{url}: {getattr(e, 'reason', e)}")
+            continue
+        kvs = [KeyValue.from_json(kv) for kv in reply.get("kvs", ())]
+        return GroupView(group, kvs, int(reply.get("header", {}).get("revision", 0)))
+    raise NoBroker("no etcd answers (" + "; ".join(failures or ["no endpoint given"]) + ")")
+
+
+def cmd_cluster(api, args):
+    view = read_group(args.etcd, args.group)
+    rows = view.rows()
+    data = {"group": args.group, "epoch": view.epoch,
+            "leader": (view.leader or {}).get("name"), "members": rows}
+    lines = [f"group {args.group}: leader {data['leader'] or '(none)'}, epoch {view.epoch}"]
+    if rows:
+        lines += ["", table(rows, [
+            ("NAME", "name"), ("ROLE", "role"), ("EPOCH", "epoch"), ("EVENTID", "eventId"),
+            ("LAG", lambda r: "-" if r["lag"] is None else r["lag"]),
+            ("ADDRESSES", lambda r: " ".join(f"{k}={v}" for k, v in sorted(
+                r["addresses"].items())) if isinstance(r["addresses"], dict)
+             else r["addresses"])])]
+    else:
+        lines.append("no member has published itself")
+    return data, "\n".join(lines)
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="mqctl", description="Operate a running mqserver broker.")
     p.add_argument("--url", default=os.environ.get("MQCTL_URL", DEFAULT_URL),
@@ -258,6 +304,13 @@ def build_parser():
     tl.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
     tl.set_defaults(fn=cmd_tail)
     sub.add_parser("stats", help="broker totals, rates and connections").set_defaults(fn=cmd_stats)
+    c = sub.add_parser("cluster", help="a replica group's members, roles, epochs and lag, "
+                                       "from etcd")
+    c.add_argument("--etcd", default=os.environ.get("MQCTL_ETCD", DEFAULT_ETCD),
+                   help=f"etcd client URLs, comma-separated (default {DEFAULT_ETCD}, or "
+                        "MQCTL_ETCD)")
+    c.add_argument("--group", required=True, help="the group's name (cluster.group)")
+    c.set_defaults(fn=cmd_cluster)
     return p
 
 

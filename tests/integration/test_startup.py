@@ -347,3 +347,15 @@ def test_help_still_shows_the_usage_text(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mqserver", "mqserver", "--help"], cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, timeout=60)
     assert proc.returncode == 0 and b"--listen" in proc.stdout and b"--config" in proc.stdout
+def test_group_refuses_to_start_without_enough_sync_replicas(server_factory):
+    """A replica group of three with syncReplicas 0 could elect a member lacking an
+    acknowledged write: the broker refuses to start, saying which keys."""
+    with pytest.raises(RuntimeError) as e:
+        server_factory("grouped", config={
+            "cluster": {"etcd": "http://127.0.0.1:2379", "group": "g", "name": "m1",
+                        "members": 3},
+            "replication": {"syncReplicas": 0}})
+    log = str(e.value)
+    assert ("config key 'replication.syncReplicas' must be at least 1 in a replica group "
+            "of 3 (cluster.members)") in log, log
+    assert "Traceback" not in log, log

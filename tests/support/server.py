@@ -46,6 +46,15 @@ def terminate(proc, log=None):
         log.close()
 
 
+def read_log_file(path):
+    """The text of the log file C{path} ("" when there is none yet)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("latin-1")
+    except FileNotFoundError:
+        return ""
+
+
 def twistd_command(root=None):
     """The command starting twistd from source tree C{root} (default L{ROOT}):
     C{python -m mqserver}, twistd with the lean start-up of the broker's own C{make run}
@@ -170,11 +179,7 @@ class ServerProcess:
 
     def read_log(self):
         """Return everything the process logged (all runs)."""
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("latin-1")
-        except FileNotFoundError:
-            return ""
+        return read_log_file(self.log_path)
 
     def stop(self, timeout=20.0):
         """SIGTERM and wait for a clean exit; returns the exit code."""

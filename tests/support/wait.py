@@ -23,3 +23,20 @@ def wait_until(predicate, timeout, what="condition", interval=0.02):
         if time.monotonic() >= deadline:
             raise AssertionError(f"gave up after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def deferred_wait(predicate, timeout=10.0, what="condition", interval=0.02):
+    """L{wait_until} for tests running on the reactor (pytest-twisted): return a Deferred
+    that fires once C{predicate()} is true, polling without blocking the reactor, or
+    fails with AssertionError after C{timeout} s, naming C{what}."""
+    from twisted.internet import defer, reactor, task
+
+    @defer.inlineCallbacks
+    def loop():
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"gave up after {timeout}s waiting for {what}")
+            yield task.deferLater(reactor, interval, lambda: None)
+
+    return loop()
