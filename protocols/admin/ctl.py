@@ -219,6 +219,12 @@ def cmd_stats(api, args):
     return s, "\n".join(lines)
 
 
+def cmd_promote(api, args):
+    r = api.call("POST", "/promote")
+    term = "" if r.get("term") is None else f", term {r['term']}"
+    return r, f"promoted: this broker is the master{term}"
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="mqctl", description="Operate a running mqserver broker.")
     p.add_argument("--url", default=os.environ.get("MQCTL_URL", DEFAULT_URL),
@@ -258,6 +264,8 @@ def build_parser():
     tl.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
     tl.set_defaults(fn=cmd_tail)
     sub.add_parser("stats", help="broker totals, rates and connections").set_defaults(fn=cmd_stats)
+    sub.add_parser("promote", help="make a follower stop following and become the master"
+                   ).set_defaults(fn=cmd_promote)
     return p
 
 
