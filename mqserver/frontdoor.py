@@ -26,7 +26,8 @@ class IFrontDoor(Interface):
     def make_factory(broker, config, reactor):
         """Return the protocol factory serving broker."""
 
-    follower = Attribute("Module with make_follower(broker, config, reactor), or None.")
+    follower = Attribute(
+        "Module with make_follower(broker, config, reactor, master=None), or None.")
 
     config = Attribute(
         "Dotted name of the module declaring the door's config keys (KEYS, optional "
@@ -64,10 +65,10 @@ class FrontDoor:
             raise ImportError(f"front door {self.name}: no module {self.module}")
         return FirstUseFactory(lambda: namedAny(make)(broker, config, reactor), self.first_use)
 
-    def make_follower(self, broker, config, reactor):
+    def make_follower(self, broker, config, reactor, master=None):
         """Return the service following a master (this door speaks the replication
         stream)."""
-        return namedAny(self.follower + ".make_follower")(broker, config, reactor)
+        return namedAny(self.follower + ".make_follower")(broker, config, reactor, master)
 
 
 @implementer(IProtocolFactory, ILoggingContext, IProtocolNegotiationFactory)

@@ -16,6 +16,7 @@ from mqserver.errors import StartupError  # noqa: E402
 from mqserver.fastpath import service_reactor  # noqa: E402
 from mqserver.frontdoor import front_doors  # noqa: E402
 from mqserver.listen import check_description, probe_bind  # noqa: E402
+from mqserver.replication.roles import Roles  # noqa: E402
 from mqserver.service import BrokerService, ListenError  # noqa: E402
 from mqserver.store.lock import check_directory  # noqa: E402
 from mqserver.version import version  # noqa: E402
@@ -168,11 +169,14 @@ def makeService(options, reactor=None):
     if config["role"] == "master" and config["replication.syncReplicas"] > 0:
         broker.require_replicas(config["replication.syncReplicas"],
                                 config["replication.syncTimeoutMs"])
+    followers = [d for d in options["doors"].values() if d.follower]
+    roles = Roles(broker, lambda master: followers[0].make_follower(broker, config, reactor, master),
+                  config["replication.syncReplicas"], config["replication.syncTimeoutMs"])
+    roles.setServiceParent(root)
+    broker.roles = roles
     if config["role"] == "slave":
         broker.is_master = False
-        followers = [d for d in options["doors"].values() if d.follower]
-        follower = followers[0].make_follower(broker, config, reactor)
-        follower.setServiceParent(root)
+        roles.follow(config["master"])  # set up now, connects when the tree starts
     for name, door in options["doors"].items():
         if config.listen.get(name):
             try:

@@ -76,6 +76,12 @@ class Broker:
         self.delays = DelayIndex()
         self.is_master = is_master
         self.sync_gate = None
+        #: the master's address while following one (for errors that name it), else None
+        self.master_address = None
+        self._role_listeners = []
+        #: the L{mqserver.replication.roles.Roles} that changes the role at run time (set
+        #: by the service tree), or None
+        self.roles = None
         #: [epoch, first eventId] of every master term in the log, oldest first
         self.epochs = []
         self._watchers = {}  # topic -> set of watchers (data_available / topic_deleted)
@@ -248,10 +254,37 @@ class Broker:
         """The current epoch (0 before the first epoch record)."""
         return self.epochs[-1][0] if self.epochs else 0
 
-    def begin_epoch(self):
-        """Start the next master term: write its epoch record (its eventId is the term's
-        first). Returns the Deferred of the write; the epoch is in L{epochs} at once."""
-        body = fmt.I64.pack(self.epoch + 1)
+    def add_role_listener(self, callback):
+        """Call C{callback(is_master)} whenever the broker's role changes (a front door
+        that registers differently as master and follower)."""
+        self._role_listeners.append(callback)
+
+    def set_role(self, is_master, master_address=None):
+        """Take the role of a master, or of a follower of the master at
+        C{master_address}, and tell the role listeners."""
+        self.is_master = is_master
+        self.master_address = None if is_master else master_address
+        for cb in self._role_listeners:
+            cb(is_master)
+
+    def become_master(self, replicas=0, timeout_ms=5000, epoch=None):
+        """Become the master (a follower promoted): with C{replicas} synchronous
+        replicas, or those a front door asks for when told (RocketMQ's SYNC_MASTER),
+        write the epoch record of term C{epoch} (default: the next). Returns the term
+        begun, or None without synchronous replication."""
+        if replicas:
+            self.require_replicas(replicas, timeout_ms)
+        self.set_role(True)
+        if self.sync_gate is None:
+            return None
+        self.begin_epoch(epoch).addErrback(lambda f: f.trap(StoreError))
+        return self.epoch
+
+    def begin_epoch(self, epoch=None):
+        """Start a master term, C{epoch} or the one after the log's last: write its epoch
+        record (its eventId is the term's first). Returns the Deferred of the write; the
+        epoch is in L{epochs} at once."""
+        body = fmt.I64.pack(max(self.epoch + 1, epoch or 0))
         d = self.store.put_admin(fmt.OP_EPOCH, fmt.EPOCH_RECORD_NAME, body)
         self.log.info("master term {epoch} begins at eventId {eid}", epoch=self.epoch,
                       eid=self.store.next_event_id - 1)

@@ -5,7 +5,7 @@
 def replication_status(broker, slaves=None):
     """Return the status as a JSON-ready dict. C{slaves}: connected slaves, if known."""
     applier = broker.state_of("replica")
-    if applier is not None:
+    if applier is not None and not broker.is_master:
         return applier.status()
     out = {"role": "master", "appliedEventId": broker.store.next_event_id - 1}
     if slaves is not None:

@@ -57,6 +57,8 @@ class Notifier:
         before it is acknowledged or shown to consumers."""
         self.gate = gate
         gate.on_commit = self.confirmed
+        # set at run time (a follower promoted): what is readable now was replicated
+        self._replicable_end = max(self._replicable_end, self.visible_end)
 
     def hide_after(self, offset, writes):
         """Show readers only the log below C{offset}: C{writes}, the (last eventId, end
@@ -141,7 +143,12 @@ class Notifier:
             return
         if self.gate is not None:
             self._replicable(offset)
-            return
+            if not self._pending_visible:
+                return
+            # writes that waited for this fsync before the gate was set (a follower
+            # promoted): the old master had them confirmed; later ones wait for the gate
+            offset = max(p[0] for p in self._pending_visible if p[0] <= offset) \
+                if any(p[0] <= offset for p in self._pending_visible) else self.visible_end
         self.visible_end = max(self.visible_end, offset)
         ready = [p for p in self._pending_visible if p[0] <= offset]
         self._pending_visible = [p for p in self._pending_visible if p[0] > offset]

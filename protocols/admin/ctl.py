@@ -265,6 +265,12 @@ def cmd_cluster(api, args):
     return data, "\n".join(lines)
 
 
+def cmd_promote(api, args):
+    r = api.call("POST", "/promote")
+    term = "" if r.get("term") is None else f", term {r['term']}"
+    return r, f"promoted: this broker is the master{term}"
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="mqctl", description="Operate a running mqserver broker.")
     p.add_argument("--url", default=os.environ.get("MQCTL_URL", DEFAULT_URL),
@@ -311,6 +317,10 @@ def build_parser():
                         "MQCTL_ETCD)")
     c.add_argument("--group", required=True, help="the group's name (cluster.group)")
     c.set_defaults(fn=cmd_cluster)
+
+
+    sub.add_parser("promote", help="make a follower stop following and become the master"
+                   ).set_defaults(fn=cmd_promote)
     return p
 
 

@@ -99,6 +99,7 @@ class AdminResource(resource.Resource):
             ("POST", ("topics",)): lambda: self.create_topic(_json_body(request)),
             ("GET", ("consumers",)): lambda: self.consumers(request),
             ("POST", ("consumers", "rewind")): lambda: self.rewind(_json_body(request)),
+            ("POST", ("promote",)): self.promote,
         }
         verb = method.decode()
         key = tuple(parts)
@@ -114,6 +115,15 @@ class AdminResource(resource.Resource):
         if any(k[1] == key for k in routes):
             raise ApiError(405, f"{verb} not allowed on /{'/'.join(parts)}")
         raise ApiError(404, f"no such route: /{'/'.join(parts)}")
+
+    def promote(self):
+        """A follower stops following and becomes the master (docs/replication.md)."""
+        roles = self.broker.roles
+        if roles is None:
+            raise ApiError(409, "this broker cannot change its role")
+        if self.broker.is_master:
+            raise ApiError(409, "this broker is the master already")
+        return roles.promote().addCallback(lambda term: {"role": "master", "term": term})
 
     # -- answers -------------------------------------------------------------------------
 

@@ -67,15 +67,11 @@ class BrokerDoor(Factory):
         # A replication slave registers under its master's broker name as brokerId 1
         # unless the config names another id, so consumers read from it when the master
         # is down.
-        self.broker_id = config["rocketmq.brokerId"]
-        if config["role"] == "slave" and self.broker_id == 0:
-            self.broker_id = 1
+        self.broker_id = self._id_for(broker.is_master)
         self.broker_ip = config["rocketmq.brokerIP"]
-        # 4.9's SYNC_MASTER: a send is SEND_OK once a slave holds it too (the core's
-        # synchronous replication with one follower at least, 4.9's timeout and lag)
-        if config["role"] != "slave" and config["rocketmq.brokerRole"] == "SYNC_MASTER":
-            broker.require_replicas(1, config["rocketmq.syncFlushTimeout"],
-                                    config["rocketmq.haSlaveFallbehindMax"])
+        if broker.is_master:
+            self._sync_master()
+        broker.add_role_listener(self._role_changed)
         self.delay_levels = parse_delay_levels(config["rocketmq.messageDelayLevel"])
         self.long_poll_max_ms = config["rocketmq.longPollMaxMs"]
         self.register_interval = config["rocketmq.registerIntervalMs"] / 1000.0
@@ -177,6 +173,35 @@ class BrokerDoor(Factory):
         self.topic_table.check()
         self.groups.save(self.topic_table.data_version)
 
+    # -- role ----------------------------------------------------------------------
+
+    def _id_for(self, is_master):
+        # A slave registers under its master's broker name as brokerId 1 unless the
+        # config names another id, so consumers read from it when the master is down;
+        # a master (a slave promoted too) as 0, where producers send.
+        configured = self.config["rocketmq.brokerId"]
+        if is_master:
+            return 0 if self.config["role"] == "slave" else configured
+        return configured or 1
+
+    def _sync_master(self):
+        # 4.9's SYNC_MASTER: a send is SEND_OK once a slave holds it too (the core's
+        # synchronous replication with one follower at least, 4.9's timeout and lag)
+        if self.config["rocketmq.brokerRole"] == "SYNC_MASTER":
+            self.broker.require_replicas(1, self.config["rocketmq.syncFlushTimeout"],
+                                         self.config["rocketmq.haSlaveFallbehindMax"])
+
+    def _role_changed(self, is_master):
+        # a slave promoted registers as the master (brokerId 0): producers move their
+        # sends to it at their next route refresh
+        if is_master:
+            self._sync_master()
+        broker_id = self._id_for(is_master)
+        if broker_id != self.broker_id:
+            self.registrar.unregister()
+            self.broker_id = broker_id
+            self.registrar.register()
+
     # -- configuration -------------------------------------------------------------
 
     def update_settings(self, values):
@@ -218,7 +243,8 @@ class BrokerDoor(Factory):
             "brokerId": self.broker_id, "brokerIP1": (self.broker_addr or ":").rsplit(":", 1)[0],
             "listenPort": (self.broker_addr or ":0").rsplit(":", 1)[1],
             "namesrvAddr": c["rocketmq.namesrvAddr"] or "",
-            "brokerRole": "SLAVE" if c["role"] == "slave" else c["rocketmq.brokerRole"],
+            "brokerRole": (c["rocketmq.brokerRole"].replace("SLAVE", "ASYNC_MASTER")
+                           if self.broker.is_master else "SLAVE"),
             "flushDiskType": "SYNC_FLUSH" if c["store.flushLevel"] >= 2 else "ASYNC_FLUSH",
             "storePathRootDir": self.store.path,
             "storePathCommitLog": os.path.join(self.store.path, "commitlog"),

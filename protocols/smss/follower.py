@@ -412,12 +412,12 @@ class FollowerFactory(Factory):
         return FollowerProtocol(self)
 
 
-def master_endpoint(reactor, config):
+def master_endpoint(reactor, config, master=None):
     """Return the client endpoint of the master: C{master} as HOST:PORT over TCP, or over
     TLS when C{masterTls} is set (the certificate checked for HOST against the CA file
     C{masterCa}, else the system's trust roots); or C{master} as a Twisted client
     endpoint string (C{tls:HOST:PORT:trustRoots=DIR}, C{tcp:...}, C{unix:...})."""
-    master = config["master"]
+    master = master or config["master"]
     if master.startswith(MASTER_ENDPOINT_PREFIXES):
         return clientFromString(reactor, master)
     host, _, port = master.rpartition(":")
@@ -433,10 +433,12 @@ def master_endpoint(reactor, config):
     return wrapClientTLS(ssl.optionsForClientTLS(host, trustRoot=trust), endpoint)
 
 
-def make_follower(broker, config, reactor):
-    """Return the service that follows the master named in C{config}."""
-    applier = Applier(broker)
-    endpoint = master_endpoint(reactor, config)
+def make_follower(broker, config, reactor, master=None):
+    """Return the service that follows the master at C{master} (HOST:PORT or a client
+    endpoint string), by default the one named in C{config}."""
+    # one applier a process: its position is the broker's, whoever is followed
+    applier = broker.state_of(Applier.state_name) or Applier(broker)
+    endpoint = master_endpoint(reactor, config, master)
     factory = FollowerFactory(applier, reactor, config["event"],
                               config["timeout.server.alive"] / 1000.0, endpoint)
     service = ClientService(

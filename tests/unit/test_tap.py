@@ -34,7 +34,7 @@ def test_defaults_and_service_tree(tmp_path):
     o2.parseOptions(["--data", str(tmp_path), "--listen", "smss=tcp:0"])
     root = makeService(o2)
     assert [s.name for s in root] == [
-        "storage", "listen-smss", "listen-namesrv",
+        "storage", "roles", "listen-smss", "listen-namesrv",
         "rocketmq-broker", "rocketmq-tick", "rocketmq-register", "rocketmq-expire-clients",
         "rocketmq-check-transactions",
         "listen-broker", "listen-nsqd_tcp", "listen-nsqd_http", "listen-lookupd_tcp",
@@ -54,7 +54,7 @@ def test_listen_off(tmp_path):
     o = Options()
     off = [a for door in front_doors() for a in ("--listen", f"{door}=off")]
     o.parseOptions(["--data", str(tmp_path), *off])
-    assert [s.name for s in makeService(o)] == ["storage"]
+    assert [s.name for s in makeService(o)] == ["storage", "roles"]
 
 
 def refused(capsys, args):
