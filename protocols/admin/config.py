@@ -6,4 +6,6 @@ KEYS = {
     "admin.maxPeek": (int, 1000, lambda v: 1 <= v <= 100_000, "1..100000"),
     # requests must carry "Authorization: Bearer <token>" when set (docs/security.md)
     "admin.token": (str, "", None, None),
+    # fault rules (docs/sdk-testing.md) may be set through this door only when true
+    "admin.faults": (bool, False, None, None),
 }

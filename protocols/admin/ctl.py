@@ -6,6 +6,10 @@ front door, default http://127.0.0.1:9465; ``--url`` or ``MQCTL_URL`` to change 
     mqctl rewind TOPIC@NAME (--time ISO8601 | --event N) [--kind channel|rocketmq|smss|msgout]
     mqctl peek TOPIC [-n N] | tail TOPIC [-n N] [--count N]
     mqctl stats
+    mqctl fault add --door DOOR [--command C] [--conn ID] [--address HOST[:PORT]]
+                    [--every N] [--times N] [--seconds T] [--remark TEXT]
+                    (--respond ERROR | --delay SECONDS | --drop | --close)
+    mqctl fault list | fault clear [ID]
 
 Tables for people, ``--json`` for scripts. Exit status 0, 1 when the broker refused the
 request, 2 when no broker answers.
@@ -200,6 +204,76 @@ def cmd_stats(api, args):
     return s, "\n".join(lines)
 
 
+FAULT_ACTIONS = ("respond", "delay", "drop", "close")
+
+
+def fault_spec(args):
+    """Return the admin API's rule (a dict) of C{mqctl fault add}'s arguments."""
+    spec = {"door": args.door}
+    for key in ("command", "conn", "address", "every", "times", "seconds", "remark"):
+        v = getattr(args, key)
+        if v is not None:
+            spec[key] = v
+    for action in FAULT_ACTIONS:
+        v = getattr(args, action)
+        if v is not None and v is not False:
+            spec[action] = v
+    return spec
+
+
+def _left(rule):
+    parts = []
+    if rule["times_left"] is not None:
+        parts.append(f"{rule['times_left']} use{'s' if rule['times_left'] != 1 else ''}")
+    if rule["seconds_left"] is not None:
+        parts.append(f"{rule['seconds_left']} s")
+    return ", ".join(parts) or "-"
+
+
+FAULT_COLUMNS = [("ID", "id"), ("DOOR", "door"), ("COMMAND", lambda r: r["command"] or "*"),
+                 ("CONN", lambda r: r["conn"] or "*"), ("ADDRESS", lambda r: r["address"] or "*"),
+                 ("ACTION", "action"), ("VALUE", lambda r: "" if r["value"] is None else r["value"]),
+                 ("EVERY", "every"), ("LEFT", _left), ("APPLIED", "applied")]
+
+
+def cmd_fault(api, args):
+    if args.action == "add":
+        r = api.call("POST", "/faults", fault_spec(args))
+        return r, f"rule {r['id']} added: {r['action']} on {r['door']} ({_left(r)} left)"
+    if args.action == "clear":
+        if args.id is not None:
+            r = api.call("DELETE", f"/faults/{args.id}")
+            return r, f"rule {args.id} cleared"
+        r = api.call("DELETE", "/faults")
+        return r, f"{r['cleared']} rule{'s' if r['cleared'] != 1 else ''} cleared"
+    rows = api.call("GET", "/faults")
+    return rows, table(rows, FAULT_COLUMNS) if rows else "(no fault rule)"
+
+
+def _fault_parser(sub):
+    f = sub.add_parser("fault", help="fault rules (needs admin.faults: true on the broker)")
+    fsub = f.add_subparsers(dest="action", required=True)
+    add = fsub.add_parser("add", help="add a rule")
+    add.add_argument("--door", required=True, help="front door: broker, nsqd_tcp, ...")
+    add.add_argument("--command", help="request code or name, NSQ verb, ...; default: any")
+    add.add_argument("--conn", type=int, help="only this connection id")
+    add.add_argument("--address", help="only connections from HOST or HOST:PORT")
+    add.add_argument("--every", type=int, help="act on every Nth matching request")
+    add.add_argument("--times", type=int, help="end after N uses")
+    add.add_argument("--seconds", type=float, help="end after T seconds")
+    add.add_argument("--remark", help="the error's text (respond)")
+    act = add.add_mutually_exclusive_group(required=True)
+    act.add_argument("--respond", metavar="ERROR",
+                     help="answer with this error (RocketMQ code, NSQ E_* code, ...)")
+    act.add_argument("--delay", type=float, metavar="SECONDS", help="hold the answer back")
+    act.add_argument("--drop", action="store_true", help="answer nothing")
+    act.add_argument("--close", action="store_true", help="close the connection")
+    fsub.add_parser("list", help="the rules in force")
+    clear = fsub.add_parser("clear", help="remove one rule, or all")
+    clear.add_argument("id", nargs="?", type=int)
+    f.set_defaults(fn=cmd_fault)
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="mqctl", description="Operate a running mqserver broker.")
     p.add_argument("--url", default=os.environ.get("MQCTL_URL", DEFAULT_URL),
@@ -238,6 +312,7 @@ def build_parser():
     tl.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
     tl.set_defaults(fn=cmd_tail)
     sub.add_parser("stats", help="broker totals, rates and connections").set_defaults(fn=cmd_stats)
+    _fault_parser(sub)
     return p
 
 

@@ -11,6 +11,9 @@ Routes (answers are JSON; errors are C{{"error": text}} with a 4xx/5xx status):
     after an eventId (what C{mqctl tail} polls).
   - C{GET /consumers[?topic=T]}: every consumer (lag, in flight, out, requeues).
   - C{POST /consumers/rewind} C{{"topic", "name", "kind"?, "time_ms" | "event_id"}}.
+  - C{GET /faults}: the fault rules in force; C{POST /faults} a rule
+    (L{mqserver.faults.FaultRules.add}) adds one; C{DELETE /faults} clears them all,
+    C{DELETE /faults/ID} one. Only with C{admin.faults: true}; else 403.
 """
 
 import json
@@ -62,11 +65,12 @@ class AdminResource(resource.Resource):
     isLeaf = True
     log = Logger()
 
-    def __init__(self, broker, max_peek=1000):
+    def __init__(self, broker, max_peek=1000, faults=False):
         super().__init__()
         self.broker = broker
         self.stats = broker.stats
         self.max_peek = max_peek
+        self.faults = faults
 
     def render(self, request):
         parts = [p.decode("utf-8", "replace") for p in request.postpath if p]
@@ -88,6 +92,9 @@ class AdminResource(resource.Resource):
             ("POST", ("topics",)): lambda: self.create_topic(_json_body(request)),
             ("GET", ("consumers",)): lambda: self.consumers(request),
             ("POST", ("consumers", "rewind")): lambda: self.rewind(_json_body(request)),
+            ("GET", ("faults",)): lambda: self._fault_rules().list(),
+            ("POST", ("faults",)): lambda: self.add_fault(_json_body(request)),
+            ("DELETE", ("faults",)): lambda: {"cleared": self._fault_rules().clear()},
         }
         verb = method.decode()
         key = tuple(parts)
@@ -100,6 +107,8 @@ class AdminResource(resource.Resource):
                 return self.delete_topic(parts[1])
             if len(parts) == 3 and parts[2] == "messages" and verb == "GET":
                 return self.messages(request, parts[1])
+        if len(parts) == 2 and parts[0] == "faults" and verb == "DELETE":
+            return self.clear_fault(parts[1])
         if any(k[1] == key for k in routes):
             raise ApiError(405, f"{verb} not allowed on /{'/'.join(parts)}")
         raise ApiError(404, f"no such route: /{'/'.join(parts)}")
@@ -218,6 +227,30 @@ class AdminResource(resource.Resource):
         return out
 
 
+    # -- fault rules -----------------------------------------------------------------------
+
+    def _fault_rules(self):
+        if not self.faults:
+            raise ApiError(403, "fault rules are off: set admin.faults: true in the broker's "
+                                "config to allow them")
+        return self.broker.wiretap.faults
+
+    def add_fault(self, body):
+        try:
+            rule = self._fault_rules().add(body)
+        except ValueError as e:
+            raise ApiError(400, str(e)) from None
+        return rule.to_dict(self.broker.wiretap.clock.seconds())
+
+    def clear_fault(self, rule_id):
+        rules = self._fault_rules()
+        if not rule_id.isdigit():
+            raise ApiError(400, "a fault rule's id is a number")
+        if not rules.clear(int(rule_id)):
+            raise ApiError(404, f"no fault rule {rule_id}")
+        return {"cleared": 1}
+
+
 class AdminSite(server.Site):
     """The admin door's factory (quiet access log)."""
 
@@ -230,7 +263,7 @@ class AdminSite(server.Site):
 
 def make_factory(broker, config, reactor):
     """Return the admin API site of C{broker}."""
-    root = AdminResource(broker, config["admin.maxPeek"])
+    root = AdminResource(broker, config["admin.maxPeek"], config["admin.faults"])
     token = config["admin.token"]
     site = AdminSite(BearerTokenResource(root, token) if token else root)
     site.displayTracebacks = False

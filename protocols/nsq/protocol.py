@@ -31,6 +31,7 @@ from protocols.nsq.codec import OK, CommandDecoder, response
 from protocols.nsq.compress import (CompressionError, DeflateCompressor, DeflateDecompressor,
                                     SnappyCompressor, SnappyDecompressor)
 from protocols.nsq.errors import NsqError
+from protocols.nsq.faults import DOOR, apply_fault, check_fault
 from protocols.nsq.gate import SecurityGate
 from protocols.nsq.heartbeats import Heartbeats
 from protocols.nsq.identify import ClientSettings, negotiate
@@ -95,6 +96,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         self._dead = False
         self._dead_input = False
         self._cork = Cork()  # one send for everything a read produces
+        self.tap = self.broker.wiretap
 
     # -- connection ----------------------------------------------------------------------
 
@@ -126,7 +128,8 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
-        if self._decompressor is None and not (self._dead_input or self._dead):
+        # while the tap is on, every command goes through _feed (no shortcut below)
+        if self._decompressor is None and not (self._dead_input or self._dead or self.tap.active):
             pub = self.decoder.whole_pub(data)
             if pub is not None:
                 # One PUB in one read: what a publisher sending a message at a time
@@ -162,7 +165,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
                 # on a later turn, so what the decoder holds stays within its limits.
                 self.transport.pauseProducing()
                 self._inflate_call = self.reactor.callLater(0, self._inflate_more)
-        if self.channel is not None:
+        if self.channel is not None and not self.tap.active:
             if self.decoder.in_line:
                 # A read that ended inside a line (a reader's FINs cut anywhere): the
                 # decoder ends that line, so the FINs after it take the fast path too.
@@ -180,7 +183,10 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
 
     def _feed(self, data):
         """Run the commands C{data} completes; False once input is dead."""
-        for cmd in self.decoder.feed(data):
+        commands = self.decoder.feed(data)
+        if self.tap.active:
+            return self._feed_tapped(commands)
+        for cmd in commands:
             if type(cmd) is Fin and self.channel is not None:
                 # hot path: a FIN that succeeds needs no state check and no reply
                 eid = parse_message_id(cmd.msg_id)
@@ -190,6 +196,18 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
             if self._dead_input:
                 return False
             self._run(cmd)
+        return not (self._dead_input or self._dead)
+
+    def _feed_tapped(self, commands):
+        """L{_feed} while the broker's tap is on: each command as a fault rule says."""
+        for cmd in commands:
+            if self._dead_input:
+                return False
+            rule = self.tap.fault(DOOR, self, (cmd.verb,))
+            if rule is None:
+                self._run(cmd)
+            else:
+                apply_fault(self, rule, cmd)
         return not (self._dead_input or self._dead)
 
     def _inflating(self):
@@ -281,6 +299,7 @@ class NsqdFactory(Factory):
 
     def __init__(self, node):
         self.node = node
+        node.broker.wiretap.faults.door(DOOR, check_fault)
 
     def buildProtocol(self, addr):
         return NsqdProtocol(self)

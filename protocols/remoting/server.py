@@ -9,7 +9,7 @@ protocol matches them by opaque. Requests with the one-way bit are never answere
 import itertools
 import json
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
@@ -17,6 +17,7 @@ from zope.interface import implementer
 
 from mqserver.idle import IdleWatch
 from mqserver.sendnow import Cork
+from mqserver.wiretap import OFF
 
 from protocols.remoting import codes
 from protocols.remoting.codec import RemotingProtocolError, encode
@@ -47,6 +48,41 @@ def ok(request, ext_fields=None, body=b"", remark=None):
 def json_body(obj):
     """Encode a response body as compact JSON with string keys."""
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def response_code(value):
+    """Return the response code a fault rule's C{respond} value names: a number, or a
+    name of spec 2.2 (C{SYSTEM_BUSY}); raise ValueError for anything else."""
+    if value.lstrip("-").isdigit():
+        code = int(value)
+        if -(1 << 31) <= code < 1 << 31:
+            return code
+    else:
+        for code, name in codes.RESPONSE_NAMES.items():
+            if name == value.upper():
+                return code
+    raise ValueError(f"respond wants a RocketMQ response code (a number or a name such as "
+                     f"SYSTEM_BUSY), not {value!r}")
+
+
+#: The fault actions a remoting door applies.
+FAULT_ACTIONS = ("respond", "delay", "drop", "close")
+
+
+def check_fault(rule):
+    """Raise ValueError when a remoting door cannot apply fault rule C{rule}."""
+    if rule.action not in FAULT_ACTIONS:
+        raise ValueError(f"door {rule.door} cannot {rule.action} (it can: {', '.join(FAULT_ACTIONS)})")
+    if rule.action == "respond":
+        response_code(rule.value)
+
+
+def fault_response(request, rule):
+    """Return the answer fault rule C{rule} (respond) gives C{request}: its response
+    code, with its remark or one saying a fault rule made it."""
+    code = response_code(rule.value)
+    return error(request, code, rule.remark or f"[FAULT] rule {rule.id}: "
+                 f"{codes.RESPONSE_NAMES.get(code, code)} injected by mqserver")
 
 
 class BadRequest(Exception):
@@ -103,10 +139,15 @@ class RemotingProtocol(IdleWatch, Protocol):
     long without a byte from the peer, as RocketMQ's idle handler closes channels.
 
     @cvar handlers: request code -> method name.
+    @cvar door_name: the front door's name fault rules match (a server door's).
+    @ivar tap: the broker's L{mqserver.wiretap.WireTap} (a server door's), else one
+        never active.
     """
 
     log = Logger()
     handlers = {}
+    door_name = None
+    tap = OFF
     _opaques = itertools.count(1 << 30)
 
     def __init__(self):
@@ -211,17 +252,43 @@ class RemotingProtocol(IdleWatch, Protocol):
             if d is not None:
                 d.callback(cmd)
             return
+        if self.tap.active:
+            self._tapped(cmd)
+            return
+        result = self._handle(cmd)
+        if isinstance(result, defer.Deferred):
+            result.addCallbacks(self._reply, self.request_failed, callbackArgs=(cmd,), errbackArgs=(cmd,))
+        else:
+            self._reply(result, cmd)
+
+    def _handle(self, cmd):
+        """Run C{cmd}'s handler; return its answer (see the module docstring)."""
         name = self.handlers.get(cmd.code)
         try:
             if name is None:
-                result = self.unsupported(cmd)
-            else:
-                result = getattr(self, name)(cmd)
+                return self.unsupported(cmd)
+            return getattr(self, name)(cmd)
         except BadRequest as e:
-            result = error(cmd, e.code, str(e))
+            return error(cmd, e.code, str(e))
         except Exception as e:
             self.log.failure("request {code} failed", code=cmd.code)
-            result = error(cmd, codes.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+            return error(cmd, codes.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+
+    def _tapped(self, cmd):
+        """Handle C{cmd} while the broker's tap is on: as a fault rule says, or as usual."""
+        rule = self.tap.fault(self.door_name, self, (str(cmd.code), codes.REQUEST_NAMES.get(cmd.code)))
+        action = None if rule is None else rule.action
+        if action == "drop":
+            return
+        if action == "close":
+            self.transport.loseConnection()
+            return
+        if action == "respond":
+            result = fault_response(cmd, rule)
+        else:
+            result = self._handle(cmd)
+        if action == "delay":
+            result = task.deferLater(self.tap.clock, rule.value, lambda answer: answer, result)
         if isinstance(result, defer.Deferred):
             result.addCallbacks(self._reply, self.request_failed, callbackArgs=(cmd,), errbackArgs=(cmd,))
         else:

@@ -1,0 +1,165 @@
+"""Fault rules on the real broker process: off unless admin.faults, set with mqctl as the
+docs show, seen by real clients (the RocketMQ C++ client, pynsq) and by a raw remoting
+connection, and shown in /metrics while they are in force."""
+
+import json
+import urllib.request
+
+import pytest
+
+from protocols.remoting import codes
+from tests.integration.test_ops_mqctl import mqctl
+from tests.support.nsq import http_json, run_client
+from tests.support.remoting_client import RemotingClient
+from tests.support.rmq import namesrv_addr, run_client as run_rmq, sends
+from tests.support.server import ServerProcess
+
+pytestmark = pytest.mark.timeout(180)
+LOOP = "tcp:0:interface=127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    base = tmp_path_factory.mktemp("faults")
+    listen = dict(admin=LOOP, metrics=LOOP, broker=LOOP, namesrv=LOOP, nsqd_tcp=LOOP)
+    s = ServerProcess(base / "broker", listen=listen, config={"admin": {"faults": True}}).start()
+    s.home = base / "home"
+    try:
+        yield s
+    finally:
+        s.stop()
+        s.close()
+
+
+@pytest.fixture(autouse=True)
+def no_rules_left(srv):
+    yield
+    mqctl(srv, "fault", "clear")
+
+
+def metrics(srv):
+    port = srv.ports["MetricsSite"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("mqserver_fault")}
+
+
+def send_message(c, topic):
+    return c.call(codes.SEND_MESSAGE, {
+        "producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": 0, "bornTimestamp": 1, "flag": 0,
+        "properties": "", "reconsumeTimes": 0}, b"m")
+
+
+def test_faults_are_off_unless_the_config_allows_them(tmp_path):
+    """Without admin.faults the admin API refuses every fault route (403) and mqctl says
+    why."""
+    s = ServerProcess(tmp_path / "broker", listen={"admin": LOOP}).start()
+    try:
+        port = s.ports["AdminSite"]
+        status, body = http_json(port, "GET", "/faults")
+        assert status == 403 and "admin.faults: true" in body["error"]
+        code, _, err = mqctl(s, "fault", "add", "--door", "broker", "--drop", check=False)
+        assert code == 1 and "fault rules are off" in err
+    finally:
+        s.stop()
+        s.close()
+
+
+def test_mqctl_examples_as_written(srv):
+    """The two documented rules, listed, shown in /metrics, then cleared."""
+    _, out, _ = mqctl(srv, "fault", "add", "--door", "broker", "--command", "10",
+                      "--respond", "2", "--times", "1")
+    first = int(out.split()[1])
+    assert out.strip() == f"rule {first} added: respond on broker (1 use left)"
+    _, out, _ = mqctl(srv, "fault", "add", "--door", "nsqd_tcp", "--command", "PUB",
+                      "--respond", "E_PUB_FAILED", "--times", "1")
+    assert out.strip() == f"rule {first + 1} added: respond on nsqd_tcp (1 use left)"
+    _, out, _ = mqctl(srv, "fault", "list")
+    header, *rows = out.splitlines()
+    assert header.split() == ["ID", "DOOR", "COMMAND", "CONN", "ADDRESS", "ACTION", "VALUE",
+                              "EVERY", "LEFT", "APPLIED"]
+    assert [r.split()[1:] for r in rows] == [
+        ["broker", "10", "*", "*", "respond", "2", "1", "1", "use", "0"],
+        ["nsqd_tcp", "PUB", "*", "*", "respond", "E_PUB_FAILED", "1", "1", "use", "0"]]
+    assert metrics(srv)["mqserver_fault_rules_active"] == 2
+    code, _, err = mqctl(srv, "fault", "add", "--door", "nsqd_tcp", "--respond", "SYSTEM_BUSY",
+                         check=False)
+    assert code == 1 and "respond wants an nsqd error code" in err
+    _, out, _ = mqctl(srv, "fault", "clear")
+    assert out.strip() == "2 rules cleared"
+    assert mqctl(srv, "fault", "list")[1].strip() == "(no fault rule)"
+    assert metrics(srv)["mqserver_fault_rules_active"] == 0
+
+
+def test_a_send_answers_system_busy_once(srv):
+    """The issue's first example on a raw connection: one SEND answers code 2 with a
+    remark, the next SEND_OK; /metrics counts the one application."""
+    c = RemotingClient("127.0.0.1", srv.ports["BrokerDoor"])
+    try:
+        assert send_message(c, "FBusy").code == codes.SUCCESS
+        rule = json.loads(mqctl(srv, "--json", "fault", "add", "--door", "broker", "--command",
+                                "10", "--respond", "2", "--times", "1")[1])
+        busy = send_message(c, "FBusy")
+        assert (busy.code, busy.remark) == (
+            codes.SYSTEM_BUSY, f"[FAULT] rule {rule['id']}: SYSTEM_BUSY injected by mqserver")
+        assert send_message(c, "FBusy").code == codes.SUCCESS
+    finally:
+        c.close()
+    assert metrics(srv)['mqserver_fault_applied_total{action="respond",door="broker"}'] == 1
+
+
+def test_rocketmq_cpp_client_retries_on_system_busy(srv):
+    """The C++ client: while every SEND answers SYSTEM_BUSY it retries (three tries in
+    all) and then send_sync fails (the C++ client words it "No route info"); with one
+    use, its retry succeeds and the message is kept once."""
+    ns = namesrv_addr(srv)
+    run_rmq(srv.home, "produce", ns, "FCpp", "--count", 1, "--group", "PF0")  # route known
+    mqctl(srv, "fault", "add", "--door", "broker", "--command", "SEND_MESSAGE",
+          "--respond", "SYSTEM_BUSY")
+    lines = run_rmq(srv.home, "produce", ns, "FCpp", "--count", 1, "--group", "PF1")
+    (failed,) = [x for x in lines if "error" in x]
+    assert failed["error"].startswith("No route info of this topic: FCpp")
+    (rule,) = json.loads(mqctl(srv, "--json", "fault", "list")[1])
+    assert rule["applied"] == 3
+    mqctl(srv, "fault", "clear")
+    before = metrics(srv)
+    mqctl(srv, "fault", "add", "--door", "broker", "--command", "10", "--respond", "2",
+          "--times", "1")
+    r = sends(run_rmq(srv.home, "produce", ns, "FCpp", "--count", 1, "--group", "PF2"))
+    assert [x["status"] for x in r] == [0]
+    key = 'mqserver_fault_applied_total{action="respond",door="broker"}'
+    assert metrics(srv)[key] == before[key] + 1
+    stored = json.loads(mqctl(srv, "--json", "peek", "FCpp", "-n", "10")[1])
+    assert len(stored) == 2  # the first run's and the retried one
+
+
+def test_pynsq_writer_gets_e_pub_failed_once(srv):
+    """The issue's second example with pynsq: one PUB's callback gets E_PUB_FAILED, the
+    next PUB's OK, on the same connection."""
+    mqctl(srv, "fault", "add", "--door", "nsqd_tcp", "--command", "PUB",
+          "--respond", "E_PUB_FAILED", "--times", "1")
+    got = run_client("""
+import nsq, tornado.ioloop
+loop = tornado.ioloop.IOLoop.current()
+loop.call_later(20, loop.stop)
+w = nsq.Writer(["127.0.0.1:%d" % PARAMS["port"]])
+seen = []
+def answered(conn, data):
+    seen.append([id(conn), str(data) if isinstance(data, Exception) else data.decode()])
+    if len(seen) == 1:
+        # on the next turn: pynsq hands an error to every callback waiting on the
+        # connection, one queued from inside this callback too
+        loop.add_callback(lambda: w.pub("f_nsq", b"two", callback=answered))
+    else:
+        loop.stop()
+loop.call_later(1.0, lambda: w.pub("f_nsq", b"one", callback=answered))
+loop.start()
+print(json.dumps(seen))
+""", port=srv.ports["NsqdFactory"])
+    (conn1, first), (conn2, second) = got
+    assert "E_PUB_FAILED" in first and "injected by mqserver fault rule" in first
+    assert second == "OK" and conn1 == conn2
+    stored = json.loads(mqctl(srv, "--json", "peek", "f_nsq")[1])
+    assert [m["body"] for m in stored] == ["two"]
