@@ -25,6 +25,19 @@ ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
 #: The most rules the registry holds at once.
 MAX_RULES = 1000
 
+#: The actions an HTTP door applies (L{mqserver.webfaults}).
+HTTP_ACTIONS = ("respond", "delay", "drop", "close")
+
+
+def check_http(rule):
+    """Raise ValueError when an HTTP door cannot apply fault rule C{rule}: its C{respond}
+    is an HTTP error status."""
+    if rule.action not in HTTP_ACTIONS:
+        raise ValueError(f"door {rule.door} cannot {rule.action} "
+                         f"(it can: {', '.join(HTTP_ACTIONS)})")
+    if rule.action == "respond" and not (rule.value.isdigit() and 400 <= int(rule.value) <= 599):
+        raise ValueError(f"respond wants an HTTP error status (400..599), not {rule.value!r}")
+
 
 class FaultRule:
     """One rule (see the module docstring).

@@ -254,8 +254,10 @@ def _fault_parser(sub):
     f = sub.add_parser("fault", help="fault rules (needs admin.faults: true on the broker)")
     fsub = f.add_subparsers(dest="action", required=True)
     add = fsub.add_parser("add", help="add a rule")
-    add.add_argument("--door", required=True, help="front door: broker, nsqd_tcp, ...")
-    add.add_argument("--command", help="request code or name, NSQ verb, ...; default: any")
+    add.add_argument("--door", required=True,
+                     help="front door: broker, namesrv, nsqd_tcp, nsqd_http, smss, msgout")
+    add.add_argument("--command", help="RocketMQ request code or name, NSQ verb, smss "
+                                        "command, HTTP route; default: any")
     add.add_argument("--conn", type=int, help="only this connection id")
     add.add_argument("--address", help="only connections from HOST or HOST:PORT")
     add.add_argument("--every", type=int, help="act on every Nth matching request")
@@ -264,7 +266,8 @@ def _fault_parser(sub):
     add.add_argument("--remark", help="the error's text (respond)")
     act = add.add_mutually_exclusive_group(required=True)
     act.add_argument("--respond", metavar="ERROR",
-                     help="answer with this error (RocketMQ code, NSQ E_* code, ...)")
+                     help="answer with this error (RocketMQ code, NSQ E_* code, smss "
+                          "text, HTTP status)")
     act.add_argument("--delay", type=float, metavar="SECONDS", help="hold the answer back")
     act.add_argument("--drop", action="store_true", help="answer nothing")
     act.add_argument("--close", action="store_true", help="close the connection")

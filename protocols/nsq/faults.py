@@ -12,6 +12,8 @@ from protocols.nsq.errors import NsqError
 
 #: The door's name (its key under C{listen:}).
 DOOR = "nsqd_tcp"
+#: The nsqd HTTP door's name (its rules: L{mqserver.webfaults}).
+HTTP_DOOR = "nsqd_http"
 #: The actions this door applies.
 ACTIONS = ("respond", "delay", "drop", "close")
 

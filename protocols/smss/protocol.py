@@ -29,6 +29,7 @@ from mqserver.store.message import PutResult
 
 from protocols.smss import codec, messages as m
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
+from protocols.smss.faults import apply_fault
 from mqserver.replication.logreader import LogReader
 from mqserver.replication.status import replication_status
 
@@ -82,6 +83,8 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self._held_sub = None  # a SUB waiting for the answers before it
         self.replica_feed = None
         self._cork = Cork()
+        self.tap = factory.broker.wiretap
+        self.looked = None  # the request a fault rule delayed (smss.faults)
 
     def connectionMade(self):
         if hasattr(self.transport, "setTcpNoDelay"):
@@ -116,7 +119,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
 
     def dataReceived(self, data):
         self.active = True
-        if not self._answers and self.subscription is None:
+        if not self._answers and self.subscription is None and not self.tap.active:
             # One PUB in one read and nothing to answer before it: the usual traffic,
             # handled without the decoder's buffering or the cork, and answered as
             # _handle and _answer would, in fewer steps. Most often its payload is one
@@ -164,18 +167,21 @@ class SmssServerProtocol(IdleWatch, Protocol):
             self._event(ev)
 
     def _event(self, ev):
-        if isinstance(ev, m.Sub) and self._answers:
-            # The decoder pauses after a SUB, so nothing can queue up behind it.
-            self._held_sub = ev
-            return
         if isinstance(ev, m.Ack):
             if self.subscription is not None:
                 self.subscription.ack(ev.value)
             return
-        handler = self._handlers.get(type(ev))
-        if handler is None:
-            handler = self._handlers[type(ev)] = getattr(type(self), "do_" + type(ev).__name__)
-        self._handle(handler, ev)
+        if self.tap.active and ev is not self.looked and apply_fault(self, ev):
+            pass  # a fault rule took it
+        elif isinstance(ev, m.Sub) and self._answers:
+            # The decoder pauses after a SUB, so nothing can queue up behind it.
+            self._held_sub = ev
+            return
+        else:
+            handler = self._handlers.get(type(ev))
+            if handler is None:
+                handler = self._handlers[type(ev)] = getattr(type(self), "do_" + type(ev).__name__)
+            self._handle(handler, ev)
         if self.decoder.paused and self.subscription is None and self.transport is not None:
             # A refused SUB: go back to requests and decode what the client sent after it.
             self._decode(self.decoder.set_mode, codec.Mode.HEADERS)

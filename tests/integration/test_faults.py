@@ -8,8 +8,9 @@ import urllib.request
 import pytest
 
 from protocols.remoting import codes
+from protocols.smss.client import SmssClient, SmssError
 from tests.integration.test_ops_mqctl import mqctl
-from tests.support.nsq import http_json, run_client
+from tests.support.nsq import http, http_json, run_client
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import namesrv_addr, run_client as run_rmq, sends
 from tests.support.server import ServerProcess
@@ -21,7 +22,8 @@ LOOP = "tcp:0:interface=127.0.0.1"
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     base = tmp_path_factory.mktemp("faults")
-    listen = dict(admin=LOOP, metrics=LOOP, broker=LOOP, namesrv=LOOP, nsqd_tcp=LOOP)
+    listen = dict(admin=LOOP, metrics=LOOP, broker=LOOP, namesrv=LOOP, nsqd_tcp=LOOP,
+                  nsqd_http=LOOP, smss=LOOP, msgout=LOOP)
     s = ServerProcess(base / "broker", listen=listen, config={"admin": {"faults": True}}).start()
     s.home = base / "home"
     try:
@@ -163,3 +165,35 @@ print(json.dumps(seen))
     assert second == "OK" and conn1 == conn2
     stored = json.loads(mqctl(srv, "--json", "peek", "f_nsq")[1])
     assert [m["body"] for m in stored] == ["two"]
+
+
+def test_smss_client_gets_the_rules_error_once(srv):
+    """The repo's smss client: a PUB answered by a rule raises the rule's text, the
+    connection stays and the next PUB is stored."""
+    mqctl(srv, "fault", "add", "--door", "smss", "--command", "PUB", "--respond",
+          "store busy, try again", "--times", "1")
+    c = SmssClient("127.0.0.1", srv.smss_port)
+    try:
+        c.create("f_smss")
+        with pytest.raises(SmssError, match="store busy, try again"):
+            c.publish("f_smss", [b"one"])
+        c.publish("f_smss", [b"two"])
+    finally:
+        c.close()
+    stored = json.loads(mqctl(srv, "--json", "peek", "f_smss")[1])
+    assert [m["body"] for m in stored] == ["two"]
+
+
+def test_http_doors_answer_the_rules_status(srv):
+    """nsqd HTTP and msgout: the rule's status with each door's error body, once."""
+    mqctl(srv, "fault", "add", "--door", "nsqd_http", "--command", "POST /pub",
+          "--respond", "503", "--times", "1")
+    port = srv.ports["NsqdHttpSite"]
+    status, _, body = http(port, "POST", "/pub?topic=f_http", b"one")
+    assert status == 503 and json.loads(body)["message"].startswith("injected by mqserver")
+    assert http(port, "POST", "/pub?topic=f_http", b"two")[:3:2] == (200, b"OK")
+    mqctl(srv, "fault", "add", "--door", "msgout", "--command", "/v1/queues",
+          "--respond", "500", "--remark", "msgout is resting", "--times", "1")
+    port = srv.ports["MsgoutSite"]
+    assert http_json(port, "GET", "/v1/queues") == (500, {"error": "msgout is resting"})
+    assert http_json(port, "GET", "/v1/queues")[0] == 200

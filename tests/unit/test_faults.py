@@ -2,20 +2,33 @@
 the RocketMQ broker and nsqd TCP doors do with a rule, in process (StringTransport,
 a MemoryReactorClock, a real store)."""
 
+import json
 import struct
 
 import pytest
 from twisted.internet.task import Clock
 
 from mqserver.faults import FaultRules
+from protocols.msgout.door import make_factory as msgout_factory
 from protocols.nsq.factory import make_factory as nsqd_factory
+from protocols.nsq.http_door import make_factory as nsqd_http_factory
 from protocols.nsq.frames import FrameReader
 from protocols.remoting import codes
 from protocols.remoting.broker_door import make_factory as broker_factory
 from protocols.remoting.codec import encode
 from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand
+from protocols.remoting.namesrv_door import make_factory as namesrv_factory
+from protocols.smss import client_codec as cc
+from protocols.smss.factory import make_factory as smss_factory
 from tests.support.inprocess import running
+
+OK_SMSS = bytes.fromhex("c8000000000000000000")
+ALIVE_SMSS = bytes.fromhex("c9000000000000000000")
+
+
+def err_smss(text):
+    return struct.pack("<HH6x", 400, len(text)) + text
 
 # -- the registry -------------------------------------------------------------------------
 
@@ -264,3 +277,139 @@ def test_nsq_drop_and_close(nsqd):
 def test_nsq_door_refuses_what_it_cannot_do(nsqd):
     with pytest.raises(ValueError, match="respond wants an nsqd error code"):
         nsqd.broker.wiretap.faults.add({"door": "nsqd_tcp", "respond": "2"})
+
+
+# -- the smss door ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def smss(tmp_path):
+    with running(tmp_path / "data", smss_factory) as n:
+        yield n
+
+
+def smss_pub(topic, body):
+    return cc.encode_pub(topic, struct.pack("<II", len(body), 0) + body)
+
+
+def test_smss_respond_delay_drop_close(smss):
+    """respond: an ERR with the rule's text in the request's turn; delay: that answer and
+    the ones after it wait; drop: no answer; close: closed, nothing run."""
+    faults = smss.broker.wiretap.faults
+    c = smss.connect(smss.factory)
+    c.send(cc.encode_create(b"s"))
+    assert c.take() == OK_SMSS
+    faults.add({"door": "smss", "command": "PUB", "respond": "store busy", "times": 1})
+    c.send(smss_pub(b"s", b"a") + smss_pub(b"s", b"b"))
+    assert c.take() == err_smss(b"store busy") + OK_SMSS
+    faults.add({"door": "smss", "command": "1", "delay": 3, "times": 1})
+    c.send(smss_pub(b"s", b"c") + cc.encode_alive())
+    assert c.take() == b""
+    smss.clock.advance(3)
+    assert c.take() == OK_SMSS + ALIVE_SMSS
+    faults.add({"door": "smss", "command": "ALIVE", "drop": True, "times": 1})
+    c.send(cc.encode_alive() + cc.encode_alive())
+    assert c.take() == ALIVE_SMSS
+    faults.add({"door": "smss", "command": "PUB", "close": True, "times": 1})
+    c.send(smss_pub(b"s", b"d"))
+    assert c.take() == b"" and not c.connected
+    assert smss.store.queue("s", 0).max_offset == 2  # b and c
+
+
+def test_smss_delayed_sub_starts_after_the_delay(smss):
+    """A delayed SUB: the stream starts when the delay ends, with what the topic holds."""
+    smss.broker.wiretap.faults.add({"door": "smss", "command": "SUB", "delay": 2, "times": 1})
+    c = smss.connect(smss.factory)
+    c.send(cc.encode_create(b"s") + smss_pub(b"s", b"x"))
+    assert c.take() == OK_SMSS + OK_SMSS
+    c.send(cc.encode_sub(b"s", who=b"w1"))
+    smss.clock.advance(1.9)
+    assert c.take() == b""
+    smss.clock.advance(0.1)
+    got = cc.ResponseDecoder(cc.Expect.SUB).feed(c.take())
+    assert [m.body for b in got for m in b.messages] == [b"x"]
+    c.lose()
+
+
+# -- the HTTP doors -----------------------------------------------------------------------
+
+
+def http_request(conn, method, path, body=b""):
+    conn.send(b"%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+              % (method, path, len(body), body))
+
+
+def http_answer(conn):
+    head, _, body = conn.take().partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" in head.lower():
+        chunks = []
+        while True:
+            size, _, body = body.partition(b"\r\n")
+            if not int(size, 16):
+                break
+            chunks.append(body[:int(size, 16)])
+            body = body[int(size, 16) + 2:]
+        body = b"".join(chunks)
+    return int(head.split(b" ")[1]), json.loads(body) if body.startswith(b"{") else body
+
+
+@pytest.fixture
+def nsqd_http(tmp_path):
+    with running(tmp_path / "data", nsqd_http_factory) as n:
+        yield n
+
+
+def test_nsqd_http_respond_delay_drop_close(nsqd_http):
+    """nsqd HTTP: respond answers the status with nsqd's JSON error; delay answers later;
+    drop never; close closes."""
+    node = nsqd_http
+    faults = node.broker.wiretap.faults
+    c = node.connect(node.factory)
+    faults.add({"door": "nsqd_http", "command": "POST /pub", "respond": "503", "times": 1})
+    http_request(c, b"POST", b"/pub?topic=h", b"one")
+    assert http_answer(c) == (503, {"message": "injected by mqserver fault rule 1"})
+    faults.add({"door": "nsqd_http", "command": "/pub", "delay": 1, "times": 1})
+    http_request(c, b"POST", b"/pub?topic=h", b"two")
+    assert c.take() == b""
+    node.clock.advance(1)
+    assert http_answer(c) == (200, b"OK")
+    faults.add({"door": "nsqd_http", "command": "/ping", "drop": True, "times": 1})
+    http_request(c, b"GET", b"/ping")
+    assert c.take() == b"" and c.connected
+    c.lose()
+    c = node.connect(node.factory)
+    faults.add({"door": "nsqd_http", "command": "/pub", "close": True, "times": 1})
+    http_request(c, b"POST", b"/pub?topic=h", b"three")
+    assert c.take() == b"" and not c.connected
+    assert node.store.queue("h", 0).max_offset == 1  # only "two"
+
+
+def test_msgout_respond_and_bad_status(tmp_path):
+    """msgout: respond answers the status with msgout's {"error"} body; a status that is
+    not an HTTP error is refused."""
+    with running(tmp_path / "data", msgout_factory) as node:
+        faults = node.broker.wiretap.faults
+        with pytest.raises(ValueError, match="HTTP error status"):
+            faults.add({"door": "msgout", "respond": "200"})
+        faults.add({"door": "msgout", "command": "GET /v1/queues", "respond": "500",
+                    "remark": "try later", "times": 1})
+        c = node.connect(node.factory)
+        http_request(c, b"GET", b"/v1/queues")
+        assert http_answer(c) == (500, {"error": "try later"})
+        http_request(c, b"GET", b"/v1/queues")
+        assert http_answer(c)[0] == 200
+
+
+# -- the nameserver -----------------------------------------------------------------------
+
+
+def test_namesrv_route_answers_an_error(tmp_path):
+    """The embedded nameserver: GET_ROUTEINFO_BY_TOPIC answers the rule's code."""
+    with running(tmp_path / "data", namesrv_factory) as node:
+        node.broker.wiretap.faults.add({"door": "namesrv", "command": "GET_ROUTEINFO_BY_TOPIC",
+                                        "respond": "TOPIC_NOT_EXIST", "times": 1})
+        c = RemotingClient(node)
+        c.send(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "x"})
+        (a,) = c.answers()
+        assert (a.code, a.remark) == (codes.TOPIC_NOT_EXIST,
+                                      "[FAULT] rule 1: TOPIC_NOT_EXIST injected by mqserver")
