@@ -62,3 +62,76 @@ class WireTap:
 
     def _update(self):
         self.active = self.faults.active
+
+
+#: Seconds between two pieces of an answer a C{split} rule writes.
+SPLIT_GAP = 0.05
+
+
+def tamper_output(protocol, rule, clock):
+    """Make C{protocol}'s connection write its next output as fault rule C{rule} says:
+    C{split}, C{rule.value} bytes at a time, L{SPLIT_GAP} seconds apart (anything written
+    meanwhile queues behind, in order); C{corrupt}, with the byte at offset C{rule.value}
+    of its next write inverted (negative: from its end). The connection's transport is
+    itself again once that is done.
+
+    The door calls it before it handles the request, with nothing gathered for a later
+    send (its writes go to C{protocol.transport} as they are made)."""
+    protocol.transport = _Tampered(protocol, protocol.transport, rule, clock)
+
+
+class _Tampered:
+    """Stands for a connection's transport while a split or corrupt rule changes what it
+    writes; everything else passes through to the real transport."""
+
+    def __init__(self, protocol, real, rule, clock):
+        self._protocol = protocol
+        self._real = real
+        self._rule = rule
+        self._clock = clock
+        self._queue = bytearray()
+        self._pumping = False
+        self._closing = False
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def write(self, data):
+        if not data:
+            return
+        if self._rule.action == "corrupt":
+            data = bytearray(data)
+            offset = self._rule.value
+            data[max(-len(data), min(offset, len(data) - 1))] ^= 0xFF
+            self._done()
+            self._real.write(bytes(data))
+            return
+        self._queue += data
+        if not self._pumping:
+            self._pumping = True
+            self._pump()
+
+    def writeSequence(self, seq):
+        self.write(b"".join(seq))
+
+    def loseConnection(self):
+        if self._queue:
+            self._closing = True  # once the rest is written, as a transport does
+        else:
+            self._real.loseConnection()
+
+    def _pump(self):
+        size = self._rule.value
+        piece = bytes(self._queue[:size])
+        del self._queue[:size]
+        self._real.write(piece)
+        if self._queue:
+            self._clock.callLater(SPLIT_GAP, self._pump)
+            return
+        self._done()
+        if self._closing:
+            self._real.loseConnection()
+
+    def _done(self):
+        if self._protocol.transport is self:
+            self._protocol.transport = self._real

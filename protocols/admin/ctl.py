@@ -8,7 +8,8 @@ front door, default http://127.0.0.1:9465; ``--url`` or ``MQCTL_URL`` to change 
     mqctl stats
     mqctl fault add --door DOOR [--command C] [--conn ID] [--address HOST[:PORT]]
                     [--every N] [--times N] [--seconds T] [--remark TEXT]
-                    (--respond ERROR | --delay SECONDS | --drop | --close)
+                    (--respond ERROR | --delay SECONDS | --drop | --close |
+                     --split BYTES | --corrupt OFFSET)
     mqctl fault list | fault clear [ID]
 
 Tables for people, ``--json`` for scripts. Exit status 0, 1 when the broker refused the
@@ -204,7 +205,7 @@ def cmd_stats(api, args):
     return s, "\n".join(lines)
 
 
-FAULT_ACTIONS = ("respond", "delay", "drop", "close")
+FAULT_ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
 
 
 def fault_spec(args):
@@ -271,6 +272,10 @@ def _fault_parser(sub):
     act.add_argument("--delay", type=float, metavar="SECONDS", help="hold the answer back")
     act.add_argument("--drop", action="store_true", help="answer nothing")
     act.add_argument("--close", action="store_true", help="close the connection")
+    act.add_argument("--split", type=int, metavar="BYTES",
+                     help="write the answer BYTES at a time, 50 ms apart")
+    act.add_argument("--corrupt", type=int, metavar="OFFSET",
+                     help="invert the answer's byte at OFFSET (negative: from the end)")
     fsub.add_parser("list", help="the rules in force")
     clear = fsub.add_parser("clear", help="remove one rule, or all")
     clear.add_argument("id", nargs="?", type=int)

@@ -3,10 +3,13 @@
 C{respond} sends an nsqd error frame (C{E_PUB_FAILED}, ...) in the command's turn and
 keeps the connection; C{delay} holds the command's answer, and every answer after it,
 for the rule's seconds; C{drop} runs nothing and answers nothing; C{close} closes the
-connection without running the command.
+connection without running the command; C{split} and C{corrupt} run it and change the
+bytes of its answer (L{mqserver.wiretap.tamper_output}).
 """
 
 from twisted.internet import task
+
+from mqserver.wiretap import tamper_output
 
 from protocols.nsq.errors import NsqError
 
@@ -15,7 +18,7 @@ DOOR = "nsqd_tcp"
 #: The nsqd HTTP door's name (its rules: L{mqserver.webfaults}).
 HTTP_DOOR = "nsqd_http"
 #: The actions this door applies.
-ACTIONS = ("respond", "delay", "drop", "close")
+ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
 
 
 def check_fault(rule):
@@ -47,5 +50,10 @@ def apply_fault(conn, rule, cmd):
         # an empty answer that comes after the delay: the command's own answer, and every
         # one after it, wait behind it (answers go out in command order)
         conn._answer(task.deferLater(conn.reactor, rule.value, bytes))
+        conn._run(cmd)
+    elif action in ("split", "corrupt"):
+        conn._flush()  # deliveries buffered before it go out as they are
+        conn._cork = conn._cork.detach(conn.transport)
+        tamper_output(conn, rule, conn.reactor)
         conn._run(cmd)
     # drop: nothing runs, nothing is answered

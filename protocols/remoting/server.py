@@ -17,7 +17,7 @@ from zope.interface import implementer
 
 from mqserver.idle import IdleWatch
 from mqserver.sendnow import Cork
-from mqserver.wiretap import OFF
+from mqserver.wiretap import OFF, tamper_output
 
 from protocols.remoting import codes
 from protocols.remoting.codec import RemotingProtocolError, encode
@@ -66,7 +66,7 @@ def response_code(value):
 
 
 #: The fault actions a remoting door applies.
-FAULT_ACTIONS = ("respond", "delay", "drop", "close")
+FAULT_ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
 
 
 def check_fault(rule):
@@ -286,6 +286,9 @@ class RemotingProtocol(IdleWatch, Protocol):
         if action == "respond":
             result = fault_response(cmd, rule)
         else:
+            if action in ("split", "corrupt"):
+                self._cork = self._cork.detach(self.transport)
+                tamper_output(self, rule, self.tap.clock)
             result = self._handle(cmd)
         if action == "delay":
             result = task.deferLater(self.tap.clock, rule.value, lambda answer: answer, result)

@@ -4,17 +4,20 @@ A request's command goes by its name (C{PUB}, C{SUB}, C{CREATE}, C{TOPIC_INFO}, 
 its code (C{1}, C{0}, ...). C{respond} answers an ERR (400) with the rule's text in the
 request's turn; C{delay} holds the request's answer, and every answer after it (a SUB
 starts after it), for the rule's seconds; C{drop} runs nothing and answers nothing;
-C{close} closes the connection without running the request.
+C{close} closes the connection without running the request; C{split} and C{corrupt} run
+it and change the bytes of its answer (L{mqserver.wiretap.tamper_output}).
 """
 
 from twisted.internet import task
+
+from mqserver.wiretap import tamper_output
 
 from protocols.smss import codec, messages as m, wire
 
 #: The door's name (its key under C{listen:}).
 DOOR = "smss"
 #: The actions this door applies.
-ACTIONS = ("respond", "delay", "drop", "close")
+ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
 
 #: Request event type -> the names a rule's command may give it.
 NAMES = {
@@ -50,5 +53,10 @@ def apply_fault(conn, ev):
         # one after it, wait behind it (answers go out in request order)
         conn._answer(task.deferLater(conn.factory.reactor, rule.value, bytes))
         conn.looked = ev  # when a held SUB comes back, it is not matched again
+        return False
+    elif action in ("split", "corrupt"):
+        conn._cork = conn._cork.detach(conn.transport)
+        tamper_output(conn, rule, conn.factory.reactor)
+        conn.looked = ev
         return False
     return True

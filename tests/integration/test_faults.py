@@ -17,6 +17,14 @@ from tests.support.server import ServerProcess
 
 pytestmark = pytest.mark.timeout(180)
 LOOP = "tcp:0:interface=127.0.0.1"
+#: A pynsq Writer on PARAMS["port"] in a script run by run_client; "seen" its answers.
+PYNSQ_WRITER = """
+import nsq, tornado.ioloop
+loop = tornado.ioloop.IOLoop.current()
+loop.call_later(20, loop.stop)
+w = nsq.Writer(["127.0.0.1:%d" % PARAMS["port"]])
+seen = []
+"""
 
 
 @pytest.fixture(scope="module")
@@ -142,12 +150,7 @@ def test_pynsq_writer_gets_e_pub_failed_once(srv):
     next PUB's OK, on the same connection."""
     mqctl(srv, "fault", "add", "--door", "nsqd_tcp", "--command", "PUB",
           "--respond", "E_PUB_FAILED", "--times", "1")
-    got = run_client("""
-import nsq, tornado.ioloop
-loop = tornado.ioloop.IOLoop.current()
-loop.call_later(20, loop.stop)
-w = nsq.Writer(["127.0.0.1:%d" % PARAMS["port"]])
-seen = []
+    got = run_client(PYNSQ_WRITER + """
 def answered(conn, data):
     seen.append([id(conn), str(data) if isinstance(data, Exception) else data.decode()])
     if len(seen) == 1:
@@ -197,3 +200,29 @@ def test_http_doors_answer_the_rules_status(srv):
     port = srv.ports["MsgoutSite"]
     assert http_json(port, "GET", "/v1/queues") == (500, {"error": "msgout is resting"})
     assert http_json(port, "GET", "/v1/queues")[0] == 200
+
+
+def test_real_clients_read_a_split_answer(srv):
+    """Half-received frames: the C++ client's send and pynsq's PUB get answers written
+    3 bytes at a time and read them whole; the rules say they acted."""
+    ns = namesrv_addr(srv)
+    run_rmq(srv.home, "produce", ns, "FSplit", "--count", 1, "--group", "PS0")  # route known
+    mqctl(srv, "fault", "add", "--door", "broker", "--command", "10", "--split", "3",
+          "--times", "1")
+    mqctl(srv, "fault", "add", "--door", "nsqd_tcp", "--command", "PUB", "--split", "3",
+          "--times", "1")
+    r = sends(run_rmq(srv.home, "produce", ns, "FSplit", "--count", 2, "--group", "PS1"))
+    assert [x["status"] for x in r] == [0, 0]
+    got = run_client(PYNSQ_WRITER + """
+def answered(conn, data):
+    seen.append(str(data) if isinstance(data, Exception) else data.decode())
+    loop.stop()
+loop.call_later(1.0, lambda: w.pub("f_split", b"one", callback=answered))
+loop.start()
+print(json.dumps(seen))
+""", port=srv.ports["NsqdFactory"])
+    assert got == ["OK"]
+    assert json.loads(mqctl(srv, "--json", "fault", "list")[1]) == []  # both used
+    m = metrics(srv)
+    assert m['mqserver_fault_applied_total{action="split",door="broker"}'] == 1
+    assert m['mqserver_fault_applied_total{action="split",door="nsqd_tcp"}'] == 1

@@ -413,3 +413,74 @@ def test_namesrv_route_answers_an_error(tmp_path):
         (a,) = c.answers()
         assert (a.code, a.remark) == (codes.TOPIC_NOT_EXIST,
                                       "[FAULT] rule 1: TOPIC_NOT_EXIST injected by mqserver")
+
+
+# -- split and corrupt --------------------------------------------------------------------
+
+
+def test_rocketmq_split_writes_the_answer_in_pieces(rmq):
+    """split 7: the answer comes 7 bytes at a time, 50 ms apart; a request handled
+    meanwhile is answered after it, whole; then the connection writes as usual."""
+    c = RemotingClient(rmq)
+    c.send_message()
+    whole = c.conn.take()
+    rmq.broker.wiretap.faults.add({"door": "broker", "command": "10", "split": 7, "times": 1})
+    c.send_message()
+    pieces = [c.conn.take()]
+    hb = c.send(codes.HEART_BEAT, body=b"{}")  # answered at once without the rule
+    assert pieces == [whole[:7]]
+    while c.conn.protocol.transport is not c.conn.transport:
+        rmq.clock.advance(0.05)
+        pieces.append(c.conn.take())
+    assert {len(p) for p in pieces[:-1]} == {7}
+    answers = c.decoder.feed(b"".join(pieces))
+    assert [a.code for a in answers] == [codes.SUCCESS, codes.SUCCESS]
+    assert answers[1].opaque == hb
+    c.send(codes.HEART_BEAT, body=b"{}")
+    assert len(c.answers()) == 1
+
+
+def test_rocketmq_corrupt_inverts_one_byte(rmq):
+    """corrupt 0: the first byte of the answer (its length prefix) is inverted, so the
+    client's decoder refuses the frame."""
+    c = RemotingClient(rmq)
+    c.send_message()
+    whole = c.conn.take()
+    rmq.broker.wiretap.faults.add({"door": "broker", "command": "SEND_MESSAGE", "corrupt": 0,
+                                   "times": 1})
+    c.send_message()
+    got = c.conn.take()
+    assert len(got) == len(whole) and got[0] == whole[0] ^ 0xFF and got[1:4] == whole[1:4]
+    assert c.conn.protocol.transport is c.conn.transport
+
+
+def test_nsq_split_and_corrupt(nsqd):
+    faults = nsqd.broker.wiretap.faults
+    c = nsq_connect(nsqd)
+    faults.add({"door": "nsqd_tcp", "command": "PUB", "split": 4, "times": 1})
+    c.send(nsq_pub(b"a") + b"NOP\n" + nsq_pub(b"b"))
+    got = [c.take()]
+    nsqd.clock.advance(0.05)
+    got.append(c.take())
+    nsqd.clock.advance(0.05)
+    got.append(c.take())
+    nsqd.clock.advance(0.05)
+    got.append(c.take())
+    nsqd.clock.advance(0.05)
+    got.append(c.take())
+    assert [len(g) for g in got] == [4, 4, 4, 4, 4]  # OK OK: 20 bytes, 4 at a time
+    assert FrameReader().feed(b"".join(got)) == [(0, b"OK"), (0, b"OK")]
+    faults.add({"door": "nsqd_tcp", "command": "PUB", "corrupt": -1, "times": 1})
+    c.send(nsq_pub(b"c"))
+    assert FrameReader().feed(c.take()) == [(0, b"O" + bytes([ord("K") ^ 0xFF]))]
+
+
+def test_smss_split(smss):
+    smss.broker.wiretap.faults.add({"door": "smss", "command": "CREATE", "split": 3, "times": 1})
+    c = smss.connect(smss.factory)
+    c.send(cc.encode_create(b"s"))
+    got = [c.take()]
+    for _ in range(3):
+        smss.clock.advance(0.05)
+        got.append(c.take())
+    assert b"".join(got) == OK_SMSS and [len(g) for g in got] == [3, 3, 3, 1]
