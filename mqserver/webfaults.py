@@ -1,4 +1,6 @@
-"""Fault rules (L{mqserver.faults}) on the broker's HTTP doors (twisted.web): a request's
+"""Fault rules (L{mqserver.faults}) and the wire trace (L{mqserver.trace}: the requests,
+with their method, path, arguments and body size) on the broker's HTTP doors
+(twisted.web). For fault rules a request's
 command is its route, named C{"POST /pub"} or C{"/pub"}; C{respond} answers the rule's
 HTTP status with the door's own error body; C{delay} serves the request and writes its
 answer the rule's seconds later; C{drop} never answers; C{close} closes the connection.
@@ -22,7 +24,13 @@ def serve(tap, door, request, render, error):
     """Return what C{render(request)} should, as a fault rule of C{tap} for front door
     C{door} says: C{render} is the door's usual rendering, C{error(request, status,
     text)} renders the door's error body."""
-    rule = tap.fault(door, request.channel, route_names(request))
+    names = route_names(request)
+    tap.frame(door, request.channel, "in", names, {
+        "method": request.method.decode("ascii", "replace"), "path": names[1],
+        "args": {k.decode("utf-8", "replace"): [v.decode("utf-8", "replace") for v in vs]
+                 for k, vs in request.args.items()},
+        "body": int(request.getHeader(b"content-length") or 0)})
+    rule = tap.fault(door, request.channel, names)
     if rule is None:
         return render(request)
     action = rule.action

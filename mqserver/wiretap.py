@@ -1,6 +1,8 @@
 """The switch front doors read on their usual path: L{WireTap.active} is True while a
-fault rule is set (L{mqserver.faults}), and a door then takes its slower, looking path
-for each request. While it is False a door pays one attribute read per read or request.
+fault rule is set (L{mqserver.faults}) or someone traces (L{mqserver.trace}), and a door
+then takes its slower, looking path for each request: it reports the frames it reads
+and writes, and applies fault rules. While it is False a door pays one attribute read
+per read, request or write.
 
 The tap also numbers connections (the ids fault rules match and the trace shows); a
 connection gets its number the first time the tap sees it.
@@ -10,6 +12,7 @@ import itertools
 import weakref
 
 from mqserver.faults import FaultRules
+from mqserver.trace import TraceHub
 
 
 class _Off:
@@ -33,14 +36,16 @@ def peer_of(transport):
 class WireTap:
     """The broker's fault rules and connection numbers, and whether doors must look.
 
-    @ivar active: True while any rule is set.
+    @ivar active: True while any rule is set or anyone traces.
     @ivar faults: the L{FaultRules}.
+    @ivar trace: the L{TraceHub}.
     @ivar clock: the reactor (C{seconds}, C{callLater}) doors time faults with.
     """
 
     def __init__(self, clock):
         self.clock = clock
         self.faults = FaultRules(clock.seconds, on_change=self._update)
+        self.trace = TraceHub(clock.seconds, on_change=self._update)
         self.active = False
         self._ids = weakref.WeakKeyDictionary()
         self._next_id = itertools.count(1)
@@ -58,10 +63,23 @@ class WireTap:
         if not self.faults.active:
             return None
         host, port = peer_of(protocol.transport)
-        return self.faults.match(door, self.conn_id(protocol), host, port, names)
+        rule = self.faults.match(door, self.conn_id(protocol), host, port, names)
+        if rule is not None and self.trace.active:
+            self.trace.frame(door, self.conn_id(protocol), f"{host}:{port}", "fault", names,
+                             {"rule": rule.id, "action": rule.action, "value": rule.value})
+        return rule
+
+    def frame(self, door, protocol, direction, names, fields, size=None, raw=None):
+        """Report a frame front door C{door} read (C{direction} "in") or wrote ("out")
+        on C{protocol}'s connection to the trace (L{TraceHub.frame})."""
+        if not self.trace.active:
+            return
+        host, port = peer_of(protocol.transport)
+        self.trace.frame(door, self.conn_id(protocol), f"{host}:{port}", direction, names,
+                         fields, size, raw)
 
     def _update(self):
-        self.active = self.faults.active
+        self.active = self.faults.active or self.trace.active
 
 
 #: Seconds between two pieces of an answer a C{split} rule writes.

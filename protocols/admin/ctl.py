@@ -11,6 +11,7 @@ front door, default http://127.0.0.1:9465; ``--url`` or ``MQCTL_URL`` to change 
                     (--respond ERROR | --delay SECONDS | --drop | --close |
                      --split BYTES | --corrupt OFFSET)
     mqctl fault list | fault clear [ID]
+    mqctl trace DOOR [--conn ID] [--command NAME] [--raw] [--count N]
 
 Tables for people, ``--json`` for scripts. Exit status 0, 1 when the broker refused the
 request, 2 when no broker answers.
@@ -48,13 +49,27 @@ class Api:
             self.headers["Authorization"] = f"Bearer {token}"
 
     def call(self, method, path, body=None, **query):
+        with self._open(method, path, body, self.timeout, query) as r:
+            try:
+                return json.loads(r.read())
+            except (ConnectionError, TimeoutError) as e:
+                raise NoBroker(f"the broker at {self.url} stopped answering ({e})") from None
+
+    def stream(self, path, **query):
+        """GET C{path}, a stream of JSON lines; yield each (no timeout: a stream may
+        be quiet for long)."""
+        with self._open("GET", path, None, None, query) as r:
+            for line in r:
+                if line.strip():
+                    yield json.loads(line)
+
+    def _open(self, method, path, body, timeout, query):
         q = {k: v for k, v in query.items() if v is not None}
         url = self.url + path + ("?" + urllib.parse.urlencode(q) if q else "")
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(url, data=data, method=method, headers=self.headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return json.loads(r.read())
+            return urllib.request.urlopen(req, timeout=timeout)
         except urllib.error.HTTPError as e:
             if e.code == 401:
                 raise Refused("unauthorized (HTTP 401): the admin door wants its token "
@@ -282,6 +297,35 @@ def _fault_parser(sub):
     f.set_defaults(fn=cmd_fault)
 
 
+def trace_line(e, raw=False):
+    """Return the text line of one wire trace event."""
+    if "dropped" in e:
+        return f"... {e['dropped']} frames dropped (mqctl did not keep up)"
+    when = datetime.datetime.fromtimestamp(e["time"]).strftime("%H:%M:%S.%f")[:-3]
+    arrow = {"in": ">", "out": "<", "fault": "!"}.get(e["dir"], e["dir"])
+    size = "" if e["size"] is None else f" {e['size']} B"
+    fields = " ".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}"
+                      for k, v in e["fields"].items() if v not in (None, "", {}))
+    line = f"{when} {e['door']}#{e['conn']} {e['peer']} {arrow} {e['command']}{size} {fields}"
+    if raw and e.get("raw"):
+        line += f" raw={e['raw']}"
+    return line
+
+
+def cmd_trace(api, args, out=sys.stdout):
+    lines = api.stream("/trace", door=args.door, conn=args.conn, command=args.command,
+                       raw=1 if args.raw else None)
+    seen = 0
+    for e in lines:
+        if "tracing" in e:
+            continue
+        print(json.dumps(e) if args.json else trace_line(e, args.raw), file=out, flush=True)
+        seen += 1
+        if args.count and seen >= args.count:
+            break
+    return None, None
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="mqctl", description="Operate a running mqserver broker.")
     p.add_argument("--url", default=os.environ.get("MQCTL_URL", DEFAULT_URL),
@@ -320,6 +364,13 @@ def build_parser():
     tl.add_argument("--interval", type=float, default=0.5, help="seconds between polls")
     tl.set_defaults(fn=cmd_tail)
     sub.add_parser("stats", help="broker totals, rates and connections").set_defaults(fn=cmd_stats)
+    tr = sub.add_parser("trace", help="every frame a front door reads and writes, live")
+    tr.add_argument("door", help="front door: broker, namesrv, nsqd_tcp, smss, ...")
+    tr.add_argument("--conn", type=int, help="only this connection id")
+    tr.add_argument("--command", help="only this command (code, name, verb, route)")
+    tr.add_argument("--raw", action="store_true", help="add each frame's bytes in hex")
+    tr.add_argument("--count", type=int, default=0, help="stop after N frames")
+    tr.set_defaults(fn=cmd_trace)
     _fault_parser(sub)
     return p
 

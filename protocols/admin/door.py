@@ -11,6 +11,9 @@ Routes (answers are JSON; errors are C{{"error": text}} with a 4xx/5xx status):
     after an eventId (what C{mqctl tail} polls).
   - C{GET /consumers[?topic=T]}: every consumer (lag, in flight, out, requeues).
   - C{POST /consumers/rewind} C{{"topic", "name", "kind"?, "time_ms" | "event_id"}}.
+  - C{GET /trace?door=D[&conn=N][&command=C][&raw=1]}: the wire trace of front door D, a
+    long-lived answer of JSON lines, one per frame (L{mqserver.trace}); it ends when
+    the client goes.
   - C{GET /faults}: the fault rules in force; C{POST /faults} a rule
     (L{mqserver.faults.FaultRules.add}) adds one; C{DELETE /faults} clears them all,
     C{DELETE /faults/ID} one. Only with C{admin.faults: true}; else 403.
@@ -19,8 +22,10 @@ Routes (answers are JSON; errors are C{{"error": text}} with a 4xx/5xx status):
 import json
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.web import resource, server
+from zope.interface import implementer
 
 from mqserver.errors import BrokerError, TopicExists, TopicNotFound
 from mqserver import webrequest
@@ -78,6 +83,8 @@ class AdminResource(resource.Resource):
             result = self._route(request, request.method, parts)
         except ApiError as e:
             return self._error(request, e.status, str(e))
+        if result is server.NOT_DONE_YET:  # a stream: it writes and finishes itself
+            return result
         if isinstance(result, defer.Deferred):
             gone = webrequest.departure(request)
             result.addCallbacks(lambda r: self._finish(request, 200, r, gone),
@@ -92,6 +99,7 @@ class AdminResource(resource.Resource):
             ("POST", ("topics",)): lambda: self.create_topic(_json_body(request)),
             ("GET", ("consumers",)): lambda: self.consumers(request),
             ("POST", ("consumers", "rewind")): lambda: self.rewind(_json_body(request)),
+            ("GET", ("trace",)): lambda: self.trace(request),
             ("GET", ("faults",)): lambda: self._fault_rules().list(),
             ("POST", ("faults",)): lambda: self.add_fault(_json_body(request)),
             ("DELETE", ("faults",)): lambda: {"cleared": self._fault_rules().clear()},
@@ -227,6 +235,24 @@ class AdminResource(resource.Resource):
         return out
 
 
+    # -- the wire trace ---------------------------------------------------------------------
+
+    def trace(self, request):
+        tap = self.broker.wiretap
+        door = request.args.get(b"door", [b""])[0].decode("utf-8", "replace")
+        if door not in tap.faults.doors():
+            raise ApiError(400, f"door must be one of {', '.join(tap.faults.doors())}")
+        command = request.args.get(b"command", [b""])[0].decode("utf-8", "replace") or None
+        raw = request.args.get(b"raw", [b""])[0] in (b"1", b"true")
+        stream = TraceStream(request)
+        request.setHeader(b"Content-Type", b"application/x-ndjson")
+        request.write(json.dumps({"tracing": door}).encode() + b"\n")
+        stream.subscription = tap.trace.subscribe(
+            stream.deliver, door, _int_arg(request, "conn"), command, raw)
+        request.registerProducer(stream, True)
+        request.notifyFinish().addBoth(lambda _: stream.stopProducing())
+        return server.NOT_DONE_YET
+
     # -- fault rules -----------------------------------------------------------------------
 
     def _fault_rules(self):
@@ -249,6 +275,41 @@ class AdminResource(resource.Resource):
         if not rules.clear(int(rule_id)):
             raise ApiError(404, f"no fault rule {rule_id}")
         return {"cleared": 1}
+
+
+@implementer(IPushProducer)
+class TraceStream:
+    """The wire trace written to one C{GET /trace} client, a JSON line a frame. While
+    the client does not keep up (the transport's buffer is full) frames are counted,
+    not buffered, and a line C{{"dropped": N}} says so when it catches up.
+
+    @ivar subscription: the L{mqserver.trace.Subscription} feeding it.
+    """
+
+    def __init__(self, request):
+        self.request = request
+        self.subscription = None
+        self.paused = False
+        self.dropped = 0
+
+    def deliver(self, event):
+        if self.paused:
+            self.dropped += 1
+            return
+        if self.dropped:
+            self.request.write(json.dumps({"dropped": self.dropped}).encode() + b"\n")
+            self.dropped = 0
+        self.request.write(json.dumps(event).encode() + b"\n")
+
+    def pauseProducing(self):
+        self.paused = True
+
+    def resumeProducing(self):
+        self.paused = False
+
+    def stopProducing(self):
+        if self.subscription is not None:
+            self.subscription.cancel()
 
 
 class AdminSite(server.Site):

@@ -38,6 +38,7 @@ from protocols.nsq.identify import ClientSettings, negotiate
 from protocols.nsq.messages import (Auth, Cls, Dpub, Fin, Identify, Invalid, Mpub, Nop, Pub,
                                     Rdy, Req, Sub, Touch)
 from protocols.nsq.publisher import Publisher
+from protocols.nsq.trace import command_fields
 from protocols.nsq.replies import Replies
 from protocols.nsq.states import ALLOWED, CLOSING, INIT
 from protocols.nsq.subscriber import Subscriber, parse_message_id
@@ -203,6 +204,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         for cmd in commands:
             if self._dead_input:
                 return False
+            self.tap.frame(DOOR, self, "in", (cmd.verb,), command_fields(cmd))
             rule = self.tap.fault(DOOR, self, (cmd.verb,))
             if rule is None:
                 self._run(cmd)

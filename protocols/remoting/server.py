@@ -8,6 +8,7 @@ protocol matches them by opaque. Requests with the one-way bit are never answere
 
 import itertools
 import json
+from collections import deque
 
 from twisted.internet import defer, task
 from twisted.internet.interfaces import IPushProducer
@@ -20,8 +21,8 @@ from mqserver.sendnow import Cork
 from mqserver.wiretap import OFF, tamper_output
 
 from protocols.remoting import codes
-from protocols.remoting.codec import RemotingProtocolError, encode
-from protocols.remoting.framing import FrameDecoder
+from protocols.remoting.codec import RemotingProtocolError, decode_frame, encode
+from protocols.remoting.framing import FrameDecoder, split_frames
 from protocols.remoting.messages import RemotingCommand, make_response
 
 
@@ -48,6 +49,14 @@ def ok(request, ext_fields=None, body=b"", remark=None):
 def json_body(obj):
     """Encode a response body as compact JSON with string keys."""
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def command_fields(cmd):
+    """Return the trace's fields of remoting frame C{cmd}."""
+    return {"code": cmd.code, "opaque": cmd.opaque, "flag": cmd.flag,
+            "language": cmd.language, "version": cmd.version, "remark": cmd.remark,
+            "ext": cmd.ext_fields, "body": len(cmd.body),
+            "serialize": codes.SERIALIZE_TYPE_NAMES.get(cmd.serialize_type)}
 
 
 def response_code(value):
@@ -159,6 +168,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         self._out_full = False  # the transport's buffer is full: requests wait
         self._held = None  # requests of a read not handled yet (the buffer filled)
         self._close_after = False  # a framing error: close once the requests before it are handled
+        self._frames_in = None  # while the tap is on: the raw frames of the read being handled
 
     def peer_str(self):
         p = self.transport.getPeer()
@@ -182,6 +192,11 @@ class RemotingProtocol(IdleWatch, Protocol):
     def dataReceived(self, data):
         self.active = True
         self._gathered = 0
+        if self.tap.active:
+            # the frames this read completes, as the client sent them (for the trace)
+            self._frames_in = deque(split_frames(self.decoder.pending() + data))
+            self._cork.received(self.transport, self._received, data)
+            return
         cmd = self.decoder.whole(data)
         if cmd is not None:
             # A request alone in its read (a client waiting for each answer), handled as
@@ -275,8 +290,14 @@ class RemotingProtocol(IdleWatch, Protocol):
             return error(cmd, codes.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
 
     def _tapped(self, cmd):
-        """Handle C{cmd} while the broker's tap is on: as a fault rule says, or as usual."""
-        rule = self.tap.fault(self.door_name, self, (str(cmd.code), codes.REQUEST_NAMES.get(cmd.code)))
+        """Handle C{cmd} while the broker's tap is on: report it and its answer to the
+        trace, and handle it as a fault rule says, or as usual."""
+        tap = self.tap
+        names = (codes.REQUEST_NAMES.get(cmd.code) or str(cmd.code), str(cmd.code))
+        raw = self._frames_in.popleft() if self._frames_in else None
+        tap.frame(self.door_name, self, "in", names, command_fields(cmd),
+                  None if raw is None else len(raw), raw)
+        rule = tap.fault(self.door_name, self, names)
         action = None if rule is None else rule.action
         if action == "drop":
             return
@@ -293,9 +314,21 @@ class RemotingProtocol(IdleWatch, Protocol):
         if action == "delay":
             result = task.deferLater(self.tap.clock, rule.value, lambda answer: answer, result)
         if isinstance(result, defer.Deferred):
-            result.addCallbacks(self._reply, self.request_failed, callbackArgs=(cmd,), errbackArgs=(cmd,))
+            result.addCallbacks(self._traced_reply, self.request_failed, callbackArgs=(cmd,),
+                                errbackArgs=(cmd,))
         else:
-            self._reply(result, cmd)
+            self._traced_reply(result, cmd)
+
+    def _traced_reply(self, response, cmd):
+        if response is not None and not cmd.flag & _ONEWAY and not self.closed:
+            frame = response if type(response) is bytes else encode(response)
+            answer = decode_frame(frame)
+            self.tap.frame(self.door_name, self, "out",
+                           (codes.RESPONSE_NAMES.get(answer.code) or str(answer.code),
+                            str(answer.code)),
+                           command_fields(answer), len(frame), frame)
+            response = frame
+        self._reply(response, cmd)
 
     def request_failed(self, f, cmd):
         """Answer C{cmd}, whose handling failed with C{f}: a L{BadRequest} with its code,

@@ -29,7 +29,8 @@ from mqserver.store.message import PutResult
 
 from protocols.smss import codec, messages as m
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
-from protocols.smss.faults import apply_fault
+from protocols.smss.faults import DOOR, apply_fault
+from protocols.smss.trace import answer, request_fields, request_names
 from mqserver.replication.logreader import LogReader
 from mqserver.replication.status import replication_status
 
@@ -105,6 +106,9 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def write(self, data):
         """Send C{data}: gathered while a read is being handled (one send for all the
         answers to a pipelined read), else at once."""
+        if self.tap.active:
+            names, fields = answer(data)
+            self.tap.frame(DOOR, self, "out", names, fields, len(data), data)
         self._cork.write(self.transport, data)
 
     def write_through(self, data):
@@ -171,7 +175,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
             if self.subscription is not None:
                 self.subscription.ack(ev.value)
             return
-        if self.tap.active and ev is not self.looked and apply_fault(self, ev):
+        if self.tap.active and ev is not self.looked and self._tapped(ev):
             pass  # a fault rule took it
         elif isinstance(ev, m.Sub) and self._answers:
             # The decoder pauses after a SUB, so nothing can queue up behind it.
@@ -185,6 +189,12 @@ class SmssServerProtocol(IdleWatch, Protocol):
         if self.decoder.paused and self.subscription is None and self.transport is not None:
             # A refused SUB: go back to requests and decode what the client sent after it.
             self._decode(self.decoder.set_mode, codec.Mode.HEADERS)
+
+    def _tapped(self, ev):
+        """Report request C{ev} to the trace; apply a fault rule to it: True when the
+        rule took it (L{apply_fault})."""
+        self.tap.frame(DOOR, self, "in", request_names(ev), request_fields(ev))
+        return apply_fault(self, ev)
 
     def _handle(self, handler, ev):
         """Run C{handler} (an unbound do_* method) for C{ev} and answer what it returns."""

@@ -3,6 +3,9 @@ docs show, seen by real clients (the RocketMQ C++ client, pynsq) and by a raw re
 connection, and shown in /metrics while they are in force."""
 
 import json
+import struct
+import subprocess
+import sys
 import urllib.request
 
 import pytest
@@ -10,10 +13,11 @@ import pytest
 from protocols.remoting import codes
 from protocols.smss.client import SmssClient, SmssError
 from tests.integration.test_ops_mqctl import mqctl
-from tests.support.nsq import http, http_json, run_client
+from tests.support.nsq import V2, http, http_json, run_client
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import namesrv_addr, run_client as run_rmq, sends
-from tests.support.server import ServerProcess
+from tests.support.server import ROOT, ServerProcess
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 LOOP = "tcp:0:interface=127.0.0.1"
@@ -226,3 +230,71 @@ print(json.dumps(seen))
     m = metrics(srv)
     assert m['mqserver_fault_applied_total{action="split",door="broker"}'] == 1
     assert m['mqserver_fault_applied_total{action="split",door="nsqd_tcp"}'] == 1
+
+
+class Trace:
+    """A running C{mqctl trace} (JSON lines), started once the broker subscribed it."""
+
+    def __init__(self, srv, *args):
+        self.srv = srv
+        started = srv.current_log().count("wire trace of")
+        url = f"http://127.0.0.1:{srv.ports['AdminSite']}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "protocols.admin.ctl", "--url", url, *args],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin"})
+        wait_until(lambda: srv.current_log().count("wire trace of") > started, 20,
+                   "the broker to start the trace")
+
+    def lines(self):
+        """Wait for mqctl to end (it stops after --count frames); return its lines."""
+        out, err = self.proc.communicate(timeout=30)
+        assert self.proc.returncode == 0, err
+        return out.splitlines()
+
+
+def test_mqctl_trace_shows_the_frames_the_client_sent(srv):
+    """mqctl trace on each TCP door: the frames a raw client sends and gets, decoded, with
+    their bytes; the broker ends the subscription when mqctl goes."""
+    t = Trace(srv, "--json", "trace", "broker", "--raw", "--count", "2")
+    c = RemotingClient("127.0.0.1", srv.ports["BrokerDoor"])
+    try:
+        ext = {"producerGroup": "PG", "topic": "FTrace", "defaultTopic": "TBW102",
+               "defaultTopicQueueNums": 4, "queueId": 0, "sysFlag": 0, "bornTimestamp": 1,
+               "flag": 0, "properties": "", "reconsumeTimes": 0}
+        opaque, frame = c.request_frame(codes.SEND_MESSAGE, ext, b"traced")
+        c.send_raw(frame)
+        answer = c.recv(opaque)
+    finally:
+        c.close()
+    inn, out = [json.loads(x) for x in t.lines()]
+    assert (inn["dir"], inn["command"], inn["raw"]) == ("in", "SEND_MESSAGE", frame.hex())
+    assert inn["fields"]["ext"] == {k: str(v) for k, v in ext.items()}
+    assert inn["fields"]["opaque"] == opaque and inn["fields"]["body"] == 6
+    assert (out["dir"], out["command"], out["fields"]["opaque"]) == ("out", "SUCCESS", opaque)
+    assert out["fields"]["ext"] == answer.ext_fields
+    wait_until(lambda: "wire trace of broker stopped" in srv.current_log(), 20,
+               "the broker to end the trace")
+
+    t = Trace(srv, "trace", "nsqd_tcp", "--count", "2")
+    v2 = V2(srv.ports["NsqdFactory"])
+    try:
+        v2.send(b"PUB f_trace\n" + struct.pack(">I", 5) + b"hello")
+        assert v2.frame() == (0, b"OK")
+    finally:
+        v2.close()
+    pub, ok = t.lines()
+    # time, door#conn, peer, direction, command, fields
+    assert pub.split()[1].startswith("nsqd_tcp#")
+    assert pub.split()[3:] == [">", "PUB", "topic=f_trace", "body=5"]
+    assert ok.split()[3:] == ["<", "RESPONSE", "10", "B", "data=OK"]
+
+    t = Trace(srv, "--json", "trace", "smss", "--command", "PUB", "--count", "1")
+    s = SmssClient("127.0.0.1", srv.smss_port)
+    try:
+        s.create("f_trace_s")
+        s.publish("f_trace_s", [b"abc"])
+    finally:
+        s.close()
+    (pub,) = [json.loads(x) for x in t.lines()]
+    assert (pub["command"], pub["fields"]["topic"]) == ("PUB", "f_trace_s")

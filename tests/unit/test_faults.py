@@ -484,3 +484,79 @@ def test_smss_split(smss):
         smss.clock.advance(0.05)
         got.append(c.take())
     assert b"".join(got) == OK_SMSS and [len(g) for g in got] == [3, 3, 3, 1]
+
+
+# -- the wire trace -----------------------------------------------------------------------
+
+
+def test_trace_hub_filters_and_switches_the_tap(rmq):
+    """A subscription makes the tap active; it gets only its door's, connection's and
+    command's frames, with raw bytes only when it asked; cancelling turns the tap off."""
+    tap = rmq.broker.wiretap
+    got, raw = [], []
+    a = tap.trace.subscribe(got.append, "broker", command="SEND_MESSAGE")
+    b = tap.trace.subscribe(raw.append, "broker", conn=99, raw=True)
+    assert tap.active
+    c = RemotingClient(rmq)
+    c.send(codes.HEART_BEAT, body=b"{}")
+    c.send_message()
+    assert [(e["dir"], e["command"]) for e in got] == [("in", "SEND_MESSAGE")]
+    assert "raw" not in got[0] and raw == []
+    a.cancel()
+    b.cancel()
+    b.cancel()
+    assert not tap.active
+
+
+def test_rocketmq_trace_is_what_the_client_sent_and_got(rmq):
+    """The in frame's fields and bytes are the request's; the out frame's are the
+    answer's, with the request's opaque."""
+    events = []
+    rmq.broker.wiretap.trace.subscribe(events.append, "broker", raw=True)
+    c = RemotingClient(rmq)
+    ext = {"producerGroup": "PG", "topic": "TT", "defaultTopic": "TBW102",
+           "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0", "bornTimestamp": "1",
+           "flag": "0", "properties": "", "reconsumeTimes": "0"}
+    sent = encode(RemotingCommand(code=codes.SEND_MESSAGE, language="CPP", version=63, opaque=77,
+                                  ext_fields=ext, body=b"hello"))
+    c.conn.send(sent[:10])  # a frame in two reads
+    c.conn.send(sent[10:])
+    written = c.conn.take()
+    inn, out = events
+    assert (inn["dir"], inn["command"], inn["size"], inn["raw"]) == (
+        "in", "SEND_MESSAGE", len(sent), sent.hex())
+    assert inn["fields"] == {"code": 10, "opaque": 77, "flag": 0, "language": "CPP",
+                             "version": 63, "remark": None, "ext": ext, "body": 5,
+                             "serialize": "JSON"}
+    assert (out["dir"], out["command"], out["raw"]) == ("out", "SUCCESS", written.hex())
+    assert out["fields"]["opaque"] == 77 and out["fields"]["ext"]["queueId"] == "0"
+    assert inn["conn"] == out["conn"] == rmq.broker.wiretap.conn_id(c.conn.protocol)
+    assert inn["peer"] == "192.168.1.1:54321"  # StringTransport's peer
+
+
+def test_nsq_trace_of_a_short_exchange(nsqd):
+    events = []
+    nsqd.broker.wiretap.trace.subscribe(events.append, "nsqd_tcp", raw=True)
+    c = nsq_connect(nsqd)
+    c.send(nsq_pub(b"hello") + b"NOP\n")
+    written = c.take()
+    assert [(e["dir"], e["command"], e["fields"]) for e in events] == [
+        ("in", "PUB", {"topic": "t", "body": 5}),
+        ("out", "RESPONSE", {"data": "OK"}),  # answered as soon as it is stored
+        ("in", "NOP", {})]
+    assert events[1]["raw"] == written.hex()
+
+
+def test_smss_trace_and_faults_are_traced(smss):
+    """smss requests and answers; a fault rule's application is a frame of its own."""
+    events = []
+    smss.broker.wiretap.trace.subscribe(events.append, "smss")
+    smss.broker.wiretap.faults.add({"door": "smss", "command": "CREATE", "respond": "no",
+                                    "times": 1})
+    c = smss.connect(smss.factory)
+    c.send(cc.encode_create(b"s1"))
+    assert [(e["dir"], e["command"]) for e in events] == [
+        ("in", "CREATE"), ("fault", "CREATE"), ("out", "ERR")]
+    assert events[0]["fields"] == {"topic": "s1", "trace": "", "expire_at": 0}
+    assert events[1]["fields"] == {"rule": 1, "action": "respond", "value": "no"}
+    assert events[2]["fields"] == {"status": 400, "error": "no"}
