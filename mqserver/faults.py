@@ -3,7 +3,7 @@ answer, so a client library can be tested against a server that misbehaves on pu
 
 A rule matches a front door (by its name under C{listen:}), and optionally a command
 (the name or number the door gives it: a RocketMQ request code, an NSQ verb, an HTTP
-route), a connection id, a client address, and every Nth match. Its action is one of
+route; several separated by C{|}), a connection id, a client address, and every Nth match. Its action is one of
 L{ACTIONS}; each door says which it supports and renders C{respond} in its protocol's
 own form. A rule ends after C{times} uses or C{seconds} seconds.
 
@@ -74,7 +74,7 @@ class FaultRule:
         """True when the rule is for this request (before L{every} counts)."""
         if door != self.door:
             return False
-        if self.command is not None and self.command not in names:
+        if self.command is not None and not any(c in names for c in self.command.split("|")):
             return False
         if self.conn is not None and self.conn != conn:
             return False

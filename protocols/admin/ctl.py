@@ -10,7 +10,7 @@ front door, default http://127.0.0.1:9465; ``--url`` or ``MQCTL_URL`` to change 
                     [--every N] [--times N] [--seconds T] [--remark TEXT]
                     (--respond ERROR | --delay SECONDS | --drop | --close |
                      --split BYTES | --corrupt OFFSET)
-    mqctl fault list | fault clear [ID]
+    mqctl fault list | fault clear [ID] | fault run SCENARIO.yaml
     mqctl trace DOOR [--conn ID] [--command NAME] [--raw] [--count N]
 
 Tables for people, ``--json`` for scripts. Exit status 0, 1 when the broker refused the
@@ -36,6 +36,10 @@ class NoBroker(Exception):
 
 class Refused(Exception):
     """The broker answered with an error."""
+
+
+class ScenarioFailed(Exception):
+    """A scenario's step did not end as it should."""
 
 
 class Api:
@@ -253,6 +257,8 @@ FAULT_COLUMNS = [("ID", "id"), ("DOOR", "door"), ("COMMAND", lambda r: r["comman
 
 
 def cmd_fault(api, args):
+    if args.action == "run":
+        return cmd_fault_run(api, args)
     if args.action == "add":
         r = api.call("POST", "/faults", fault_spec(args))
         return r, f"rule {r['id']} added: {r['action']} on {r['door']} ({_left(r)} left)"
@@ -264,6 +270,96 @@ def cmd_fault(api, args):
         return r, f"{r['cleared']} rule{'s' if r['cleared'] != 1 else ''} cleared"
     rows = api.call("GET", "/faults")
     return rows, table(rows, FAULT_COLUMNS) if rows else "(no fault rule)"
+
+
+def duration(value, what):
+    """Return the seconds of C{value}: a number, or text such as C{5s}, C{500ms},
+    C{2m}."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    text = str(value).strip()
+    for suffix, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
+        if text.endswith(suffix):
+            try:
+                seconds = float(text[:-len(suffix)]) * scale
+            except ValueError:
+                break
+            if seconds >= 0:
+                return seconds
+            break
+    raise SystemExit(f"mqctl: {what} wants a duration such as 5s, 500ms or 2m, not {value!r}")
+
+
+def load_scenario(path):
+    """Return the steps of the scenario file C{path}: a YAML list of steps, each with
+    C{rules} (the admin API's rules) and either C{after} (a duration: the step's rules
+    are cleared then) or C{until: used} (the step ends when its rules have ended, within
+    C{timeout}, 60s by default)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            steps = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise SystemExit(f"mqctl: cannot read the scenario {path}: {e}") from None
+    if not isinstance(steps, list) or not steps:
+        raise SystemExit(f"mqctl: {path}: a scenario is a YAML list of steps")
+    out = []
+    for i, step in enumerate(steps, 1):
+        where = f"{path}: step {i}"
+        if not isinstance(step, dict) or not isinstance(step.get("rules"), list) \
+                or not step["rules"] or not all(isinstance(r, dict) for r in step["rules"]):
+            raise SystemExit(f"mqctl: {where}: give its rules, a list of rules")
+        unknown = set(step) - {"name", "rules", "after", "until", "timeout"}
+        if unknown:
+            raise SystemExit(f"mqctl: {where}: unknown key(s) {', '.join(sorted(unknown))}")
+        if ("after" in step) == ("until" in step) or step.get("until", "used") != "used":
+            raise SystemExit(f"mqctl: {where}: give after: DURATION or until: used")
+        out.append({"name": step.get("name") or f"step {i}", "rules": step["rules"],
+                    "after": duration(step["after"], "after") if "after" in step else None,
+                    "timeout": duration(step.get("timeout", 60), "timeout")})
+    return out
+
+
+def cmd_fault_run(api, args, out=sys.stdout, sleep=time.sleep, clock=time.monotonic):
+    """Run a scenario's steps in order; every rule it added is cleared at its end, also
+    when it fails or is interrupted."""
+    steps = load_scenario(args.scenario)
+    live = []
+    try:
+        for step in steps:
+            ids = []
+            for spec in step["rules"]:
+                ids.append(api.call("POST", "/faults", spec)["id"])
+                live.append(ids[-1])
+            wait = (f"for {step['after']:g} s" if step["after"] is not None
+                    else f"until they are used up (at most {step['timeout']:g} s)")
+            print(f"{step['name']}: rule{'s' if len(ids) > 1 else ''} "
+                  f"{', '.join(map(str, ids))} {wait}", file=out, flush=True)
+            deadline = clock() + (step["after"] if step["after"] is not None else step["timeout"])
+            while True:
+                rules = {r["id"]: r for r in api.call("GET", "/faults")}
+                left = [i for i in ids if i in rules]
+                if (step["after"] is None and not left) or clock() >= deadline:
+                    break
+                sleep(min(args.interval, max(0.0, deadline - clock())))
+            for i in ids:
+                state = (f"applied {rules[i]['applied']} times" if i in rules else "used up")
+                print(f"  rule {i}: {state}", file=out, flush=True)
+            if step["after"] is None and left:
+                raise ScenarioFailed(f"{step['name']}: rule(s) {', '.join(map(str, left))} "
+                              f"not used up in {step['timeout']:g} s")
+            for i in left:
+                api.call("DELETE", f"/faults/{i}")
+            live = [i for i in live if i not in ids]
+        print("scenario done", file=out, flush=True)
+    finally:
+        for i in live:
+            try:
+                api.call("DELETE", f"/faults/{i}")
+            except Refused:
+                pass  # ended meanwhile
+    return None, None
 
 
 def _fault_parser(sub):
@@ -294,6 +390,9 @@ def _fault_parser(sub):
     fsub.add_parser("list", help="the rules in force")
     clear = fsub.add_parser("clear", help="remove one rule, or all")
     clear.add_argument("id", nargs="?", type=int)
+    run = fsub.add_parser("run", help="apply a scenario's steps of rules in order")
+    run.add_argument("scenario", help="a YAML file (contrib/scenarios/ has examples)")
+    run.add_argument("--interval", type=float, default=0.2, help="seconds between checks")
     f.set_defaults(fn=cmd_fault)
 
 
@@ -385,6 +484,9 @@ def main(argv=None):
         return 2
     except Refused as e:
         print(f"mqctl: the broker refused: {e}", file=sys.stderr)
+        return 1
+    except ScenarioFailed as e:
+        print(f"mqctl: the scenario failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0

@@ -16,11 +16,11 @@ from tests.integration.test_ops_mqctl import mqctl
 from tests.support.nsq import V2, http, http_json, run_client
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import namesrv_addr, run_client as run_rmq, sends
+from tests.support.faults import LOOP, fault_broker
 from tests.support.server import ROOT, ServerProcess
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.timeout(180)
-LOOP = "tcp:0:interface=127.0.0.1"
 #: A pynsq Writer on PARAMS["port"] in a script run by run_client; "seen" its answers.
 PYNSQ_WRITER = """
 import nsq, tornado.ioloop
@@ -33,16 +33,9 @@ seen = []
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    base = tmp_path_factory.mktemp("faults")
-    listen = dict(admin=LOOP, metrics=LOOP, broker=LOOP, namesrv=LOOP, nsqd_tcp=LOOP,
-                  nsqd_http=LOOP, smss=LOOP, msgout=LOOP)
-    s = ServerProcess(base / "broker", listen=listen, config={"admin": {"faults": True}}).start()
-    s.home = base / "home"
-    try:
+    with fault_broker(tmp_path_factory.mktemp("faults"), "metrics", "broker", "namesrv",
+                      "nsqd_tcp", "nsqd_http", "smss", "msgout") as s:
         yield s
-    finally:
-        s.stop()
-        s.close()
 
 
 @pytest.fixture(autouse=True)

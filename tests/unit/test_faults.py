@@ -9,6 +9,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from mqserver.faults import FaultRules
+from protocols.admin.ctl import load_scenario
 from protocols.msgout.door import make_factory as msgout_factory
 from protocols.nsq.factory import make_factory as nsqd_factory
 from protocols.nsq.http_door import make_factory as nsqd_http_factory
@@ -560,3 +561,38 @@ def test_smss_trace_and_faults_are_traced(smss):
     assert events[0]["fields"] == {"topic": "s1", "trace": "", "expire_at": 0}
     assert events[1]["fields"] == {"rule": 1, "action": "respond", "value": "no"}
     assert events[2]["fields"] == {"status": 400, "error": "no"}
+
+
+def test_a_rule_names_several_commands(rules):
+    rules.add({"door": "broker", "command": "SEND_MESSAGE|SEND_MESSAGE_V2", "drop": True})
+    assert rules.match("broker", 1, "h", 1, ("310", "SEND_MESSAGE_V2")) is not None
+    assert rules.match("broker", 1, "h", 1, ("10", "SEND_MESSAGE")) is not None
+    assert rules.match("broker", 1, "h", 1, ("34", "HEART_BEAT")) is None
+
+
+# -- scenario files -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, error", [
+    ("{}", "a scenario is a YAML list of steps"),
+    ("- {after: 1s}", "step 1: give its rules"),
+    ("- {rules: [{door: smss, drop: true}]}", "step 1: give after: DURATION or until: used"),
+    ("- {rules: [{door: smss, drop: true}], until: gone}", "give after: DURATION or until: used"),
+    ("- {rules: [{door: smss, drop: true}], after: soon}", "after wants a duration"),
+    ("- {rules: [{door: smss, drop: true}], after: 1s, wait: 2}", "unknown key(s) wait"),
+])
+def test_bad_scenarios_are_refused(tmp_path, text, error):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        load_scenario(str(path))
+    assert error in str(e.value)
+
+
+def test_scenario_durations(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("- {rules: [{door: smss, drop: true}], after: 500ms}\n"
+                    "- {rules: [{door: smss, drop: true}], until: used, timeout: 2m}\n"
+                    "- {rules: [{door: smss, drop: true}], after: 3}\n")
+    assert [(s["after"], s["timeout"]) for s in load_scenario(str(path))] == [
+        (0.5, 60.0), (None, 120.0), (3.0, 60.0)]
