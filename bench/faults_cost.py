@@ -31,8 +31,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.procstat import cpu_seconds  # noqa: E402
-from bench.security_bench import nsq_tcp, rocketmq, smss  # noqa: E402
-from tests.support.server import ServerProcess  # noqa: E402
+from bench.security_bench import nsq_tcp, rocketmq, smss, start  # noqa: E402
 
 L = "tcp:0:interface=127.0.0.1"
 #: A rule for a command none of the publishers sends: the doors look, nothing applies.
@@ -157,9 +156,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     base = tempfile.mkdtemp(prefix="faultsbench")
-    srv = ServerProcess(os.path.join(base, "broker"),
-                        listen={d: L for d in ("smss", "broker", "nsqd_tcp", "admin")},
-                        config={"admin": {"faults": True}}).start()
+    srv = start(base, "broker", {d: L for d in ("smss", "broker", "nsqd_tcp", "admin")},
+                {"admin": {"faults": True}})
     s = a.seconds
     try:
         print(f"{a.rounds} rounds of {s:g} s per setting; the machine is shared, so compare "
