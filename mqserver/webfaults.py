@@ -25,11 +25,12 @@ def serve(tap, door, request, render, error):
     C{door} says: C{render} is the door's usual rendering, C{error(request, status,
     text)} renders the door's error body."""
     names = route_names(request)
-    tap.frame(door, request.channel, "in", names, {
-        "method": request.method.decode("ascii", "replace"), "path": names[1],
-        "args": {k.decode("utf-8", "replace"): [v.decode("utf-8", "replace") for v in vs]
-                 for k, vs in request.args.items()},
-        "body": int(request.getHeader(b"content-length") or 0)})
+    if tap.trace.active:
+        tap.frame(door, request.channel, "in", names, {
+            "method": request.method.decode("ascii", "replace"), "path": names[1],
+            "args": {k.decode("utf-8", "replace"): [v.decode("utf-8", "replace") for v in vs]
+                     for k, vs in request.args.items()},
+            "body": int(request.getHeader(b"content-length") or 0)})
     rule = tap.fault(door, request.channel, names)
     if rule is None:
         return render(request)

@@ -204,7 +204,8 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         for cmd in commands:
             if self._dead_input:
                 return False
-            self.tap.frame(DOOR, self, "in", (cmd.verb,), command_fields(cmd))
+            if self.tap.trace.active:
+                self.tap.frame(DOOR, self, "in", (cmd.verb,), command_fields(cmd))
             rule = self.tap.fault(DOOR, self, (cmd.verb,))
             if rule is None:
                 self._run(cmd)

@@ -33,7 +33,7 @@ class Replies:
     # -- output --------------------------------------------------------------------------
 
     def _write(self, data):
-        if self.tap.active:
+        if self.tap.active and self.tap.trace.active:
             for names, fields, raw in out_frames(data):
                 self.tap.frame(DOOR, self, "out", names, fields, len(raw), raw)
         if self._compressor is not None:

@@ -194,7 +194,8 @@ class RemotingProtocol(IdleWatch, Protocol):
         self._gathered = 0
         if self.tap.active:
             # the frames this read completes, as the client sent them (for the trace)
-            self._frames_in = deque(split_frames(self.decoder.pending() + data))
+            self._frames_in = (deque(split_frames(self.decoder.pending() + data))
+                               if self.tap.trace.active else None)
             self._cork.received(self.transport, self._received, data)
             return
         cmd = self.decoder.whole(data)
@@ -295,8 +296,9 @@ class RemotingProtocol(IdleWatch, Protocol):
         tap = self.tap
         names = (codes.REQUEST_NAMES.get(cmd.code) or str(cmd.code), str(cmd.code))
         raw = self._frames_in.popleft() if self._frames_in else None
-        tap.frame(self.door_name, self, "in", names, command_fields(cmd),
-                  None if raw is None else len(raw), raw)
+        if tap.trace.active:
+            tap.frame(self.door_name, self, "in", names, command_fields(cmd),
+                      None if raw is None else len(raw), raw)
         rule = tap.fault(self.door_name, self, names)
         action = None if rule is None else rule.action
         if action == "drop":
@@ -320,7 +322,8 @@ class RemotingProtocol(IdleWatch, Protocol):
             self._traced_reply(result, cmd)
 
     def _traced_reply(self, response, cmd):
-        if response is not None and not cmd.flag & _ONEWAY and not self.closed:
+        if (self.tap.trace.active and response is not None and not cmd.flag & _ONEWAY
+                and not self.closed):
             frame = response if type(response) is bytes else encode(response)
             answer = decode_frame(frame)
             self.tap.frame(self.door_name, self, "out",

@@ -106,7 +106,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def write(self, data):
         """Send C{data}: gathered while a read is being handled (one send for all the
         answers to a pipelined read), else at once."""
-        if self.tap.active:
+        if self.tap.active and self.tap.trace.active:
             names, fields = answer(data)
             self.tap.frame(DOOR, self, "out", names, fields, len(data), data)
         self._cork.write(self.transport, data)
@@ -193,7 +193,8 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def _tapped(self, ev):
         """Report request C{ev} to the trace; apply a fault rule to it: True when the
         rule took it (L{apply_fault})."""
-        self.tap.frame(DOOR, self, "in", request_names(ev), request_fields(ev))
+        if self.tap.trace.active:
+            self.tap.frame(DOOR, self, "in", request_names(ev), request_fields(ev))
         return apply_fault(self, ev)
 
     def _handle(self, handler, ev):
