@@ -50,8 +50,8 @@ class Subscription:
 
     @ivar door: the front door whose frames it gets.
     @ivar conn: only this connection's frames, or None.
-    @ivar command: only frames of this command (any of the names a door gives it), or
-        None.
+    @ivar command: only frames of this command (any of the names a door gives it;
+        several separated by C{|}), or None.
     @ivar raw: whether it wants C{raw}.
     """
 
@@ -67,7 +67,7 @@ class Subscription:
         """True when a frame of C{door} on connection C{conn} whose command goes by
         C{names} is for this subscriber."""
         return (door == self.door and (self.conn is None or conn == self.conn)
-                and (self.command is None or self.command in names))
+                and (self.command is None or any(c in names for c in self.command.split("|"))))
 
     def cancel(self):
         """Stop the subscription (safe to call twice)."""

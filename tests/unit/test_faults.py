@@ -495,7 +495,7 @@ def test_trace_hub_filters_and_switches_the_tap(rmq):
     command's frames, with raw bytes only when it asked; cancelling turns the tap off."""
     tap = rmq.broker.wiretap
     got, raw = [], []
-    a = tap.trace.subscribe(got.append, "broker", command="SEND_MESSAGE")
+    a = tap.trace.subscribe(got.append, "broker", command="SEND_MESSAGE|SEND_MESSAGE_V2")
     b = tap.trace.subscribe(raw.append, "broker", conn=99, raw=True)
     assert tap.active
     c = RemotingClient(rmq)
