@@ -305,6 +305,9 @@ class RemotingProtocol(IdleWatch, Protocol):
             return
         if action == "close":
             self.transport.loseConnection()
+            # the requests after it in this read are held as for a full buffer, and
+            # never run: the connection ends
+            self._out_full = True
             return
         if action == "respond":
             result = fault_response(cmd, rule)

@@ -193,6 +193,8 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def _tapped(self, ev):
         """Report request C{ev} to the trace; apply a fault rule to it: True when the
         rule took it (L{apply_fault})."""
+        if getattr(self.transport, "disconnecting", False):
+            return True  # a close rule acted on a request before it in this read
         if self.tap.trace.active:
             self.tap.frame(DOOR, self, "in", request_names(ev), request_fields(ev))
         return apply_fault(self, ev)

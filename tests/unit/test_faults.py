@@ -192,9 +192,18 @@ def test_rocketmq_drop_close_and_delay(rmq):
     rmq.clock.advance(0.1)
     assert [(a.code, a.opaque) for a in c.answers()] == [(codes.SUCCESS, op)]
     faults.add({"door": "broker", "command": "10", "close": True, "times": 1})
+    op, first = c.conn.protocol, encode(RemotingCommand(code=codes.HEART_BEAT, opaque=90))
     c.send_message()
     assert c.answers() == [] and not c.conn.connected
     assert rmq.store.queue("FT", 0).max_offset == 1  # only the delayed one was stored
+    # requests after the closing one, in the same read, are not run either
+    c = RemotingClient(rmq)
+    faults.add({"door": "broker", "command": "34", "close": True, "times": 1})
+    c.conn.send(first + encode(RemotingCommand(code=codes.SEND_MESSAGE, opaque=91, ext_fields={
+        "producerGroup": "PG", "topic": "FT", "queueId": "0"}, body=b"late")))
+    assert c.answers() == [] and not c.conn.connected
+    assert rmq.store.queue("FT", 0).max_offset == 1
+    assert op is not c.conn.protocol
 
 
 def test_rocketmq_rule_for_one_connection(rmq):
