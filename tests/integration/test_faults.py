@@ -64,6 +64,7 @@ def test_faults_are_off_unless_the_config_allows_them(tmp_path):
     why."""
     s = ServerProcess(tmp_path / "broker", listen={"admin": LOOP}).start()
     try:
+        assert "admin.faults is true" not in s.current_log()
         port = s.ports["AdminSite"]
         status, body = http_json(port, "GET", "/faults")
         assert status == 403 and "admin.faults: true" in body["error"]
@@ -72,6 +73,17 @@ def test_faults_are_off_unless_the_config_allows_them(tmp_path):
     finally:
         s.stop()
         s.close()
+
+
+def test_the_log_says_when_rules_are_allowed_and_in_force(srv):
+    """The start-up log says admin.faults is on; a rule's start and end are logged."""
+    assert "admin.faults is true: fault rules may be set" in srv.current_log()
+    rule = json.loads(mqctl(srv, "--json", "fault", "add", "--door", "smss", "--command",
+                            "LIST", "--drop", "--times", "1")[1])
+    mqctl(srv, "fault", "clear")
+    log = srv.current_log()
+    assert f"fault rule {rule['id']} active: drop on door smss, command LIST" in log
+    assert "fault rules cleared: 1" in log and "no fault rule is active" in log
 
 
 def test_mqctl_examples_as_written(srv):
