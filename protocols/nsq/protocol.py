@@ -184,10 +184,10 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
 
     def _feed(self, data):
         """Run the commands C{data} completes; False once input is dead."""
-        commands = self.decoder.feed(data)
         if self.tap.active:
-            return self._feed_tapped(commands)
-        for cmd in commands:
+            raw = self.decoder.raw_commands(data) if self.tap.trace.active else None
+            return self._feed_tapped(self.decoder.feed(data), raw)
+        for cmd in self.decoder.feed(data):
             if type(cmd) is Fin and self.channel is not None:
                 # hot path: a FIN that succeeds needs no state check and no reply
                 eid = parse_message_id(cmd.msg_id)
@@ -199,13 +199,16 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
             self._run(cmd)
         return not (self._dead_input or self._dead)
 
-    def _feed_tapped(self, commands):
-        """L{_feed} while the broker's tap is on: each command as a fault rule says."""
-        for cmd in commands:
+    def _feed_tapped(self, commands, raw):
+        """L{_feed} while the broker's tap is on: each command reported to the trace
+        (with its bytes, C{raw}'s in order, when known) and run as a fault rule says."""
+        for i, cmd in enumerate(commands):
             if self._dead_input:
                 return False
             if self.tap.trace.active:
-                self.tap.frame(DOOR, self, "in", (cmd.verb,), command_fields(cmd))
+                data = raw[i] if raw is not None and i < len(raw) else None
+                self.tap.frame(DOOR, self, "in", (cmd.verb,), command_fields(cmd),
+                               None if data is None else len(data), data)
             rule = self.tap.fault(DOOR, self, (cmd.verb,))
             if rule is None:
                 self._run(cmd)

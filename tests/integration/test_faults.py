@@ -281,18 +281,21 @@ def test_mqctl_trace_shows_the_frames_the_client_sent(srv):
     wait_until(lambda: "wire trace of broker stopped" in srv.current_log(), 20,
                "the broker to end the trace")
 
-    t = Trace(srv, "trace", "nsqd_tcp", "--count", "2")
+    t = Trace(srv, "trace", "nsqd_tcp", "--raw", "--count", "2")
     v2 = V2(srv.ports["NsqdFactory"])
+    sent = b"PUB f_trace\n" + struct.pack(">I", 5) + b"hello"
     try:
-        v2.send(b"PUB f_trace\n" + struct.pack(">I", 5) + b"hello")
+        v2.send(sent)
         assert v2.frame() == (0, b"OK")
     finally:
         v2.close()
     pub, ok = t.lines()
-    # time, door#conn, peer, direction, command, fields
+    # time, door#conn, peer, direction, command, size, fields, raw
     assert pub.split()[1].startswith("nsqd_tcp#")
-    assert pub.split()[3:] == [">", "PUB", "topic=f_trace", "body=5"]
-    assert ok.split()[3:] == ["<", "RESPONSE", "10", "B", "data=OK"]
+    assert pub.split()[3:] == [">", "PUB", f"{len(sent)}", "B", "topic=f_trace", "body=5",
+                               f"raw={sent.hex()}"]
+    assert ok.split()[3:] == ["<", "RESPONSE", "10", "B", "data=OK",
+                              "raw=0000000600000000" + b"OK".hex()]
 
     t = Trace(srv, "--json", "trace", "smss", "--command", "PUB", "--count", "1")
     s = SmssClient("127.0.0.1", srv.smss_port)

@@ -545,16 +545,20 @@ def test_rocketmq_trace_is_what_the_client_sent_and_got(rmq):
 
 
 def test_nsq_trace_of_a_short_exchange(nsqd):
+    """The commands' fields and bytes as the client sent them (the magic and a PUB in one
+    read, a NOP cut in two), and the frame the door wrote."""
     events = []
     nsqd.broker.wiretap.trace.subscribe(events.append, "nsqd_tcp", raw=True)
-    c = nsq_connect(nsqd)
-    c.send(nsq_pub(b"hello") + b"NOP\n")
+    c = nsqd.connect(nsqd.factory)
+    c.send(b"  V2" + nsq_pub(b"hello"))
     written = c.take()
-    assert [(e["dir"], e["command"], e["fields"]) for e in events] == [
-        ("in", "PUB", {"topic": "t", "body": 5}),
-        ("out", "RESPONSE", {"data": "OK"}),  # answered as soon as it is stored
-        ("in", "NOP", {})]
-    assert events[1]["raw"] == written.hex()
+    c.send(b"NO")
+    c.send(b"P\n")
+    assert [(e["dir"], e["command"], e["fields"], e["size"]) for e in events] == [
+        ("in", "PUB", {"topic": "t", "body": 5}, 15),
+        ("out", "RESPONSE", {"data": "OK"}, 10),  # answered as soon as it is stored
+        ("in", "NOP", {}, 4)]
+    assert [e["raw"] for e in events] == [nsq_pub(b"hello").hex(), written.hex(), b"NOP\n".hex()]
 
 
 def test_smss_trace_and_faults_are_traced(smss):
