@@ -3,9 +3,10 @@ answer, so a client library can be tested against a server that misbehaves on pu
 
 A rule matches a front door (by its name under C{listen:}), and optionally a command
 (the name or number the door gives it: a RocketMQ request code, an NSQ verb, an HTTP
-route; several separated by C{|}), a connection id, a client address, and every Nth match. Its action is one of
-L{ACTIONS}; each door says which it supports and renders C{respond} in its protocol's
-own form. A rule ends after C{times} uses or C{seconds} seconds.
+route; several separated by C{|}), a connection id, a client address, and every Nth
+match. Its action is one of L{ACTIONS}; each door says which it supports and renders
+C{respond} in its protocol's own form. A rule ends after C{times} uses or C{seconds}
+seconds.
 
 The registry knows no wire format. Doors register themselves (L{FaultRules.door}) with
 the check of their rules' values, so a rule for a door that is not listening, or with a

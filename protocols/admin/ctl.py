@@ -252,7 +252,8 @@ def _left(rule):
 
 FAULT_COLUMNS = [("ID", "id"), ("DOOR", "door"), ("COMMAND", lambda r: r["command"] or "*"),
                  ("CONN", lambda r: r["conn"] or "*"), ("ADDRESS", lambda r: r["address"] or "*"),
-                 ("ACTION", "action"), ("VALUE", lambda r: "" if r["value"] is None else r["value"]),
+                 ("ACTION", "action"),
+                 ("VALUE", lambda r: "" if r["value"] is None else r["value"]),
                  ("EVERY", "every"), ("LEFT", _left), ("APPLIED", "applied")]
 
 

@@ -81,7 +81,8 @@ FAULT_ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
 def check_fault(rule):
     """Raise ValueError when a remoting door cannot apply fault rule C{rule}."""
     if rule.action not in FAULT_ACTIONS:
-        raise ValueError(f"door {rule.door} cannot {rule.action} (it can: {', '.join(FAULT_ACTIONS)})")
+        raise ValueError(f"door {rule.door} cannot {rule.action} "
+                         f"(it can: {', '.join(FAULT_ACTIONS)})")
     if rule.action == "respond":
         response_code(rule.value)
 
@@ -273,7 +274,8 @@ class RemotingProtocol(IdleWatch, Protocol):
             return
         result = self._handle(cmd)
         if isinstance(result, defer.Deferred):
-            result.addCallbacks(self._reply, self.request_failed, callbackArgs=(cmd,), errbackArgs=(cmd,))
+            result.addCallbacks(self._reply, self.request_failed, callbackArgs=(cmd,),
+                                errbackArgs=(cmd,))
         else:
             self._reply(result, cmd)
 
