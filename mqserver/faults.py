@@ -201,7 +201,7 @@ class FaultRules:
         if seconds == 0:
             raise ValueError("seconds must be a number of seconds > 0")
         rule = FaultRule(
-            next(self._ids), door, action, value,
+            None, door, action, value,
             command=_text(spec, "command"), conn=_number(spec, "conn", int, 0, "a connection id"),
             address=_text(spec, "address"),
             every=_number(spec, "every", int, 1, "an integer >= 1") or 1,
@@ -209,6 +209,7 @@ class FaultRules:
             expires_at=None if seconds is None else self._clock() + seconds,
             remark=_text(spec, "remark"))
         self._doors[door](rule)
+        rule.id = next(self._ids)  # numbered once accepted
         self._rules.append(rule)
         self.log.warn("fault rule {id} active: {rule}", id=rule.id, rule=rule.describe())
         self._changed()

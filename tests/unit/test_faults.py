@@ -2,13 +2,19 @@
 the RocketMQ broker and nsqd TCP doors do with a rule, in process (StringTransport,
 a MemoryReactorClock, a real store)."""
 
+import io
 import json
 import struct
 
 import pytest
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
+from twisted.python.failure import Failure
+from twisted.web import server
+from twisted.web.test.requesthelper import DummyRequest
 
 from mqserver.faults import FaultRules
+from protocols.admin.door import AdminResource
 from protocols.admin.ctl import load_scenario
 from protocols.msgout.door import make_factory as msgout_factory
 from protocols.nsq.factory import make_factory as nsqd_factory
@@ -609,3 +615,75 @@ def test_scenario_durations(tmp_path):
                     "- {rules: [{door: smss, drop: true}], after: 3}\n")
     assert [(s["after"], s["timeout"]) for s in load_scenario(str(path))] == [
         (0.5, 60.0), (None, 120.0), (3.0, 60.0)]
+
+
+# -- the admin API ------------------------------------------------------------------------
+
+
+class StreamRequest(DummyRequest):
+    """A DummyRequest that keeps the push producer registered with it (DummyRequest
+    itself runs pull producers only)."""
+
+    producer = None
+
+    def registerProducer(self, producer, streaming):
+        self.producer = producer
+
+
+def admin_request(resource, method, path, body=b"", args=None):
+    r = StreamRequest([p for p in path.split(b"/") if p])
+    r.method = method
+    r.path = path
+    r.args = args or {}
+    r.content = io.BytesIO(body)
+    out = resource.render(r)
+    return r, out
+
+
+def admin_answer(resource, method, path, body=b"", args=None):
+    r, out = admin_request(resource, method, path, body, args)
+    return r.responseCode or 200, json.loads(out)
+
+
+def test_admin_fault_routes(rmq):
+    """403 unless admin.faults; then a bad rule is a 400 saying why, an unknown id 404."""
+    off = AdminResource(rmq.broker, faults=False)
+    status, body = admin_answer(off, b"GET", b"/faults")
+    assert status == 403 and "admin.faults: true" in body["error"]
+    api = AdminResource(rmq.broker, faults=True)
+    status, body = admin_answer(api, b"POST", b"/faults", b'{"door": "broker", "respond": "x"}')
+    assert status == 400 and body["error"].startswith("respond wants a RocketMQ response code")
+    status, body = admin_answer(api, b"POST", b"/faults",
+                                b'{"door": "broker", "command": 10, "respond": 2, "times": 1}')
+    assert status == 200 and (body["command"], body["value"], body["times_left"]) == ("10", "2", 1)
+    assert admin_answer(api, b"DELETE", b"/faults/99") == (404, {"error": "no fault rule 99"})
+    assert admin_answer(api, b"DELETE", b"/faults/%d" % body["id"]) == (200, {"cleared": 1})
+    status, body = admin_answer(api, b"GET", b"/trace", args={b"door": [b"nope"]})
+    assert status == 400 and body["error"] == "door must be one of broker"
+
+
+def test_trace_stream_counts_what_a_slow_client_misses(rmq):
+    """While the client's transport is full the stream counts frames instead of writing
+    them, then says how many it dropped; it unsubscribes when the client goes."""
+    api = AdminResource(rmq.broker)
+    r, out = admin_request(api, b"GET", b"/trace", args={b"door": [b"broker"]})
+    assert out is server.NOT_DONE_YET and json.loads(r.written[0]) == {"tracing": "broker"}
+    stream = r.producer
+    c = RemotingClient(rmq)
+    c.send(codes.HEART_BEAT, body=b"{}")
+    stream.pauseProducing()
+    c.send(codes.HEART_BEAT, body=b"{}")
+    c.send(codes.HEART_BEAT, body=b"{}")
+    stream.resumeProducing()
+    c.send(codes.HEART_BEAT, body=b"{}")
+    lines = [json.loads(x) for x in r.written[1:]]
+    assert [x.get("dropped") or x["dir"] for x in lines] == ["in", "out", 4, "in", "out"]
+    assert rmq.broker.wiretap.active
+    r.processingFailed(Failure(ConnectionDone()))  # the client goes
+    assert not rmq.broker.wiretap.active
+
+
+def test_refused_rules_take_no_number(rules):
+    with pytest.raises(ValueError):
+        rules.add({"door": "broker"})
+    assert rules.add({"door": "broker", "drop": True}).id == 1
