@@ -138,8 +138,13 @@ class FaultRules:
 
     log = Logger()
 
-    def __init__(self, clock, on_change=None):
+    def __init__(self, clock, on_change=None, call_later=None):
+        """C{clock} gives the time in seconds; C{call_later} (a reactor's), if given,
+        ends a rule when its seconds are up, else it ends at the next match or
+        listing."""
         self._clock = clock
+        self._call_later = call_later
+        self._timers = {}  # rule -> the delayed call ending it
         self._rules = []
         self._ids = itertools.count(1)
         self._doors = {}  # door name -> check(rule) raising ValueError
@@ -211,6 +216,8 @@ class FaultRules:
         self._doors[door](rule)
         rule.id = next(self._ids)  # numbered once accepted
         self._rules.append(rule)
+        if seconds is not None and self._call_later is not None:
+            self._timers[rule] = self._call_later(seconds, self._time_up, rule)
         self.log.warn("fault rule {id} active: {rule}", id=rule.id, rule=rule.describe())
         self._changed()
         return rule
@@ -228,7 +235,11 @@ class FaultRules:
     def clear(self, rule_id=None):
         """Remove rule C{rule_id}, or every rule; return how many were removed."""
         before = len(self._rules)
-        self._rules = [r for r in self._rules if rule_id is not None and r.id != rule_id]
+        kept = [r for r in self._rules if rule_id is not None and r.id != rule_id]
+        for r in self._rules:
+            if r not in kept:
+                self._stop_timer(r)
+        self._rules = kept
         removed = before - len(self._rules)
         if removed:
             self.log.info("fault rules cleared: {n}", n=removed)
@@ -261,7 +272,18 @@ class FaultRules:
         self._expire()
         return None
 
+    def _time_up(self, rule):
+        self._timers.pop(rule, None)
+        if rule in self._rules:
+            self._end(rule, "expired")
+
+    def _stop_timer(self, rule):
+        timer = self._timers.pop(rule, None)
+        if timer is not None and timer.active():
+            timer.cancel()
+
     def _end(self, rule, why):
+        self._stop_timer(rule)
         self._rules.remove(rule)
         self.log.info("fault rule {id} ended ({why}): {rule}", id=rule.id, why=why,
                       rule=rule.describe())

@@ -44,7 +44,8 @@ class WireTap:
 
     def __init__(self, clock):
         self.clock = clock
-        self.faults = FaultRules(clock.seconds, on_change=self._update)
+        self.faults = FaultRules(clock.seconds, on_change=self._update,
+                                 call_later=clock.callLater)
         self.trace = TraceHub(clock.seconds, on_change=self._update)
         self.active = False
         self._ids = weakref.WeakKeyDictionary()

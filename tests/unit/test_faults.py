@@ -687,3 +687,16 @@ def test_refused_rules_take_no_number(rules):
     with pytest.raises(ValueError):
         rules.add({"door": "broker"})
     assert rules.add({"door": "broker", "drop": True}).id == 1
+
+
+def test_a_rule_ends_on_time_without_traffic(rmq):
+    """With the reactor's timer, a rule whose seconds are up ends then: the tap is off
+    again with no request needed; a rule cleared early leaves no timer behind."""
+    faults = rmq.broker.wiretap.faults
+    faults.add({"door": "broker", "drop": True, "seconds": 5})
+    cleared = faults.add({"door": "broker", "close": True, "seconds": 60})
+    faults.clear(cleared.id)
+    rmq.clock.advance(4.9)
+    assert rmq.broker.wiretap.active
+    rmq.clock.advance(0.1)
+    assert not rmq.broker.wiretap.active and faults.list() == []
