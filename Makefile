@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.broker-stamp
 ARGS ?=
 SOURCES := setup.cfg setup.py pyproject.toml $(wildcard */*/*.c) $(wildcard mqserver/*.h)
 
-.PHONY: install java etcd run unit test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-compare bench-audit audit audit-zip clean
+.PHONY: install java etcd run unit test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-faults bench-compare bench-audit audit audit-zip clean
 
 # The broker alone (what `make run` needs), with pip's progress shown.
 $(RUN_STAMP): $(SOURCES)
@@ -101,6 +101,10 @@ bench-nsq: $(STAMP)
 
 bench-security: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/security_bench.py $(ARGS)
+
+# what the wire trace and fault rules cost a publish (docs/benchmarks.md)
+bench-faults: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) bench/faults_cost.py $(ARGS)
 
 # mqserver side by side with the Go smss server and nsqd 1.3 (bench/README.md). Their
 # binaries are built outside the repository and named by SMSS_BIN, NSQD_BIN,

@@ -21,6 +21,8 @@ class IBroker(Interface):
     offsets = Attribute("The ConsumerOffsets: committed (group, topic, queue) offsets.")
     stats = Attribute("The BrokerStats: per-queue, consumer and connection counters.")
     queues = Attribute("The QueueService: msgout's queues, receipts and subscriptions.")
+    wiretap = Attribute("The WireTap: fault rules, and whether a front door looks at each "
+                        "request (its one switch, 'active').")
     extensions = Attribute("A dict a front door keeps per-broker state in, by its own "
                            "key; the core never reads it.")
 

@@ -118,6 +118,14 @@ class Cork:
         elif transport is not None:
             send_now(transport, data)
 
+    def detach(self, transport):
+        """Send what was gathered so far, and return a cork of the same kind that
+        gathers nothing until its next L{received}: for a connection whose writes from
+        now on must reach C{protocol.transport} as they are made (a fault rule changes
+        them, L{mqserver.wiretap.tamper_output})."""
+        self.flush(transport)
+        return type(self)()
+
     def flush(self, transport):
         """Send what was gathered so far at once (e.g. the last clear-text reply
         before the connection starts TLS); gathering goes on."""

@@ -25,6 +25,7 @@ from mqserver.replication.logreader import LogReader
 from mqserver.replication.sync import SyncGate
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
+from mqserver.wiretap import WireTap
 
 
 #: A delayed message naming its queue in this property (RocketMQ's name for the queue a
@@ -65,6 +66,8 @@ class Broker:
     @ivar stats: the L{Statistics} every protocol counts into and reads.
     @ivar extensions: protocol name -> per-broker object a protocol shares between its
         front doors (e.g. NSQ's TCP, HTTP and lookupd doors); the core never reads it.
+    @ivar wiretap: the L{WireTap}: fault rules, and whether front doors must look at
+        each request.
     """
 
     log = Logger()
@@ -97,6 +100,7 @@ class Broker:
         self.stats = Statistics(self, reactor.seconds)
         self.extensions = {}
         self.queues = QueueService(self)
+        self.wiretap = WireTap(reactor)
         self.register_state("msgout", self.queues)
         store.state = self
         store.add_arrival_listener(self._arrived)

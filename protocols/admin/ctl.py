@@ -6,7 +6,13 @@ front door, default http://127.0.0.1:9465; ``--url`` or ``MQCTL_URL`` to change 
     mqctl rewind TOPIC@NAME (--time ISO8601 | --event N) [--kind channel|rocketmq|smss|msgout]
     mqctl peek TOPIC [-n N] | tail TOPIC [-n N] [--count N]
     mqctl stats
-    mqctl cluster --group G [--etcd URL[,URL...]]
+    mqctl cluster --group G [--etcd URL[,URL...]] | promote
+    mqctl fault add --door DOOR [--command C] [--conn ID] [--address HOST[:PORT]]
+                    [--every N] [--times N] [--seconds T] [--remark TEXT]
+                    (--respond ERROR | --delay SECONDS | --drop | --close |
+                     --split BYTES | --corrupt OFFSET)
+    mqctl fault list | fault clear [ID] | fault run SCENARIO.yaml
+    mqctl trace DOOR [--conn ID] [--command NAME] [--raw] [--count N]
 
 Tables for people, ``--json`` for scripts. Exit status 0, 1 when the broker refused the
 request, 2 when no broker answers. C{mqctl cluster} reads a replica group from etcd
@@ -37,6 +43,10 @@ class Refused(Exception):
     """The broker answered with an error."""
 
 
+class ScenarioFailed(Exception):
+    """A scenario's step did not end as it should."""
+
+
 class Api:
     """A blocking client of the admin API."""
 
@@ -48,13 +58,27 @@ class Api:
             self.headers["Authorization"] = f"Bearer {token}"
 
     def call(self, method, path, body=None, **query):
+        with self._open(method, path, body, self.timeout, query) as r:
+            try:
+                return json.loads(r.read())
+            except (ConnectionError, TimeoutError) as e:
+                raise NoBroker(f"the broker at {self.url} stopped answering ({e})") from None
+
+    def stream(self, path, **query):
+        """GET C{path}, a stream of JSON lines; yield each (no timeout: a stream may
+        be quiet for long)."""
+        with self._open("GET", path, None, None, query) as r:
+            for line in r:
+                if line.strip():
+                    yield json.loads(line)
+
+    def _open(self, method, path, body, timeout, query):
         q = {k: v for k, v in query.items() if v is not None}
         url = self.url + path + ("?" + urllib.parse.urlencode(q) if q else "")
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(url, data=data, method=method, headers=self.headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return json.loads(r.read())
+            return urllib.request.urlopen(req, timeout=timeout)
         except urllib.error.HTTPError as e:
             if e.code == 401:
                 raise Refused("unauthorized (HTTP 401): the admin door wants its token "
@@ -271,6 +295,208 @@ def cmd_promote(api, args):
     return r, f"promoted: this broker is the master{term}"
 
 
+FAULT_ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
+
+
+def fault_spec(args):
+    """Return the admin API's rule (a dict) of C{mqctl fault add}'s arguments."""
+    spec = {"door": args.door}
+    for key in ("command", "conn", "address", "every", "times", "seconds", "remark"):
+        v = getattr(args, key)
+        if v is not None:
+            spec[key] = v
+    for action in FAULT_ACTIONS:
+        v = getattr(args, action)
+        if v is not None and v is not False:
+            spec[action] = v
+    return spec
+
+
+def _left(rule):
+    parts = []
+    if rule["times_left"] is not None:
+        parts.append(f"{rule['times_left']} use{'s' if rule['times_left'] != 1 else ''}")
+    if rule["seconds_left"] is not None:
+        parts.append(f"{rule['seconds_left']} s")
+    return ", ".join(parts) or "-"
+
+
+FAULT_COLUMNS = [("ID", "id"), ("DOOR", "door"), ("COMMAND", lambda r: r["command"] or "*"),
+                 ("CONN", lambda r: r["conn"] or "*"), ("ADDRESS", lambda r: r["address"] or "*"),
+                 ("ACTION", "action"),
+                 ("VALUE", lambda r: "" if r["value"] is None else r["value"]),
+                 ("EVERY", "every"), ("LEFT", _left), ("APPLIED", "applied")]
+
+
+def cmd_fault(api, args):
+    if args.action == "run":
+        return cmd_fault_run(api, args)
+    if args.action == "add":
+        r = api.call("POST", "/faults", fault_spec(args))
+        return r, f"rule {r['id']} added: {r['action']} on {r['door']} ({_left(r)} left)"
+    if args.action == "clear":
+        if args.id is not None:
+            r = api.call("DELETE", f"/faults/{args.id}")
+            return r, f"rule {args.id} cleared"
+        r = api.call("DELETE", "/faults")
+        return r, f"{r['cleared']} rule{'s' if r['cleared'] != 1 else ''} cleared"
+    rows = api.call("GET", "/faults")
+    return rows, table(rows, FAULT_COLUMNS) if rows else "(no fault rule)"
+
+
+def duration(value, what):
+    """Return the seconds of C{value}: a number, or text such as C{5s}, C{500ms},
+    C{2m}."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    text = str(value).strip()
+    for suffix, scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0)):
+        if text.endswith(suffix):
+            try:
+                seconds = float(text[:-len(suffix)]) * scale
+            except ValueError:
+                break
+            if seconds >= 0:
+                return seconds
+            break
+    raise SystemExit(f"mqctl: {what} wants a duration such as 5s, 500ms or 2m, not {value!r}")
+
+
+def load_scenario(path):
+    """Return the steps of the scenario file C{path}: a YAML list of steps, each with
+    C{rules} (the admin API's rules) and either C{after} (a duration: the step's rules
+    are cleared then) or C{until: used} (the step ends when its rules have ended, within
+    C{timeout}, 60s by default)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            steps = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise SystemExit(f"mqctl: cannot read the scenario {path}: {e}") from None
+    if not isinstance(steps, list) or not steps:
+        raise SystemExit(f"mqctl: {path}: a scenario is a YAML list of steps")
+    out = []
+    for i, step in enumerate(steps, 1):
+        where = f"{path}: step {i}"
+        if not isinstance(step, dict) or not isinstance(step.get("rules"), list) \
+                or not step["rules"] or not all(isinstance(r, dict) for r in step["rules"]):
+            raise SystemExit(f"mqctl: {where}: give its rules, a list of rules")
+        unknown = set(step) - {"name", "rules", "after", "until", "timeout"}
+        if unknown:
+            raise SystemExit(f"mqctl: {where}: unknown key(s) {', '.join(sorted(unknown))}")
+        if ("after" in step) == ("until" in step) or step.get("until", "used") != "used":
+            raise SystemExit(f"mqctl: {where}: give after: DURATION or until: used")
+        out.append({"name": step.get("name") or f"step {i}", "rules": step["rules"],
+                    "after": duration(step["after"], "after") if "after" in step else None,
+                    "timeout": duration(step.get("timeout", 60), "timeout")})
+    return out
+
+
+def cmd_fault_run(api, args, out=sys.stdout, sleep=time.sleep, clock=time.monotonic):
+    """Run a scenario's steps in order; every rule it added is cleared at its end, also
+    when it fails or is interrupted."""
+    steps = load_scenario(args.scenario)
+    live = []
+    try:
+        for step in steps:
+            ids = []
+            for spec in step["rules"]:
+                ids.append(api.call("POST", "/faults", spec)["id"])
+                live.append(ids[-1])
+            wait = (f"for {step['after']:g} s" if step["after"] is not None
+                    else f"until they are used up (at most {step['timeout']:g} s)")
+            print(f"{step['name']}: rule{'s' if len(ids) > 1 else ''} "
+                  f"{', '.join(map(str, ids))} {wait}", file=out, flush=True)
+            deadline = clock() + (step["after"] if step["after"] is not None else step["timeout"])
+            while True:
+                rules = {r["id"]: r for r in api.call("GET", "/faults")}
+                left = [i for i in ids if i in rules]
+                if (step["after"] is None and not left) or clock() >= deadline:
+                    break
+                sleep(min(args.interval, max(0.0, deadline - clock())))
+            for i in ids:
+                state = (f"applied {rules[i]['applied']} times" if i in rules else "used up")
+                print(f"  rule {i}: {state}", file=out, flush=True)
+            if step["after"] is None and left:
+                raise ScenarioFailed(f"{step['name']}: rule(s) {', '.join(map(str, left))} "
+                              f"not used up in {step['timeout']:g} s")
+            for i in left:
+                api.call("DELETE", f"/faults/{i}")
+            live = [i for i in live if i not in ids]
+        print("scenario done", file=out, flush=True)
+    finally:
+        for i in live:
+            try:
+                api.call("DELETE", f"/faults/{i}")
+            except Refused:
+                pass  # ended meanwhile
+    return None, None
+
+
+def _fault_parser(sub):
+    f = sub.add_parser("fault", help="fault rules (needs admin.faults: true on the broker)")
+    fsub = f.add_subparsers(dest="action", required=True)
+    add = fsub.add_parser("add", help="add a rule")
+    add.add_argument("--door", required=True,
+                     help="front door: broker, namesrv, nsqd_tcp, nsqd_http, smss, msgout")
+    add.add_argument("--command", help="RocketMQ request code or name, NSQ verb, smss "
+                                        "command, HTTP route; default: any")
+    add.add_argument("--conn", type=int, help="only this connection id")
+    add.add_argument("--address", help="only connections from HOST or HOST:PORT")
+    add.add_argument("--every", type=int, help="act on every Nth matching request")
+    add.add_argument("--times", type=int, help="end after N uses")
+    add.add_argument("--seconds", type=float, help="end after T seconds")
+    add.add_argument("--remark", help="the error's text (respond)")
+    act = add.add_mutually_exclusive_group(required=True)
+    act.add_argument("--respond", metavar="ERROR",
+                     help="answer with this error (RocketMQ code, NSQ E_* code, smss "
+                          "text, HTTP status)")
+    act.add_argument("--delay", type=float, metavar="SECONDS", help="hold the answer back")
+    act.add_argument("--drop", action="store_true", help="answer nothing")
+    act.add_argument("--close", action="store_true", help="close the connection")
+    act.add_argument("--split", type=int, metavar="BYTES",
+                     help="write the answer BYTES at a time, 50 ms apart")
+    act.add_argument("--corrupt", type=int, metavar="OFFSET",
+                     help="invert the answer's byte at OFFSET (negative: from the end)")
+    fsub.add_parser("list", help="the rules in force")
+    clear = fsub.add_parser("clear", help="remove one rule, or all")
+    clear.add_argument("id", nargs="?", type=int)
+    run = fsub.add_parser("run", help="apply a scenario's steps of rules in order")
+    run.add_argument("scenario", help="a YAML file (contrib/scenarios/ has examples)")
+    run.add_argument("--interval", type=float, default=0.2, help="seconds between checks")
+    f.set_defaults(fn=cmd_fault)
+
+
+def trace_line(e, raw=False):
+    """Return the text line of one wire trace event."""
+    if "dropped" in e:
+        return f"... {e['dropped']} frames dropped (mqctl did not keep up)"
+    when = datetime.datetime.fromtimestamp(e["time"]).strftime("%H:%M:%S.%f")[:-3]
+    arrow = {"in": ">", "out": "<", "fault": "!"}.get(e["dir"], e["dir"])
+    size = "" if e["size"] is None else f" {e['size']} B"
+    fields = " ".join(f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}"
+                      for k, v in e["fields"].items() if v not in (None, "", {}))
+    line = f"{when} {e['door']}#{e['conn']} {e['peer']} {arrow} {e['command']}{size} {fields}"
+    if raw and e.get("raw"):
+        line += f" raw={e['raw']}"
+    return line
+
+
+def cmd_trace(api, args, out=sys.stdout):
+    lines = api.stream("/trace", door=args.door, conn=args.conn, command=args.command,
+                       raw=1 if args.raw else None)
+    seen = 0
+    for e in lines:
+        if "tracing" in e:
+            continue
+        print(json.dumps(e) if args.json else trace_line(e, args.raw), file=out, flush=True)
+        seen += 1
+        if args.count and seen >= args.count:
+            break
+    return None, None
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="mqctl", description="Operate a running mqserver broker.")
     p.add_argument("--url", default=os.environ.get("MQCTL_URL", DEFAULT_URL),
@@ -317,10 +543,16 @@ def build_parser():
                         "MQCTL_ETCD)")
     c.add_argument("--group", required=True, help="the group's name (cluster.group)")
     c.set_defaults(fn=cmd_cluster)
-
-
     sub.add_parser("promote", help="make a follower stop following and become the master"
                    ).set_defaults(fn=cmd_promote)
+    tr = sub.add_parser("trace", help="every frame a front door reads and writes, live")
+    tr.add_argument("door", help="front door: broker, namesrv, nsqd_tcp, smss, ...")
+    tr.add_argument("--conn", type=int, help="only this connection id")
+    tr.add_argument("--command", help="only this command (code, name, verb, route)")
+    tr.add_argument("--raw", action="store_true", help="add each frame's bytes in hex")
+    tr.add_argument("--count", type=int, default=0, help="stop after N frames")
+    tr.set_defaults(fn=cmd_trace)
+    _fault_parser(sub)
     return p
 
 
@@ -334,6 +566,9 @@ def main(argv=None):
         return 2
     except Refused as e:
         print(f"mqctl: the broker refused: {e}", file=sys.stderr)
+        return 1
+    except ScenarioFailed as e:
+        print(f"mqctl: the scenario failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0

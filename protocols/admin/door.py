@@ -14,14 +14,22 @@ Routes (answers are JSON; errors are C{{"error": text}} with a 4xx/5xx status):
     after an eventId (what C{mqctl tail} polls).
   - C{GET /consumers[?topic=T]}: every consumer (lag, in flight, out, requeues).
   - C{POST /consumers/rewind} C{{"topic", "name", "kind"?, "time_ms" | "event_id"}}.
+  - C{GET /trace?door=D[&conn=N][&command=C][&raw=1]}: the wire trace of front door D, a
+    long-lived answer of JSON lines, one per frame (L{mqserver.trace}); it ends when
+    the client goes.
+  - C{GET /faults}: the fault rules in force; C{POST /faults} a rule
+    (L{mqserver.faults.FaultRules.add}) adds one; C{DELETE /faults} clears them all,
+    C{DELETE /faults/ID} one. Only with C{admin.faults: true}; else 403.
 """
 
 import json
 import os
 
 from twisted.internet import defer
+from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from twisted.web import resource, server
+from zope.interface import implementer
 
 from mqserver.errors import BrokerError, TopicExists, TopicNotFound
 from mqserver import webrequest
@@ -71,12 +79,13 @@ class AdminResource(resource.Resource):
     isLeaf = True
     log = Logger()
 
-    def __init__(self, broker, max_peek=1000, master=""):
+    def __init__(self, broker, max_peek=1000, master="", faults=False):
         super().__init__()
         self.broker = broker
         self.stats = broker.stats
         self.max_peek = max_peek
         self.master = master
+        self.faults = faults
 
     def render(self, request):
         parts = [p.decode("utf-8", "replace") for p in request.postpath if p]
@@ -84,6 +93,8 @@ class AdminResource(resource.Resource):
             result = self._route(request, request.method, parts)
         except ApiError as e:
             return self._error(request, e.status, str(e))
+        if result is server.NOT_DONE_YET:  # a stream: it writes and finishes itself
+            return result
         if isinstance(result, defer.Deferred):
             gone = webrequest.departure(request)
             result.addCallbacks(lambda r: self._finish(request, 200, r, gone),
@@ -100,6 +111,10 @@ class AdminResource(resource.Resource):
             ("GET", ("consumers",)): lambda: self.consumers(request),
             ("POST", ("consumers", "rewind")): lambda: self.rewind(_json_body(request)),
             ("POST", ("promote",)): self.promote,
+            ("GET", ("trace",)): lambda: self.trace(request),
+            ("GET", ("faults",)): lambda: self._fault_rules().list(),
+            ("POST", ("faults",)): lambda: self.add_fault(_json_body(request)),
+            ("DELETE", ("faults",)): lambda: {"cleared": self._fault_rules().clear()},
         }
         verb = method.decode()
         key = tuple(parts)
@@ -112,6 +127,8 @@ class AdminResource(resource.Resource):
                 return self.delete_topic(parts[1])
             if len(parts) == 3 and parts[2] == "messages" and verb == "GET":
                 return self.messages(request, parts[1])
+        if len(parts) == 2 and parts[0] == "faults" and verb == "DELETE":
+            return self.clear_fault(parts[1])
         if any(k[1] == key for k in routes):
             raise ApiError(405, f"{verb} not allowed on /{'/'.join(parts)}")
         raise ApiError(404, f"no such route: /{'/'.join(parts)}")
@@ -249,6 +266,83 @@ class AdminResource(resource.Resource):
         return out
 
 
+    # -- the wire trace ---------------------------------------------------------------------
+
+    def trace(self, request):
+        tap = self.broker.wiretap
+        door = request.args.get(b"door", [b""])[0].decode("utf-8", "replace")
+        if door not in tap.faults.doors():
+            raise ApiError(400, f"door must be one of {', '.join(tap.faults.doors())}")
+        command = request.args.get(b"command", [b""])[0].decode("utf-8", "replace") or None
+        raw = request.args.get(b"raw", [b""])[0] in (b"1", b"true")
+        stream = TraceStream(request)
+        request.setHeader(b"Content-Type", b"application/x-ndjson")
+        request.write(json.dumps({"tracing": door}).encode() + b"\n")
+        stream.subscription = tap.trace.subscribe(
+            stream.deliver, door, _int_arg(request, "conn"), command, raw)
+        request.registerProducer(stream, True)
+        request.notifyFinish().addBoth(lambda _: stream.stopProducing())
+        return server.NOT_DONE_YET
+
+    # -- fault rules -----------------------------------------------------------------------
+
+    def _fault_rules(self):
+        if not self.faults:
+            raise ApiError(403, "fault rules are off: set admin.faults: true in the broker's "
+                                "config to allow them")
+        return self.broker.wiretap.faults
+
+    def add_fault(self, body):
+        try:
+            rule = self._fault_rules().add(body)
+        except ValueError as e:
+            raise ApiError(400, str(e)) from None
+        return rule.to_dict(self.broker.wiretap.clock.seconds())
+
+    def clear_fault(self, rule_id):
+        rules = self._fault_rules()
+        if not rule_id.isdigit():
+            raise ApiError(400, "a fault rule's id is a number")
+        if not rules.clear(int(rule_id)):
+            raise ApiError(404, f"no fault rule {rule_id}")
+        return {"cleared": 1}
+
+
+@implementer(IPushProducer)
+class TraceStream:
+    """The wire trace written to one C{GET /trace} client, a JSON line a frame. While
+    the client does not keep up (the transport's buffer is full) frames are counted,
+    not buffered, and a line C{{"dropped": N}} says so when it catches up.
+
+    @ivar subscription: the L{mqserver.trace.Subscription} feeding it.
+    """
+
+    def __init__(self, request):
+        self.request = request
+        self.subscription = None
+        self.paused = False
+        self.dropped = 0
+
+    def deliver(self, event):
+        if self.paused:
+            self.dropped += 1
+            return
+        if self.dropped:
+            self.request.write(json.dumps({"dropped": self.dropped}).encode() + b"\n")
+            self.dropped = 0
+        self.request.write(json.dumps(event).encode() + b"\n")
+
+    def pauseProducing(self):
+        self.paused = True
+
+    def resumeProducing(self):
+        self.paused = False
+
+    def stopProducing(self):
+        if self.subscription is not None:
+            self.subscription.cancel()
+
+
 class AdminSite(webrequest.Site):
     """The admin door's factory (quiet access log; JSON bodies of at most 1 MiB)."""
 
@@ -257,7 +351,8 @@ class AdminSite(webrequest.Site):
 
 def make_factory(broker, config, reactor):
     """Return the admin API site of C{broker}."""
-    root = AdminResource(broker, config["admin.maxPeek"], master=config["master"])
+    root = AdminResource(broker, config["admin.maxPeek"], master=config["master"],
+                         faults=config["admin.faults"])
     token = config["admin.token"]
     site = AdminSite(BearerTokenResource(root, token) if token else root)
     site.displayTracebacks = False

@@ -44,6 +44,7 @@ class BrokerCollector:
         yield from self._doors()
         yield from self._store()
         yield from self._replication()
+        yield from self._faults()
 
     def _topics(self):
         msgs = CounterMetricFamily("mqserver_messages_in", "Messages stored since the start",
@@ -156,3 +157,15 @@ class BrokerCollector:
                 yield GaugeMetricFamily("mqserver_replication_lag_events",
                                         "eventIds the slave is behind its master",
                                         value=s["lagEvents"])
+
+    def _faults(self):
+        faults = self.broker.wiretap.faults
+        yield GaugeMetricFamily("mqserver_fault_rules_active",
+                                "Fault rules in force (admin.faults): 0 in production",
+                                value=len(faults.rules()))
+        applied = CounterMetricFamily("mqserver_fault_applied",
+                                      "Requests a fault rule acted on, by door and action",
+                                      labels=["door", "action"])
+        for (door, action), n in sorted(faults.applied_total.items()):
+            applied.add_metric([door, action], n)
+        yield applied

@@ -1,6 +1,9 @@
 """The msgout HTTP front door's config keys (``msgout.*``), declared for
 L{mqserver.config.KeySet} by the ``msgout`` plugin."""
 
+#: The door's name (its key under C{listen:}), which fault rules name.
+DOOR = "msgout"
+
 KEYS = {
     "msgout.maxBodySize": (int, 5 << 20, lambda v: 1024 <= v <= 1 << 30, "1024..1073741824"),
     "msgout.maxFetch": (int, 1000, lambda v: 1 <= v <= 100_000, "1..100000"),

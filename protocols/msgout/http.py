@@ -8,11 +8,12 @@ before any of the body is buffered (L{MsgoutSite.body_limit}, L{mqserver.webrequ
 from twisted.internet import defer
 from twisted.web import resource, server
 
-from mqserver import webrequest
+from mqserver import webfaults, webrequest
 from mqserver.security import BearerTokenResource, bearer_authorized
 from mqserver.service import HookService
 
 from protocols.msgout.api import ApiError, Messages, MsgoutApi, dumps, split_path, status_of
+from protocols.msgout.config import DOOR
 from protocols.msgout.push import push_manager
 
 _JSON_TYPE = b"application/json; charset=utf-8"
@@ -26,8 +27,17 @@ class MsgoutResource(resource.Resource):
     def __init__(self, api):
         super().__init__()
         self.api = api
+        self.tap = api.broker.wiretap
 
     def render(self, request):
+        if self.tap.active:
+            return webfaults.serve(self.tap, DOOR, request, self._render, self._fault_error)
+        return self._render(request)
+
+    def _fault_error(self, request, status, text):
+        return self._body(request, (status, {"error": text}))
+
+    def _render(self, request):
         parts = split_path(request.path)
         if parts is None:
             d = defer.succeed((400, {"error": "bad path"}))

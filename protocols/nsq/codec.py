@@ -79,6 +79,8 @@ def _i32(n: int) -> int:
 
 
 _MAGIC, _LINE, _SIZE, _BODY, _MPUB_COUNT, _MPUB_SIZE, _MPUB_BODY, _DEAD = range(8)
+#: The verbs whose line is followed by a 4-byte size and a body.
+_BODY_VERBS = (b"PUB", b"MPUB", b"DPUB", b"IDENTIFY", b"AUTH")
 _NOP = Nop()
 _CLS = Cls()
 
@@ -133,6 +135,33 @@ class CommandDecoder:
     def in_line(self) -> bool:
         """True when part of a command line is buffered: the next C{\\n} fed ends it."""
         return self._state == _LINE and bool(self._buf)
+
+    def raw_commands(self, data) -> list[bytes] | None:
+        """Return the bytes of each command that feeding ``data`` next will complete, as
+        the client sent them (for the wire trace; nothing is consumed), or None while
+        a command's body is being read (where the command began is gone)."""
+        if self._state == _MAGIC:
+            stream = (bytes(self._buf) + bytes(data))[len(MAGIC_V2):]
+        elif self._state == _LINE:
+            stream = bytes(self._buf) + bytes(data)
+        else:
+            return None
+        out = []
+        pos = 0
+        while True:
+            nl = stream.find(b"\n", pos)
+            if nl < 0:
+                break
+            end = nl + 1
+            if stream[pos:nl].split(b" ", 1)[0] in _BODY_VERBS:
+                if len(stream) - end < 4:
+                    break
+                end += 4 + int.from_bytes(stream[end:end + 4], "big")
+                if end > len(stream):
+                    break
+            out.append(stream[pos:end])
+            pos = end
+        return out
 
     def feed(self, data: bytes) -> list[Command]:
         """Consume ``data`` and return the commands it completes (possibly none)."""

@@ -8,12 +8,13 @@ channel admin, /config. Parameters come from the query string; errors are
 from twisted.internet import defer
 from twisted.web import resource, server
 
-from mqserver import webrequest
+from mqserver import webfaults, webrequest
 from mqserver.errors import BrokerError, InvalidTopicName
 from mqserver.store.store import Message
 from mqserver.version import version as mqserver_version
 
 from protocols.nsq.codec import NS_PER_MS as _NS, is_valid_name, is_valid_topic
+from protocols.nsq.faults import HTTP_DOOR
 from protocols.nsq.httputil import HttpError, NsqSite, arg as _arg, error_body, handler_for, result_body
 from protocols.nsq.stats import stats_json, stats_text
 from protocols.nsq.version import VERSION
@@ -59,6 +60,11 @@ def _topic_channel(request):
     return t, c
 
 
+def _fault_error(request, status, text):
+    # a fault rule's error, as nsqd writes its errors
+    return error_body(request, HttpError(status, text))
+
+
 class NsqdHttpResource(resource.Resource):
     """Every nsqd HTTP endpoint."""
 
@@ -68,6 +74,7 @@ class NsqdHttpResource(resource.Resource):
         super().__init__()
         self.node = node
         self.broker = node.broker
+        self.tap = node.broker.wiretap
         self.routes = {
             b"/ping": (b"GET", self.ping), b"/info": (b"GET", self.info),
             b"/pub": (b"POST", self.pub), b"/mpub": (b"POST", self.mpub),
@@ -86,6 +93,11 @@ class NsqdHttpResource(resource.Resource):
         }
 
     def render(self, request):
+        if self.tap.active:
+            return webfaults.serve(self.tap, HTTP_DOOR, request, self._render, _fault_error)
+        return self._render(request)
+
+    def _render(self, request):
         if self.node.tls_required and not request.isSecure():
             return self._tls_required(request)
         path = request.path.rstrip(b"/") or b"/"

@@ -4,7 +4,9 @@ lookupd), and the site (L{protocols.nsq.http}: twisted.web, several MB resident)
 imported and built at the door's first connection
 (L{mqserver.frontdoor.FirstUseFactory})."""
 
+from mqserver.faults import check_http
 from mqserver.frontdoor import FirstUseFactory
+from protocols.nsq.faults import HTTP_DOOR
 from protocols.nsq.node import get_node
 
 
@@ -18,6 +20,7 @@ def http_node(broker, config, reactor):
 def make_factory(broker, config, reactor):
     """The nsqd HTTP door's factory: its site is built at its first connection."""
     node = http_node(broker, config, reactor)
+    broker.wiretap.faults.door(HTTP_DOOR, check_http)
 
     def build():
         from protocols.nsq.http import NsqdHttpSite

@@ -31,12 +31,14 @@ from protocols.nsq.codec import OK, CommandDecoder, response
 from protocols.nsq.compress import (CompressionError, DeflateCompressor, DeflateDecompressor,
                                     SnappyCompressor, SnappyDecompressor)
 from protocols.nsq.errors import NsqError
+from protocols.nsq.faults import DOOR, apply_fault, check_fault
 from protocols.nsq.gate import SecurityGate
 from protocols.nsq.heartbeats import Heartbeats
 from protocols.nsq.identify import ClientSettings, negotiate
 from protocols.nsq.messages import (Auth, Cls, Dpub, Fin, Identify, Invalid, Mpub, Nop, Pub,
                                     Rdy, Req, Sub, Touch)
 from protocols.nsq.publisher import Publisher
+from protocols.nsq.trace import command_fields
 from protocols.nsq.replies import Replies
 from protocols.nsq.states import ALLOWED, CLOSING, INIT
 from protocols.nsq.subscriber import Subscriber, parse_message_id
@@ -95,6 +97,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         self._dead = False
         self._dead_input = False
         self._cork = Cork()  # one send for everything a read produces
+        self.tap = self.broker.wiretap
 
     # -- connection ----------------------------------------------------------------------
 
@@ -124,7 +127,8 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
-        if self._decompressor is None and not (self._dead_input or self._dead):
+        # while the tap is on, every command goes through _feed (no shortcut below)
+        if self._decompressor is None and not (self._dead_input or self._dead or self.tap.active):
             pub = self.decoder.whole_pub(data)
             if pub is not None:
                 # One PUB in one read: what a publisher sending a message at a time
@@ -160,7 +164,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
                 # on a later turn, so what the decoder holds stays within its limits.
                 self.transport.pauseProducing()
                 self._inflate_call = self.reactor.callLater(0, self._inflate_more)
-        if self.channel is not None:
+        if self.channel is not None and not self.tap.active:
             if self.decoder.in_line:
                 # A read that ended inside a line (a reader's FINs cut anywhere): the
                 # decoder ends that line, so the FINs after it take the fast path too.
@@ -178,6 +182,9 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
 
     def _feed(self, data):
         """Run the commands C{data} completes; False once input is dead."""
+        if self.tap.active:
+            raw = self.decoder.raw_commands(data) if self.tap.trace.active else None
+            return self._feed_tapped(self.decoder.feed(data), raw)
         for cmd in self.decoder.feed(data):
             if type(cmd) is Fin and self.channel is not None:
                 # hot path: a FIN that succeeds needs no state check and no reply
@@ -188,6 +195,23 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
             if self._dead_input:
                 return False
             self._run(cmd)
+        return not (self._dead_input or self._dead)
+
+    def _feed_tapped(self, commands, raw):
+        """L{_feed} while the broker's tap is on: each command reported to the trace
+        (with its bytes, C{raw}'s in order, when known) and run as a fault rule says."""
+        for i, cmd in enumerate(commands):
+            if self._dead_input:
+                return False
+            if self.tap.trace.active:
+                data = raw[i] if raw is not None and i < len(raw) else None
+                self.tap.frame(DOOR, self, "in", (cmd.verb,), command_fields(cmd),
+                               None if data is None else len(data), data)
+            rule = self.tap.fault(DOOR, self, (cmd.verb,))
+            if rule is None:
+                self._run(cmd)
+            else:
+                apply_fault(self, rule, cmd)
         return not (self._dead_input or self._dead)
 
     def _inflating(self):
@@ -279,6 +303,7 @@ class NsqdFactory(Factory):
 
     def __init__(self, node):
         self.node = node
+        node.broker.wiretap.faults.door(DOOR, check_fault)
 
     def buildProtocol(self, addr):
         return NsqdProtocol(self)

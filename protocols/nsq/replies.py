@@ -16,6 +16,8 @@ from mqserver.errors import BrokerError
 
 from protocols.nsq import errors as E
 from protocols.nsq.codec import error
+from protocols.nsq.faults import DOOR
+from protocols.nsq.trace import out_frames
 
 #: Replies waiting before the connection stops reading (bounds a pipelining producer).
 MAX_PIPELINE = 512
@@ -31,6 +33,9 @@ class Replies:
     # -- output --------------------------------------------------------------------------
 
     def _write(self, data):
+        if self.tap.active and self.tap.trace.active:
+            for names, fields, raw in out_frames(data):
+                self.tap.frame(DOOR, self, "out", names, fields, len(raw), raw)
         if self._compressor is not None:
             data = self._compressor.compress(data)
         self._cork.write(self.transport, data)

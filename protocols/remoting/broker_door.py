@@ -27,6 +27,7 @@ from protocols.remoting.context import context_for
 from protocols.remoting.groups import GROUP_FILE, Groups, reset_offset_body
 from protocols.remoting.longpolls import LongPolls
 from protocols.remoting.registrar import Registrar, parse_addrs
+from protocols.remoting.server import check_fault
 from protocols.remoting.stored_records import StoredRecords, key_matches
 from protocols.remoting.topic_table import TOPIC_FILE, ConfigFiles, TopicTable
 from protocols.remoting.transactions import Transactions
@@ -101,6 +102,7 @@ class BrokerDoor(Factory):
         self.transactions = Transactions(self, config)
         # Called on every pull: straight to the part (one call, not two).
         self.group_consumer = self.groups.group_consumer
+        broker.wiretap.faults.door(BrokerProtocol.door_name, check_fault)
 
     # -- life cycle ----------------------------------------------------------------
 

@@ -80,11 +80,14 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         codes.END_TRANSACTION: "end_transaction",
     }
 
+    door_name = "broker"
+
     def __init__(self, door):
         super().__init__()
         self.door = door
         self.broker = door.broker
         self.store = door.broker.store
+        self.tap = door.broker.wiretap
 
     def connectionMade(self):
         self.born_host = host_bytes(self.transport.getPeer())

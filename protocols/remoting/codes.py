@@ -196,3 +196,17 @@ PULL_FLAG_SUSPEND = 0x2
 PULL_FLAG_SUBSCRIPTION = 0x4
 PULL_FLAG_CLASS_FILTER = 0x8
 PULL_FLAG_LITE_PULL = 0x10
+
+
+def _names(first, last):
+    """Return {code: name} of the constants defined from C{first} to C{last}."""
+    found = globals()
+    keys = list(found)
+    section = keys[keys.index(first):keys.index(last) + 1]
+    return {found[k]: k for k in section if k.isupper() and type(found[k]) is int}
+
+
+#: Request code -> its name (spec 2.1), e.g. 10 -> "SEND_MESSAGE".
+REQUEST_NAMES = _names("SEND_MESSAGE", "DELETE_EXPIRED_COMMITLOG")
+#: Response code -> its name (spec 2.2), e.g. 2 -> "SYSTEM_BUSY".
+RESPONSE_NAMES = _names("SUCCESS", "UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED")

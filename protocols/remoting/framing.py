@@ -23,6 +23,20 @@ _PREFIX_SIZE = FRAME_PREFIX_STRUCT.size
 _COMPACT_MIN = 64 * 1024
 
 
+def split_frames(data) -> list[bytes]:
+    """Return the whole frames at the start of C{data} (bytes beginning at a frame
+    boundary), each with its length prefix."""
+    frames = []
+    pos = 0
+    while len(data) - pos >= _LENGTH_SIZE:
+        end = pos + _LENGTH_SIZE + LENGTH_STRUCT.unpack_from(data, pos)[0]
+        if end > len(data):
+            break
+        frames.append(data[pos:end])
+        pos = end
+    return frames
+
+
 class FrameDecoder:
     """Incremental frame decoder: feed it bytes as they arrive, get whole commands back.
 
@@ -39,6 +53,10 @@ class FrameDecoder:
         self._pos = 0  # start of the first unconsumed byte in _buffer
         self._need = 0  # total size of the frame at _pos once its length is known
         self._error: RemotingProtocolError | None = None
+
+    def pending(self) -> bytes:
+        """Return the received bytes waiting for the rest of their frame."""
+        return bytes(self._buffer[self._pos:])
 
     def buffered(self) -> int:
         """Return how many received bytes are waiting for the rest of their frame."""

@@ -9,6 +9,7 @@ import zlib
 from twisted.internet.protocol import Factory
 
 from mqserver.cluster.namesrv import RouteTable
+from mqserver.wiretap import OFF
 
 from protocols.remoting import codes
 from protocols.remoting.server import (
@@ -63,6 +64,8 @@ def decode_register_body(body, compressed):
 
 class NamesrvProtocol(RemotingProtocol):
     """One connection to the nameserver (client, admin tool or broker)."""
+
+    door_name = "namesrv"
 
     handlers = {
         codes.PUT_KV_CONFIG: "put_kv",
@@ -195,9 +198,12 @@ class NamesrvFactory(Factory):
     """Builds L{NamesrvProtocol}s over one L{RouteTable}; starts and stops its scan.
 
     @ivar idle_timeout: seconds without input before a connection is closed (0: never).
+    @ivar tap: the L{mqserver.wiretap.WireTap} of the broker embedding the nameserver
+        (its connections look at fault rules), or one never active.
     """
 
     noisy = False
+    tap = OFF
 
     def __init__(self, table, idle_timeout=0, clock=None):
         self.table = table
@@ -213,6 +219,7 @@ class NamesrvFactory(Factory):
     def buildProtocol(self, addr):
         p = NamesrvProtocol(self.table)
         p.factory = self
+        p.tap = self.tap
         return p
 
 

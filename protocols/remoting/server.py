@@ -8,8 +8,9 @@ protocol matches them by opaque. Requests with the one-way bit are never answere
 
 import itertools
 import json
+from collections import deque
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
@@ -17,10 +18,11 @@ from zope.interface import implementer
 
 from mqserver.idle import IdleWatch
 from mqserver.sendnow import Cork
+from mqserver.wiretap import OFF, tamper_output
 
 from protocols.remoting import codes
-from protocols.remoting.codec import RemotingProtocolError, encode
-from protocols.remoting.framing import FrameDecoder
+from protocols.remoting.codec import RemotingProtocolError, decode_frame, encode
+from protocols.remoting.framing import FrameDecoder, split_frames
 from protocols.remoting.messages import RemotingCommand, make_response
 
 
@@ -47,6 +49,50 @@ def ok(request, ext_fields=None, body=b"", remark=None):
 def json_body(obj):
     """Encode a response body as compact JSON with string keys."""
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def command_fields(cmd):
+    """Return the trace's fields of remoting frame C{cmd}."""
+    return {"code": cmd.code, "opaque": cmd.opaque, "flag": cmd.flag,
+            "language": cmd.language, "version": cmd.version, "remark": cmd.remark,
+            "ext": cmd.ext_fields, "body": len(cmd.body),
+            "serialize": codes.SERIALIZE_TYPE_NAMES.get(cmd.serialize_type)}
+
+
+def response_code(value):
+    """Return the response code a fault rule's C{respond} value names: a number, or a
+    name of spec 2.2 (C{SYSTEM_BUSY}); raise ValueError for anything else."""
+    if value.lstrip("-").isdigit():
+        code = int(value)
+        if -(1 << 31) <= code < 1 << 31:
+            return code
+    else:
+        for code, name in codes.RESPONSE_NAMES.items():
+            if name == value.upper():
+                return code
+    raise ValueError(f"respond wants a RocketMQ response code (a number or a name such as "
+                     f"SYSTEM_BUSY), not {value!r}")
+
+
+#: The fault actions a remoting door applies.
+FAULT_ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
+
+
+def check_fault(rule):
+    """Raise ValueError when a remoting door cannot apply fault rule C{rule}."""
+    if rule.action not in FAULT_ACTIONS:
+        raise ValueError(f"door {rule.door} cannot {rule.action} "
+                         f"(it can: {', '.join(FAULT_ACTIONS)})")
+    if rule.action == "respond":
+        response_code(rule.value)
+
+
+def fault_response(request, rule):
+    """Return the answer fault rule C{rule} (respond) gives C{request}: its response
+    code, with its remark or one saying a fault rule made it."""
+    code = response_code(rule.value)
+    return error(request, code, rule.remark or f"[FAULT] rule {rule.id}: "
+                 f"{codes.RESPONSE_NAMES.get(code, code)} injected by mqserver")
 
 
 class BadRequest(Exception):
@@ -103,10 +149,15 @@ class RemotingProtocol(IdleWatch, Protocol):
     long without a byte from the peer, as RocketMQ's idle handler closes channels.
 
     @cvar handlers: request code -> method name.
+    @cvar door_name: the front door's name fault rules match (a server door's).
+    @ivar tap: the broker's L{mqserver.wiretap.WireTap} (a server door's), else one
+        never active.
     """
 
     log = Logger()
     handlers = {}
+    door_name = None
+    tap = OFF
     _opaques = itertools.count(1 << 30)
 
     def __init__(self):
@@ -118,6 +169,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         self._out_full = False  # the transport's buffer is full: requests wait
         self._held = None  # requests of a read not handled yet (the buffer filled)
         self._close_after = False  # a framing error: close once the requests before it are handled
+        self._frames_in = None  # while the tap is on: the raw frames of the read being handled
 
     def peer_str(self):
         p = self.transport.getPeer()
@@ -141,6 +193,12 @@ class RemotingProtocol(IdleWatch, Protocol):
     def dataReceived(self, data):
         self.active = True
         self._gathered = 0
+        if self.tap.active:
+            # the frames this read completes, as the client sent them (for the trace)
+            self._frames_in = (deque(split_frames(self.decoder.pending() + data))
+                               if self.tap.trace.active else None)
+            self._cork.received(self.transport, self._received, data)
+            return
         cmd = self.decoder.whole(data)
         if cmd is not None:
             # A request alone in its read (a client waiting for each answer), handled as
@@ -211,21 +269,74 @@ class RemotingProtocol(IdleWatch, Protocol):
             if d is not None:
                 d.callback(cmd)
             return
+        if self.tap.active:
+            self._tapped(cmd)
+            return
+        result = self._handle(cmd)
+        if isinstance(result, defer.Deferred):
+            result.addCallbacks(self._reply, self.request_failed, callbackArgs=(cmd,),
+                                errbackArgs=(cmd,))
+        else:
+            self._reply(result, cmd)
+
+    def _handle(self, cmd):
+        """Run C{cmd}'s handler; return its answer (see the module docstring)."""
         name = self.handlers.get(cmd.code)
         try:
             if name is None:
-                result = self.unsupported(cmd)
-            else:
-                result = getattr(self, name)(cmd)
+                return self.unsupported(cmd)
+            return getattr(self, name)(cmd)
         except BadRequest as e:
-            result = error(cmd, e.code, str(e))
+            return error(cmd, e.code, str(e))
         except Exception as e:
             self.log.failure("request {code} failed", code=cmd.code)
-            result = error(cmd, codes.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-        if isinstance(result, defer.Deferred):
-            result.addCallbacks(self._reply, self.request_failed, callbackArgs=(cmd,), errbackArgs=(cmd,))
+            return error(cmd, codes.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+
+    def _tapped(self, cmd):
+        """Handle C{cmd} while the broker's tap is on: report it and its answer to the
+        trace, and handle it as a fault rule says, or as usual."""
+        tap = self.tap
+        names = (codes.REQUEST_NAMES.get(cmd.code) or str(cmd.code), str(cmd.code))
+        raw = self._frames_in.popleft() if self._frames_in else None
+        if tap.trace.active:
+            tap.frame(self.door_name, self, "in", names, command_fields(cmd),
+                      None if raw is None else len(raw), raw)
+        rule = tap.fault(self.door_name, self, names)
+        action = None if rule is None else rule.action
+        if action == "drop":
+            return
+        if action == "close":
+            self.transport.loseConnection()
+            # the requests after it in this read are held as for a full buffer, and
+            # never run: the connection ends
+            self._out_full = True
+            return
+        if action == "respond":
+            result = fault_response(cmd, rule)
         else:
-            self._reply(result, cmd)
+            if action in ("split", "corrupt"):
+                self._cork = self._cork.detach(self.transport)
+                tamper_output(self, rule, self.tap.clock)
+            result = self._handle(cmd)
+        if action == "delay":
+            result = task.deferLater(self.tap.clock, rule.value, lambda answer: answer, result)
+        if isinstance(result, defer.Deferred):
+            result.addCallbacks(self._traced_reply, self.request_failed, callbackArgs=(cmd,),
+                                errbackArgs=(cmd,))
+        else:
+            self._traced_reply(result, cmd)
+
+    def _traced_reply(self, response, cmd):
+        if (self.tap.trace.active and response is not None and not cmd.flag & _ONEWAY
+                and not self.closed):
+            frame = response if type(response) is bytes else encode(response)
+            answer = decode_frame(frame)
+            self.tap.frame(self.door_name, self, "out",
+                           (codes.RESPONSE_NAMES.get(answer.code) or str(answer.code),
+                            str(answer.code)),
+                           command_fields(answer), len(frame), frame)
+            response = frame
+        self._reply(response, cmd)
 
     def request_failed(self, f, cmd):
         """Answer C{cmd}, whose handling failed with C{f}: a L{BadRequest} with its code,

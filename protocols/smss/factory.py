@@ -2,6 +2,7 @@
 
 from twisted.internet.protocol import Factory
 
+from protocols.smss.faults import DOOR, check_fault
 from protocols.smss.protocol import SmssServerProtocol
 
 
@@ -26,6 +27,7 @@ class SmssFactory(Factory):
         self.idle_timeout = idle_timeout
         self.replica_feeds = 0
         self.names = {}  # raw topic bytes -> validated name (see protocol._topic_name)
+        broker.wiretap.faults.door(DOOR, check_fault)
 
     def buildProtocol(self, addr):
         return SmssServerProtocol(self)

@@ -29,6 +29,8 @@ from mqserver.store.message import PutResult
 
 from protocols.smss import codec, messages as m, wire
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
+from protocols.smss.faults import DOOR, apply_fault
+from protocols.smss.trace import answer, request_fields, request_names
 from mqserver.replication.logreader import LogReader
 from mqserver.replication.status import replication_status
 
@@ -86,6 +88,8 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self._held_sub = None  # a SUB waiting for the answers before it
         self.replica_feed = None
         self._cork = Cork()
+        self.tap = factory.broker.wiretap
+        self.looked = None  # the request a fault rule delayed (smss.faults)
 
     def connectionMade(self):
         if hasattr(self.transport, "setTcpNoDelay"):
@@ -106,6 +110,9 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def write(self, data):
         """Send C{data}: gathered while a read is being handled (one send for all the
         answers to a pipelined read), else at once."""
+        if self.tap.active and self.tap.trace.active:
+            names, fields = answer(data)
+            self.tap.frame(DOOR, self, "out", names, fields, len(data), data)
         self._cork.write(self.transport, data)
 
     def write_through(self, data):
@@ -120,7 +127,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
 
     def dataReceived(self, data):
         self.active = True
-        if not self._answers and self.subscription is None:
+        if not self._answers and self.subscription is None and not self.tap.active:
             # One PUB in one read and nothing to answer before it: the usual traffic,
             # handled without the decoder's buffering or the cork, and answered as
             # _handle and _answer would, in fewer steps. Most often its payload is one
@@ -168,21 +175,33 @@ class SmssServerProtocol(IdleWatch, Protocol):
             self._event(ev)
 
     def _event(self, ev):
-        if isinstance(ev, m.Sub) and self._answers:
-            # The decoder pauses after a SUB, so nothing can queue up behind it.
-            self._held_sub = ev
-            return
         if isinstance(ev, m.Ack):
             if self.subscription is not None:
                 self.subscription.ack(ev.value)
             return
-        handler = self._handlers.get(type(ev))
-        if handler is None:
-            handler = self._handlers[type(ev)] = getattr(type(self), "do_" + type(ev).__name__)
-        self._handle(handler, ev)
+        if self.tap.active and ev is not self.looked and self._tapped(ev):
+            pass  # a fault rule took it
+        elif isinstance(ev, m.Sub) and self._answers:
+            # The decoder pauses after a SUB, so nothing can queue up behind it.
+            self._held_sub = ev
+            return
+        else:
+            handler = self._handlers.get(type(ev))
+            if handler is None:
+                handler = self._handlers[type(ev)] = getattr(type(self), "do_" + type(ev).__name__)
+            self._handle(handler, ev)
         if self.decoder.paused and self.subscription is None and self.transport is not None:
             # A refused SUB: go back to requests and decode what the client sent after it.
             self._decode(self.decoder.set_mode, codec.Mode.HEADERS)
+
+    def _tapped(self, ev):
+        """Report request C{ev} to the trace; apply a fault rule to it: True when the
+        rule took it (L{apply_fault})."""
+        if getattr(self.transport, "disconnecting", False):
+            return True  # a close rule acted on a request before it in this read
+        if self.tap.trace.active:
+            self.tap.frame(DOOR, self, "in", request_names(ev), request_fields(ev))
+        return apply_fault(self, ev)
 
     def _handle(self, handler, ev):
         """Run C{handler} (an unbound do_* method) for C{ev} and answer what it returns."""

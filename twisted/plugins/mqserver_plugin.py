@@ -59,5 +59,7 @@ console = FrontDoor("console", "protocols.console.factory", "tcp:12300:interface
 # HTTP and msgout doors' own door modules do the same for their sites)
 metrics = FrontDoor("metrics", "protocols.metrics.door", "tcp:9464:interface=127.0.0.1",
                     order=90, config="protocols.metrics.config", first_use="MetricsSite")
-admin = FrontDoor("admin", "protocols.admin.door", "tcp:9465:interface=127.0.0.1",
-                  order=91, config="protocols.admin.config", first_use="AdminSite")
+# the admin door's own module builds its site at the first connection
+# (protocols/admin/front.py), and says at start-up whether fault rules are allowed
+admin = FrontDoor("admin", "protocols.admin.front", "tcp:9465:interface=127.0.0.1",
+                  order=91, config="protocols.admin.config")
