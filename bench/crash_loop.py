@@ -50,7 +50,11 @@ def run(flush_level, kills, rng, work):
                     raise SystemExit(f"publisher {p.tid} still running after the kill")
             pubs += round_pubs
         server.start()
-        got = read_back_and_check(server, pubs)  # raises AssertionError on any loss
+        try:
+            got = read_back_and_check(server, pubs)  # raises AssertionError on any loss
+        except Exception:
+            print(server.current_log()[-4000:], file=sys.stderr)  # the broker's side of it
+            raise
         return {
             "kills": kills,
             "sent": sum(len(p.sent) for p in pubs),
