@@ -306,3 +306,28 @@ def test_mqctl_trace_shows_the_frames_the_client_sent(srv):
         s.close()
     (pub,) = [json.loads(x) for x in t.lines()]
     assert (pub["command"], pub["fields"]["topic"]) == ("PUB", "f_trace_s")
+
+
+def test_mqctl_trace_shows_the_batches_an_smss_subscription_pushes(srv):
+    """A subscriber's batches, as the real client read them: count, first and last
+    eventId, body size and bytes."""
+    s = SmssClient("127.0.0.1", srv.smss_port)
+    try:
+        s.create("f_trace_b")
+        s.publish("f_trace_b", [b"one", b"two", b"three"])
+    finally:
+        s.close()
+    t = Trace(srv, "--json", "trace", "smss", "--command", "BATCH", "--raw", "--count", "1")
+    s = SmssClient("127.0.0.1", srv.smss_port)
+    try:
+        batch = s.subscribe("f_trace_b", batch=5, who=b"w_trace").next_batch(timeout=20)
+    finally:
+        s.close()
+    (e,) = [json.loads(x) for x in t.lines()]
+    ids = [m.event_id for m in batch.messages]
+    assert [m.body for m in batch.messages] == [b"one", b"two", b"three"]
+    assert (e["dir"], e["command"]) == ("out", "BATCH")
+    assert e["fields"] == {"status": 200, "count": 3, "first": ids[0], "last": ids[-1],
+                           "body": e["size"] - 10}
+    raw = bytes.fromhex(e["raw"])
+    assert len(raw) == e["size"] and struct.unpack_from("<HB", raw) == (200, 3)

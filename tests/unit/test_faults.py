@@ -700,3 +700,35 @@ def test_a_rule_ends_on_time_without_traffic(rmq):
     assert rmq.broker.wiretap.active
     rmq.clock.advance(0.1)
     assert not rmq.broker.wiretap.active and faults.list() == []
+
+
+def test_smss_trace_shows_the_batches_a_subscription_pushes(smss):
+    """A SUB stream's batches are frames the door writes: their record count, first and
+    last eventId and body size, and their bytes as sent; an idle stream's ALIVE too."""
+    tap = smss.broker.wiretap
+    c = smss.connect(smss.factory)
+    c.send(cc.encode_create(b"s") + b"".join(smss_pub(b"s", b"m%d" % i) for i in range(3)))
+    c.take()
+    events = []
+    sub = tap.trace.subscribe(events.append, "smss", command="BATCH|ALIVE", raw=True)
+    c.send(cc.encode_sub(b"s", batch=2, who=b"w1"))
+    first = c.take()
+    c.send(cc.encode_ack())
+    second = c.take()
+    got = cc.ResponseDecoder(cc.Expect.SUB).feed(first + second)
+    ids = [[m.event_id for m in b.messages] for b in got]
+    assert [len(i) for i in ids] == [2, 1]
+    batches = [e for e in events if e["command"] == "BATCH"]
+    assert [(e["dir"], e["size"], e["raw"]) for e in batches] == [
+        ("out", len(first), first.hex()), ("out", len(second), second.hex())]
+    assert [e["fields"] for e in batches] == [
+        {"status": 200, "count": 2, "first": ids[0][0], "last": ids[0][1], "body": len(first) - 10},
+        {"status": 200, "count": 1, "first": ids[1][0], "last": ids[1][0], "body": len(second) - 10}]
+    sub.cancel()
+    c.send(cc.encode_ack())
+    smss.clock.advance(60)  # an idle stream: ALIVE
+    assert c.take().startswith(ALIVE_SMSS[:2]) and len(events) == 2  # nobody traces
+    tap.trace.subscribe(events.append, "smss", command="ALIVE")
+    smss.clock.advance(60)
+    assert [(e["command"], e["size"]) for e in events[2:]] == [("ALIVE", len(ALIVE_SMSS))]
+    c.lose()
