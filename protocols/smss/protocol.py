@@ -118,7 +118,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         """Report C{data}, which the door writes, to the wire trace while someone traces:
         a pushed batch of the stored records at C{locs} in C{buf}, else an answer
         (L{out_frame})."""
-        if self.tap.trace.active:
+        if self.tap.trace.active and self.transport is not None:
             names, fields = out_frame(data, buf, locs)
             self.tap.frame(DOOR, self, "out", names, fields, len(data), data)
 
