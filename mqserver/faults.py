@@ -27,7 +27,7 @@ ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
 MAX_RULES = 1000
 
 #: The actions an HTTP door applies (L{mqserver.webfaults}).
-HTTP_ACTIONS = ("respond", "delay", "drop", "close")
+HTTP_ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
 
 
 def check_http(rule):

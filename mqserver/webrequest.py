@@ -13,6 +13,8 @@ from io import BytesIO
 
 from twisted.web import http, server
 
+from mqserver.wiretap import invert_byte
+
 #: the body limit of a door that takes no request bodies of its own
 SMALL_BODY = 64 << 10
 
@@ -89,6 +91,18 @@ class Request(server.Request):
     _received = 0
     _limit = None
     _too_large = None
+    #: C{(tap, door, names)} while the wire trace watches this request's answer: the
+    #: L{mqserver.wiretap.WireTap}, the front door and the route's names (set by
+    #: L{mqserver.webfaults.serve}; reported by L{Site.log} when the answer is finished)
+    watched = None
+    #: the offset of the byte a fault rule inverts in the first piece of this request's
+    #: answer body (L{mqserver.wiretap.invert_byte}), or None
+    corrupt_at = None
+
+    def write(self, data):
+        if self.corrupt_at is not None and data:
+            data, self.corrupt_at = invert_byte(data, self.corrupt_at), None
+        super().write(data)
 
     def gotLength(self, length):
         site = getattr(self.channel, "site", None)
@@ -188,7 +202,13 @@ class Site(server.Site):
         return [b"http/1.1"]
 
     def log(self, request):
-        pass  # no access log: a line per request would cost more than the request
+        # Called by twisted.web when the answer is finished. No access log: a line per
+        # request would cost more than the request; the wire trace's line, while it watches.
+        if request.watched is not None:
+            tap, door, names = request.watched
+            request.watched = None
+            tap.frame(door, request.channel, "out", (str(request.code),) + names,
+                      {"status": request.code, "route": names[0], "body": request.sentLength})
 
 
 def departure(request):

@@ -87,6 +87,14 @@ class WireTap:
 SPLIT_GAP = 0.05
 
 
+def invert_byte(data, offset):
+    """Return C{data} (not empty) with the byte at C{offset} inverted: from its end when
+    negative, the last (or first) byte when past its end."""
+    data = bytearray(data)
+    data[max(-len(data), min(offset, len(data) - 1))] ^= 0xFF
+    return bytes(data)
+
+
 def tamper_output(protocol, rule, clock):
     """Make C{protocol}'s connection write its next output as fault rule C{rule} says:
     C{split}, C{rule.value} bytes at a time, L{SPLIT_GAP} seconds apart (anything written
@@ -119,11 +127,8 @@ class _Tampered:
         if not data:
             return
         if self._rule.action == "corrupt":
-            data = bytearray(data)
-            offset = self._rule.value
-            data[max(-len(data), min(offset, len(data) - 1))] ^= 0xFF
             self._done()
-            self._real.write(bytes(data))
+            self._real.write(invert_byte(data, self._rule.value))
             return
         self._queue += data
         if not self._pumping:

@@ -439,7 +439,8 @@ def _fault_parser(sub):
     fsub = f.add_subparsers(dest="action", required=True)
     add = fsub.add_parser("add", help="add a rule")
     add.add_argument("--door", required=True,
-                     help="front door: broker, namesrv, nsqd_tcp, nsqd_http, smss, msgout")
+                     help="front door: broker, namesrv, nsqd_tcp, nsqd_http, lookupd_http, smss, "
+                          "msgout")
     add.add_argument("--command", help="RocketMQ request code or name, NSQ verb, smss "
                                         "command, HTTP route; default: any")
     add.add_argument("--conn", type=int, help="only this connection id")

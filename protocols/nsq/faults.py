@@ -17,6 +17,8 @@ from protocols.nsq.errors import NsqError
 DOOR = "nsqd_tcp"
 #: The nsqd HTTP door's name (its rules: L{mqserver.webfaults}).
 HTTP_DOOR = "nsqd_http"
+#: The embedded nsqlookupd's HTTP door's name (its rules: L{mqserver.webfaults}).
+LOOKUPD_HTTP_DOOR = "lookupd_http"
 #: The actions this door applies.
 ACTIONS = ("respond", "delay", "drop", "close", "split", "corrupt")
 

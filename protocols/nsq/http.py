@@ -15,7 +15,9 @@ from mqserver.version import version as mqserver_version
 
 from protocols.nsq.codec import NS_PER_MS as _NS, is_valid_name, is_valid_topic
 from protocols.nsq.faults import HTTP_DOOR
-from protocols.nsq.httputil import HttpError, NsqSite, arg as _arg, error_body, handler_for, result_body
+from protocols.nsq.httputil import (
+    HttpError, NsqSite, arg as _arg, error_body, fault_error, handler_for, result_body,
+)
 from protocols.nsq.stats import stats_json, stats_text
 from protocols.nsq.version import VERSION
 from protocols.nsq.wire import U32
@@ -60,11 +62,6 @@ def _topic_channel(request):
     return t, c
 
 
-def _fault_error(request, status, text):
-    # a fault rule's error, as nsqd writes its errors
-    return error_body(request, HttpError(status, text))
-
-
 class NsqdHttpResource(resource.Resource):
     """Every nsqd HTTP endpoint."""
 
@@ -94,7 +91,7 @@ class NsqdHttpResource(resource.Resource):
 
     def render(self, request):
         if self.tap.active:
-            return webfaults.serve(self.tap, HTTP_DOOR, request, self._render, _fault_error)
+            return webfaults.serve(self.tap, HTTP_DOOR, request, self._render, fault_error)
         return self._render(request)
 
     def _render(self, request):

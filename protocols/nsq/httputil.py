@@ -51,6 +51,12 @@ def error_body(request, e):
     return head_aware(request, _error_json(e.code))
 
 
+def fault_error(request, status, text):
+    """Return the body of a fault rule's error (L{mqserver.webfaults}), as nsqd and
+    nsqlookupd write their errors."""
+    return error_body(request, HttpError(status, text))
+
+
 class NsqSite(webrequest.Site):
     """The site of an nsqd or nsqlookupd HTTP API: its refusals are nsqd's errors
     (C{{"message": CODE}}), and a body past the limit is C{BODY_TOO_BIG}."""

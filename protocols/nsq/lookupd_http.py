@@ -3,8 +3,13 @@
 
 from twisted.web import resource
 
+from mqserver import webfaults
+from mqserver.wiretap import OFF
+
+from protocols.nsq.faults import LOOKUPD_HTTP_DOOR
 from protocols.nsq.httputil import (
-    HttpError, NsqSite, arg as _arg, error_body, handler_for, name_arg, result_body,
+    HttpError, NsqSite, arg as _arg, error_body, fault_error, handler_for, name_arg,
+    result_body,
 )
 from protocols.nsq.version import VERSION
 
@@ -18,13 +23,18 @@ def _channel(request):
 
 
 class LookupdHttpResource(resource.Resource):
-    """Every nsqlookupd HTTP endpoint over a L{LookupRegistry}."""
+    """Every nsqlookupd HTTP endpoint over a L{LookupRegistry}.
+
+    @ivar tap: the broker's L{mqserver.wiretap.WireTap} (wire trace and fault rules of
+        the embedded lookupd), else one that is never active (a standalone lookupd).
+    """
 
     isLeaf = True
 
-    def __init__(self, registry):
+    def __init__(self, registry, tap=OFF):
         super().__init__()
         self.registry = registry
+        self.tap = tap
         self.routes = {
             b"/ping": (b"GET", lambda r: b"OK"),
             b"/info": (b"GET", lambda r: {"version": VERSION}),
@@ -39,6 +49,12 @@ class LookupdHttpResource(resource.Resource):
         }
 
     def render(self, request):
+        if self.tap.active:
+            return webfaults.serve(self.tap, LOOKUPD_HTTP_DOOR, request, self._render,
+                                   fault_error)
+        return self._render(request)
+
+    def _render(self, request):
         path = request.path.rstrip(b"/") or b"/"
         try:
             result = handler_for(self.routes.get(path), request)(request)
@@ -97,8 +113,9 @@ class LookupdHttpResource(resource.Resource):
 class LookupdHttpSite(NsqSite):
     """The nsqlookupd HTTP site (no route reads a body: at most 64 KiB is taken)."""
 
-    def __init__(self, registry, idle_timeout=60.0, reactor=None):
-        super().__init__(LookupdHttpResource(registry), timeout=idle_timeout or None, reactor=reactor)
+    def __init__(self, registry, idle_timeout=60.0, reactor=None, tap=OFF):
+        super().__init__(LookupdHttpResource(registry, tap), timeout=idle_timeout or None,
+                         reactor=reactor)
 
 
 def make_factory(broker, config, reactor):
@@ -106,4 +123,4 @@ def make_factory(broker, config, reactor):
     from protocols.nsq.node import get_node
 
     return LookupdHttpSite(get_node(broker, config, reactor).lookupd, config["nsq.httpIdleTimeout"] / 1000.0,
-                           reactor)
+                           reactor, broker.wiretap)

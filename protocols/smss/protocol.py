@@ -30,7 +30,7 @@ from mqserver.store.message import PutResult
 from protocols.smss import codec, messages as m, wire
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
 from protocols.smss.faults import DOOR, apply_fault
-from protocols.smss.trace import answer, request_fields, request_names
+from protocols.smss.trace import out_frame, request_fields, request_names
 from mqserver.replication.logreader import LogReader
 from mqserver.replication.status import replication_status
 
@@ -110,10 +110,17 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def write(self, data):
         """Send C{data}: gathered while a read is being handled (one send for all the
         answers to a pipelined read), else at once."""
-        if self.tap.active and self.tap.trace.active:
-            names, fields = answer(data)
-            self.tap.frame(DOOR, self, "out", names, fields, len(data), data)
+        if self.tap.active:
+            self.trace_out(data)
         self._cork.write(self.transport, data)
+
+    def trace_out(self, data, buf=None, locs=None):
+        """Report C{data}, which the door writes, to the wire trace while someone traces:
+        a pushed batch of the stored records at C{locs} in C{buf}, else an answer
+        (L{out_frame})."""
+        if self.tap.trace.active and self.transport is not None:
+            names, fields = out_frame(data, buf, locs)
+            self.tap.frame(DOOR, self, "out", names, fields, len(data), data)
 
     def write_through(self, data):
         """Send C{data} now, after what this read gathered so far: for a stream whose

@@ -39,6 +39,7 @@ class Subscription:
 
     def __init__(self, proto, topic, cursor, batch, ack_timeout_ns, who):
         self._proto = proto
+        self._tap = proto.tap
         self._broker = proto.broker
         self._reactor = proto.factory.reactor
         self.topic = topic
@@ -68,9 +69,11 @@ class Subscription:
         self._alive.start()
         self._send()
 
-    def _write(self, data):
+    def _write(self, data, buf=None, locs=None):
         # Through to the transport (not gathered until the read ends), so that a full
         # buffer pauses this producer before the next ack of the same read is handled.
+        if self._tap.active:
+            self._proto.trace_out(data, buf, locs)
         self._proto.write_through(data)
         self._alive.wrote()
 
@@ -82,7 +85,7 @@ class Subscription:
         if not locs:
             return
         body = encode_records(buf, locs)
-        self._write(codec.batch_header(len(locs), len(body)) + body)
+        self._write(codec.batch_header(len(locs), len(body)) + body, buf, locs)
         self.stats.delivered(len(locs), sum(map(_size_of, locs)))
         self.stats.in_flight = len(locs)
         self.awaiting_ack = True

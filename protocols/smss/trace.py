@@ -1,6 +1,7 @@
 """The smss door's frames as the wire trace shows them (L{mqserver.trace}): a request's
 command and fields, and the status of what the door writes."""
 
+from mqserver.store import format as fmt
 from mqserver.trace import dataclass_fields
 
 from protocols.smss import wire
@@ -28,3 +29,20 @@ def answer(data):
     if status == wire.STATUS_ERR:
         fields["error"] = bytes(data[wire.ERR_HEADER.sizeof():]).decode("utf-8", "replace")
     return (name, str(status)), fields
+
+
+#: The names of a pushed batch: a command filter for C{BATCH} or for the status (C{OK},
+#: C{200}) keeps it.
+BATCH_NAMES = ("BATCH", "OK", str(wire.STATUS_OK))
+
+
+def out_frame(data, buf=None, locs=None):
+    """Return (names, fields) of C{data}, which the door writes: a pushed batch of the
+    stored records at C{locs} in C{buf} (its count, first and last eventId, body size),
+    else an answer by its status (L{answer})."""
+    if locs is None:
+        return answer(data)
+    eid = fmt.DELIVERY_FIELDS.unpack_from
+    return BATCH_NAMES, {"status": wire.STATUS_OK, "count": len(locs),
+                         "first": eid(buf, locs[0][0])[4], "last": eid(buf, locs[-1][0])[4],
+                         "body": len(data) - wire.BATCH_HEADER_STRUCT.size}

@@ -34,7 +34,7 @@ seen = []
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     with fault_broker(tmp_path_factory.mktemp("faults"), "metrics", "broker", "namesrv",
-                      "nsqd_tcp", "nsqd_http", "smss", "msgout") as s:
+                      "nsqd_tcp", "nsqd_http", "lookupd_http", "smss", "msgout") as s:
         yield s
 
 
@@ -308,3 +308,64 @@ def test_mqctl_trace_shows_the_frames_the_client_sent(srv):
         s.close()
     (pub,) = [json.loads(x) for x in t.lines()]
     assert (pub["command"], pub["fields"]["topic"]) == ("PUB", "f_trace_s")
+
+
+def test_mqctl_trace_shows_the_batches_an_smss_subscription_pushes(srv):
+    """A subscriber's batches, as the real client read them: count, first and last
+    eventId, body size and bytes."""
+    s = SmssClient("127.0.0.1", srv.smss_port)
+    try:
+        s.create("f_trace_b")
+        s.publish("f_trace_b", [b"one", b"two", b"three"])
+    finally:
+        s.close()
+    t = Trace(srv, "--json", "trace", "smss", "--command", "BATCH", "--raw", "--count", "1")
+    s = SmssClient("127.0.0.1", srv.smss_port)
+    try:
+        batch = s.subscribe("f_trace_b", batch=5, who=b"w_trace").next_batch(timeout=20)
+    finally:
+        s.close()
+    (e,) = [json.loads(x) for x in t.lines()]
+    ids = [m.event_id for m in batch.messages]
+    assert [m.body for m in batch.messages] == [b"one", b"two", b"three"]
+    assert (e["dir"], e["command"]) == ("out", "BATCH")
+    assert e["fields"] == {"status": 200, "count": 3, "first": ids[0], "last": ids[-1],
+                           "body": e["size"] - 10}
+    raw = bytes.fromhex(e["raw"])
+    assert len(raw) == e["size"] and struct.unpack_from("<HB", raw) == (200, 3)
+
+
+def test_http_answers_are_traced_split_and_corrupted(srv):
+    """A real HTTP client (urllib) on the HTTP doors: mqctl trace shows each answer after
+    its request; a split answer is read whole; a corrupted one has an intact head and one
+    byte of its body inverted."""
+    port = srv.ports["NsqdHttpSite"]
+    t = Trace(srv, "--json", "trace", "nsqd_http", "--command", "POST /pub", "--count", "2")
+    assert http(port, "POST", "/pub?topic=f_http_t", b"traced")[::2] == (200, b"OK")
+    inn, out = [json.loads(x) for x in t.lines()]
+    assert (inn["dir"], inn["command"], inn["fields"]["body"]) == ("in", "POST /pub", 6)
+    assert (out["dir"], out["command"], out["conn"]) == ("out", "200", inn["conn"])
+    assert out["fields"] == {"status": 200, "route": "POST /pub", "body": 2}
+
+    t = Trace(srv, "trace", "lookupd_http", "--count", "2")
+    status, _, body = http(srv.ports["LookupdHttpSite"], "GET", "/topics")
+    assert status == 200
+    _, out = t.lines()
+    assert out.split()[3:] == ["<", "200", "status=200", "route=GET", "/topics",
+                               f"body={len(body)}"]
+
+    port = srv.ports["MsgoutSite"]
+    whole = http_json(port, "GET", "/v1/queues")
+    mqctl(srv, "fault", "add", "--door", "msgout", "--command", "GET /v1/queues",
+          "--split", "5", "--times", "1")
+    assert http_json(port, "GET", "/v1/queues") == whole
+    port = srv.ports["NsqdHttpSite"]
+    mqctl(srv, "fault", "add", "--door", "nsqd_http", "--command", "/ping", "--corrupt", "0",
+          "--times", "1")
+    status, headers, body = http(port, "GET", "/ping")
+    assert (status, headers["content-length"], body) == (200, "2", bytes([ord("O") ^ 0xFF]) + b"K")
+    assert http(port, "GET", "/ping")[::2] == (200, b"OK")
+    assert json.loads(mqctl(srv, "--json", "fault", "list")[1]) == []  # both used
+    m = metrics(srv)
+    assert m['mqserver_fault_applied_total{action="split",door="msgout"}'] == 1
+    assert m['mqserver_fault_applied_total{action="corrupt",door="nsqd_http"}'] == 1

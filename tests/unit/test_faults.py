@@ -19,6 +19,7 @@ from protocols.admin.ctl import load_scenario
 from protocols.msgout.door import make_factory as msgout_factory
 from protocols.nsq.factory import make_factory as nsqd_factory
 from protocols.nsq.http_door import make_factory as nsqd_http_factory
+from protocols.nsq.lookupd_http_door import make_factory as lookupd_http_factory
 from protocols.nsq.frames import FrameReader
 from protocols.remoting import codes
 from protocols.remoting.broker_door import make_factory as broker_factory
@@ -700,3 +701,118 @@ def test_a_rule_ends_on_time_without_traffic(rmq):
     assert rmq.broker.wiretap.active
     rmq.clock.advance(0.1)
     assert not rmq.broker.wiretap.active and faults.list() == []
+
+
+def test_smss_trace_shows_the_batches_a_subscription_pushes(smss):
+    """A SUB stream's batches are frames the door writes: their record count, first and
+    last eventId and body size, and their bytes as sent; an idle stream's ALIVE too."""
+    tap = smss.broker.wiretap
+    c = smss.connect(smss.factory)
+    c.send(cc.encode_create(b"s") + b"".join(smss_pub(b"s", b"m%d" % i) for i in range(3)))
+    c.take()
+    events = []
+    sub = tap.trace.subscribe(events.append, "smss", command="BATCH|ALIVE", raw=True)
+    c.send(cc.encode_sub(b"s", batch=2, who=b"w1"))
+    first = c.take()
+    c.send(cc.encode_ack())
+    second = c.take()
+    got = cc.ResponseDecoder(cc.Expect.SUB).feed(first + second)
+    ids = [[m.event_id for m in b.messages] for b in got]
+    assert [len(i) for i in ids] == [2, 1]
+    batches = [e for e in events if e["command"] == "BATCH"]
+    assert [(e["dir"], e["size"], e["raw"]) for e in batches] == [
+        ("out", len(first), first.hex()), ("out", len(second), second.hex())]
+    assert [e["fields"] for e in batches] == [
+        {"status": 200, "count": 2, "first": ids[0][0], "last": ids[0][1], "body": len(first) - 10},
+        {"status": 200, "count": 1, "first": ids[1][0], "last": ids[1][0], "body": len(second) - 10}]
+    sub.cancel()
+    c.send(cc.encode_ack())
+    smss.clock.advance(60)  # an idle stream: ALIVE
+    assert c.take().startswith(ALIVE_SMSS[:2]) and len(events) == 2  # nobody traces
+    tap.trace.subscribe(events.append, "smss", command="ALIVE")
+    smss.clock.advance(60)
+    assert [(e["command"], e["size"]) for e in events[2:]] == [("ALIVE", len(ALIVE_SMSS))]
+    c.lose()
+
+
+def test_http_answers_are_traced(tmp_path, nsqd_http):
+    """Each HTTP door's answers are frames it writes: the status, the route and the body's
+    size, after the request; a rule's error answer too; nothing once nobody traces."""
+    node = nsqd_http
+    events = []
+    sub = node.broker.wiretap.trace.subscribe(events.append, "nsqd_http")
+    c = node.connect(node.factory)
+    http_request(c, b"POST", b"/pub?topic=h", b"one")
+    assert http_answer(c) == (200, b"OK")
+    http_request(c, b"GET", b"/nope")
+    assert http_answer(c)[0] == 404
+    node.broker.wiretap.faults.add({"door": "nsqd_http", "command": "/ping", "respond": "503",
+                                    "times": 1})
+    http_request(c, b"GET", b"/ping")
+    status, body = http_answer(c)
+    assert status == 503
+    conn = events[0]["conn"]
+    assert [(e["dir"], e["command"], e["conn"]) for e in events] == [
+        ("in", "POST /pub", conn), ("out", "200", conn), ("in", "GET /nope", conn),
+        ("out", "404", conn), ("in", "GET /ping", conn), ("fault", "GET /ping", conn),
+        ("out", "503", conn)]
+    outs = [e["fields"] for e in events if e["dir"] == "out"]
+    assert outs[0] == {"status": 200, "route": "POST /pub", "body": 2}
+    assert outs[1]["route"] == "GET /nope" and outs[2]["body"] == len(json.dumps(body))
+    sub.cancel()
+    http_request(c, b"GET", b"/ping")
+    assert http_answer(c) == (200, b"OK") and len(events) == 7
+    c.lose()
+    for factory, door, path in ((msgout_factory, "msgout", b"/v1/queues"),
+                                (lookupd_http_factory, "lookupd_http", b"/topics")):
+        with running(tmp_path / door, factory) as n:
+            got = []
+            n.broker.wiretap.trace.subscribe(got.append, door, command="GET " + path.decode())
+            c = n.connect(n.factory)
+            http_request(c, b"GET", path)
+            status, body = http_answer(c)
+            assert status == 200
+            assert [(e["dir"], e["command"]) for e in got] == [
+                ("in", "GET " + path.decode()), ("out", "200")]
+            assert got[1]["fields"]["body"] == len(json.dumps(body, separators=(",", ":")))
+            c.lose()
+
+
+def test_http_split_writes_the_answer_in_pieces(nsqd_http):
+    """split on an HTTP door: the whole answer, head and body, a few bytes at a time; the
+    connection's next answer comes whole."""
+    node = nsqd_http
+    node.broker.wiretap.faults.add({"door": "nsqd_http", "command": "/ping", "split": 7,
+                                    "times": 1})
+    c = node.connect(node.factory)
+    http_request(c, b"GET", b"/ping")
+    pieces = [c.take()]
+    while True:
+        node.clock.advance(0.05)
+        piece = c.take()
+        if not piece:
+            break
+        pieces.append(piece)
+    whole = b"".join(pieces)
+    assert len(pieces) > 3 and all(len(p) == 7 for p in pieces[:-1]) and len(pieces[-1]) <= 7
+    assert whole.startswith(b"HTTP/1.1 200 OK\r\n") and whole.endswith(b"\r\n\r\nOK")
+    http_request(c, b"GET", b"/ping")
+    assert http_answer(c) == (200, b"OK") and c.connected
+
+
+def test_http_corrupt_inverts_one_byte_of_the_body(nsqd_http):
+    """corrupt on an HTTP door: the head is intact, the body's byte at the offset is
+    inverted (from the end when negative); the next answer is whole."""
+    node = nsqd_http
+    faults = node.broker.wiretap.faults
+    c = node.connect(node.factory)
+    faults.add({"door": "nsqd_http", "command": "/ping", "corrupt": 0, "times": 1})
+    http_request(c, b"GET", b"/ping")
+    assert http_answer(c) == (200, bytes([ord("O") ^ 0xFF]) + b"K")
+    faults.add({"door": "nsqd_http", "command": "/info", "corrupt": -1, "times": 1})
+    http_request(c, b"GET", b"/info")
+    head, _, body = c.take().partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Length: %d" % len(body) in head
+    assert body.startswith(b'{"version"') and body[-1] == ord("}") ^ 0xFF
+    http_request(c, b"GET", b"/ping")
+    assert http_answer(c) == (200, b"OK")
