@@ -306,7 +306,7 @@ class Broker:
 
     def _require_master(self, what):
         if not self.is_master:
-            raise NotMaster(what)
+            raise NotMaster(what, self.master_address)
 
     def topic(self, name):
         """Return the L{Topic} called C{name} if it exists and is valid, else None."""
