@@ -260,6 +260,9 @@ def _group_validate(values):
     for key in ("cluster.group", "cluster.name"):
         if not values[key]:
             raise ConfigError(f"config key {key!r} is required with cluster.etcd")
+    if values["role"] == "slave" or values["master"]:
+        raise ConfigError("config keys 'role: slave' and 'master' do not go with "
+                          "cluster.etcd: etcd decides which member leads and which follow")
     members = values["cluster.members"]
     # a write held by the leader and syncReplicas followers must be on a majority, so
     # that every majority that can elect a leader includes a member holding it
