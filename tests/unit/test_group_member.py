@@ -11,6 +11,8 @@ from mqserver.cluster.member import LEADERSHIP_LOST, GroupService, door_addresse
 from mqserver.config import build_config
 from mqserver.errors import ReplicationError
 from mqserver.replication.roles import Roles
+from mqserver.replication.status import replication_status
+from protocols.metrics.collector import BrokerCollector
 from protocols.smss import client_codec as cc
 from protocols.smss.factory import make_factory as smss_factory
 from protocols.smss.messages import ErrResponse
@@ -83,6 +85,24 @@ def test_an_elected_member_becomes_master_in_the_epoch_etcd_chose(member):
     assert member.broker.is_master and member.broker.epoch == 1
     assert member.group.status() == {"group": "g", "name": "m1", "role": "leader",
                                      "epoch": 1, "leader": "m1", "etcdReachable": True}
+
+
+def group_metrics(broker):
+    return {f.name: f.samples[0].value for f in BrokerCollector(broker).collect()
+            if f.name.startswith("mqserver_group_")}
+
+
+def test_the_status_and_metrics_show_the_members_role_and_epoch(member):
+    member.group.startService()
+    member.run(0.5)
+    assert replication_status(member.broker)["role"] == "none"
+    assert group_metrics(member.broker) == {"mqserver_group_leader": 0,
+                                            "mqserver_group_epoch": 0}
+    member.run(2 * LEASE_MS / 1000)
+    status = replication_status(member.broker)
+    assert status["role"] == "master" and status["group"]["role"] == "leader"
+    assert group_metrics(member.broker) == {"mqserver_group_leader": 1,
+                                            "mqserver_group_epoch": 1}
 
 
 def test_a_leader_that_cannot_renew_its_lease_fails_every_waiting_write(member):
