@@ -66,6 +66,11 @@ def test_the_group_fails_over_without_losing_acknowledged_messages(group):
         c.create("t")
     acked = [b"first-%d" % i for i in range(20)]
     publish(lead, acked)  # each answered OK: a follower holds it
+    follower = next(m for m in group if m is not lead)
+    with SmssClient("127.0.0.1", follower.port, follow_master=True) as c:
+        c.publish("t", [b"via-a-follower"])  # refused there, sent to the leader it names
+        assert c.address == ("127.0.0.1", lead.port)
+    acked.append(b"via-a-follower")
 
     # the leader dies: another takes over with every acknowledged message
     lead.kill()
