@@ -269,9 +269,9 @@ def run_once(index, args, rng, out):
                 time.sleep(rng.uniform(0.2, 1.0))  # let the producers write a while
                 down = run.fault(kind)
                 lead = run.check(f"run {index} fault {k + 1} ({kind})")
-                acked = sum(len(p.acked) for p in run.producers)
+                acked = ", ".join(f"{p.kind} {len(p.acked)}" for p in run.producers)
                 print(f"run {index} fault {k + 1}: {kind:5s} {down:5.1f} s without a writable"
-                      f" leader; leader now {lead.name}; {acked} acknowledged so far",
+                      f" leader; leader now {lead.name}; acknowledged so far: {acked}",
                       file=out, flush=True)
         finally:
             run.stop()
