@@ -10,8 +10,10 @@ from mqserver.cluster.group import LEADER
 from mqserver.cluster.member import LEADERSHIP_LOST, GroupService, door_addresses
 from mqserver.config import build_config
 from mqserver.errors import ReplicationError
+from mqserver.replication.applier import Applier
 from mqserver.replication.roles import Roles
 from mqserver.replication.status import replication_status
+from protocols.admin.door import AdminResource
 from protocols.metrics.collector import BrokerCollector
 from protocols.smss import client_codec as cc
 from protocols.smss.factory import make_factory as smss_factory
@@ -56,6 +58,8 @@ class Member:
 
     def _make_follower(self, master):
         self.followed.append(master)
+        if self.broker.state_of(Applier.state_name) is None:
+            Applier(self.broker)  # what the replication client applies with
         return service.Service()  # stands in for the replication client (no sockets)
 
     def run(self, seconds, step=0.05):
@@ -129,6 +133,9 @@ def test_a_member_follows_the_leaders_smss_door_and_names_it_in_refusals(member)
                          "addresses": {"smss": LEADER_ADDRESS, "nsqd_tcp": "10.0.0.2:4150"}})
     assert member.followed == [LEADER_ADDRESS]
     assert member.broker.master_address == LEADER_ADDRESS
+    # mqctl stats (the admin API) shows the master followed
+    replication = AdminResource(member.broker).stats_answer()["replication"]
+    assert replication["role"] == "slave" and replication["master"] == LEADER_ADDRESS
     c = member.node.connect(member.node.door(smss_factory))
     c.send(PUB_T)
     (answer,) = cc.ResponseDecoder(cc.Expect.SIMPLE).feed(c.take())
