@@ -158,8 +158,9 @@ DOCS = {
                                 "before it is acknowledged (0: asynchronous; "
                                 "docs/replication.md)",
     "cluster.etcd": "etcd client URLs (`http://HOST:PORT`, a list or comma-separated) of "
-                    "a replica group; empty: no group (docs/replication.md, \"Replica "
-                    "groups\")",
+                    "a replica group, whose members take their role from etcd (no `role: "
+                    "slave` or `master` then); empty: no group (docs/replication.md, "
+                    "\"Replica groups\")",
     "cluster.group": "the replica group's name (required with `cluster.etcd`)",
     "cluster.name": "this member's name, unique in the group (required with "
                     "`cluster.etcd`)",
