@@ -102,7 +102,13 @@ class GroupService(service.MultiService):
     # -- what the group decides --
 
     def become_leader(self, epoch):
-        self.broker.roles.promote(epoch).addErrback(
+        def promoted(_):
+            if self.stepped_down:
+                # the leadership was lost while the follower service stopped: the
+                # promotion that just finished must not take writes
+                self._refuse_writes()
+
+        self.broker.roles.promote(epoch).addCallback(promoted).addErrback(
             lambda f: self.log.failure("could not take the leadership in epoch {epoch}", f,
                                        epoch=epoch))
 
@@ -127,10 +133,7 @@ class GroupService(service.MultiService):
         if self.stepped_down:
             return
         self.stepped_down = True
-        self.broker.set_role(False, None)
-        gate = self.broker.sync_gate
-        if gate is not None:
-            gate.fail_all(LEADERSHIP_LOST)
+        self._refuse_writes()
         if not self.member.running:
             return  # stopping: the leadership went with the service
         self.log.warn("leadership lost: stopping, to follow the new leader once restarted")
@@ -139,3 +142,9 @@ class GroupService(service.MultiService):
             self.reactor.stop()
         except ReactorNotRunning:
             pass
+
+    def _refuse_writes(self):
+        self.broker.set_role(False, None)
+        gate = self.broker.sync_gate
+        if gate is not None:
+            gate.fail_all(LEADERSHIP_LOST)

@@ -4,12 +4,13 @@ etcd of tests/support/memory_etcd.py, over a real store)."""
 
 import pytest
 from twisted.application import service
+from twisted.internet import defer
 
 from mqserver import exitstatus
 from mqserver.cluster.group import LEADER
 from mqserver.cluster.member import LEADERSHIP_LOST, GroupService, door_addresses
 from mqserver.config import build_config
-from mqserver.errors import ReplicationError
+from mqserver.errors import NotMaster, ReplicationError
 from mqserver.replication.applier import Applier
 from mqserver.replication.roles import Roles
 from mqserver.replication.status import replication_status
@@ -176,3 +177,16 @@ def test_door_addresses_name_tcp_doors_and_this_host_for_a_wildcard_bind():
                           Listening("off", None)])
     assert out["smss"] == "127.0.0.1:12301"
     assert set(out) == {"smss", "nsqd_tcp"} and not out["nsqd_tcp"].startswith("0.0.0.0")
+
+
+def test_a_leadership_lost_while_the_promotion_waits_takes_no_writes(member):
+    """The promotion waits for the follower service to stop; a step-down meanwhile
+    leaves the broker refusing writes once it finishes."""
+    member.group.follow({"name": "m2", "epoch": 1, "addresses": {"smss": LEADER_ADDRESS}})
+    stopping = defer.Deferred()
+    member.roles.follower.stopService = lambda: stopping  # its connection still closing
+    member.group.become_leader(2)
+    member.group.step_down()
+    stopping.callback(None)
+    assert not member.broker.is_master
+    assert failure_of(member.broker.create_topic("t")).check(NotMaster)
