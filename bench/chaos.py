@@ -11,6 +11,14 @@ finding it again after a refusal) and injects C{--faults} faults drawn at random
            nothing more (it exits with 75 and comes back as a follower)
   etcd     etcd SIGKILLed, and started again after twice the lease
   wipe     a follower SIGKILLed and started again from an empty data directory
+  partition  (with --netns) the leader cut off from etcd and the other members for
+           twice the lease, then healed
+
+With C{--netns} (as root) each member runs in a network namespace of its own, joined to
+this one by a veth pair on a bridge that the harness creates with addresses in
+10.213.N.0/24 (etcd listens on the bridge's); a partition sets the leader's veth down. The
+harness sends traffic only to loopback and to the addresses it assigned, and removes the
+namespaces, veths and bridge when it ends.
 
 After each fault, once the group has one leader followed by the others again:
 
@@ -25,13 +33,14 @@ and it prints the seconds the group had no writable leader (from the fault until
 publish is acknowledged again). Exits 1 on any lost message or divergence.
 
     python bench/chaos.py [--runs 1] [--faults 6] [--seed N] [--lease-ms 2000]
-                          [--kinds kill,pause,etcd,wipe]
+                          [--kinds kill,pause,etcd,wipe] [--netns]
 """
 
 import argparse
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -56,6 +65,7 @@ DOORS = ("smss", "nsqd_tcp", "broker")
 #: each protocol's topic (created on smss before the producers start)
 TOPICS = {"smss": "t", "nsq": "n", "rocketmq": "r"}
 FAULTS = ("kill", "pause", "etcd", "wipe")
+NETNS_FAULTS = FAULTS + ("partition",)
 SETTLE = 60.0  # seconds a group may take to have one leader and equal logs again
 
 
@@ -108,14 +118,14 @@ class Producer(threading.Thread):
                 self.stopping.wait(0.05)
 
     def _smss(self, member):
-        with SmssClient("127.0.0.1", member.port, timeout=5) as c:
+        with SmssClient(member.host, member.port, timeout=5) as c:
             while self.busy():
                 body = self.next_body()
                 c.publish(TOPICS["smss"], [body])  # raises when refused
                 self.acked.append(body)
 
     def _nsq(self, member):
-        conn = V2(member.ports["nsqd_tcp"], timeout=5)
+        conn = V2(member.ports["nsqd_tcp"], timeout=5, host=member.host)
         try:
             while self.busy():
                 body = self.next_body()
@@ -129,7 +139,7 @@ class Producer(threading.Thread):
             conn.close()
 
     def _rocketmq(self, member):
-        client = RemotingClient("127.0.0.1", member.ports["broker"])
+        client = RemotingClient(member.host, member.ports["broker"], timeout=5)
         try:
             while self.busy():
                 body = self.next_body()
@@ -140,19 +150,75 @@ class Producer(threading.Thread):
             client.close()
 
 
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+class Network:
+    """Network namespaces for the members: each joined by a veth pair to a bridge in this
+    namespace, all on 10.213.N.0/24 (N from this process's id); the bridge has .1."""
+
+    def __init__(self):
+        tag = f"{os.getpid() % 100000}"
+        self.prefix = f"10.213.{os.getpid() % 250}."
+        self.host = self.prefix + "1"
+        self.bridge = f"mqc{tag}br"
+        self.namespaces = []
+        self.outer = {}  # member index -> its veth end on the bridge
+        self._tag = tag
+
+    def up(self, members):
+        ip("link", "add", self.bridge, "type", "bridge")
+        ip("addr", "add", f"{self.host}/24", "dev", self.bridge)
+        ip("link", "set", self.bridge, "up")
+        for i in range(members):
+            ns, outer, inner = (f"mqc{self._tag}n{i}", f"mqc{self._tag}o{i}",
+                                f"mqc{self._tag}i{i}")
+            ip("netns", "add", ns)
+            self.namespaces.append(ns)
+            ip("link", "add", outer, "type", "veth", "peer", "name", inner)
+            self.outer[i] = outer
+            ip("link", "set", inner, "netns", ns)
+            ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", inner)
+            ip("-n", ns, "link", "set", inner, "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+            ip("link", "set", outer, "master", self.bridge)
+            ip("link", "set", outer, "up")
+
+    def address(self, i):
+        return f"{self.prefix}{i + 2}"
+
+    def cut(self, i, cut=True):
+        ip("link", "set", self.outer[i], "down" if cut else "up")
+
+    def down(self):
+        """Remove what L{up} made (the veths go with their namespaces)."""
+        for ns in self.namespaces:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        for outer in self.outer.values():
+            subprocess.run(["ip", "link", "del", outer], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        self.namespaces, self.outer = [], {}
+
+
 class Run:
     """One group, its producers, and the checks."""
 
-    def __init__(self, work, lease_ms, rng, out):
+    def __init__(self, work, lease_ms, rng, out, network=None):
         self.lease = lease_ms / 1000.0
         self.rng = rng
         self.out = out
-        self.etcd = EtcdProcess(os.path.join(work, "etcd"))
+        self.network = network
+        self.etcd = EtcdProcess(os.path.join(work, "etcd"),
+                                host=network.host if network else "127.0.0.1")
         self.members = []
-        for name in ("m1", "m2", "m3"):
+        for i, name in enumerate(("m1", "m2", "m3")):
             config = member_config(self.etcd, name, lease_ms,
                                    rocketmq={"brokerName": "chaos"})
-            self.members.append(Member(os.path.join(work, name), name, config, DOORS))
+            where = ({"host": network.address(i), "netns": network.namespaces[i]}
+                     if network else {})
+            self.members.append(Member(os.path.join(work, name), name, config, DOORS,
+                                       **where))
         self.producers = []
         self.held = []  # the records every member held at the last check
         self.problems = []
@@ -164,7 +230,7 @@ class Run:
         lead = leader_of(self.members, SETTLE)
         wait_until(lambda: lead.status().get("sync", {}).get("available"), SETTLE,
                    "a follower confirming to the leader", interval=0.1)
-        with SmssClient("127.0.0.1", lead.port) as c:
+        with SmssClient(lead.host, lead.port) as c:
             for topic in TOPICS.values():
                 c.create(topic)
         self.producers = [Producer(kind, self.members, b"p%d" % i)
@@ -212,6 +278,15 @@ class Run:
             writable_leader(self.members, SETTLE)
             down = time.monotonic() - began
             victim.start()
+        elif kind == "partition":
+            i = self.members.index(lead)
+            self.network.cut(i)
+            try:
+                writable_leader(rest, SETTLE)
+                down = time.monotonic() - began
+                time.sleep(2 * self.lease)  # the partition lasts on, not a wait for a condition
+            finally:
+                self.network.cut(i, cut=False)
         return down
 
     # -- checks --
@@ -261,24 +336,35 @@ class Run:
 
 def run_once(index, args, rng, out):
     with tempfile.TemporaryDirectory(prefix="mq-chaos-") as work:
-        run = Run(work, args.lease_ms, rng, out)
+        network = Network() if args.netns else None
         try:
-            run.start()
-            for k in range(args.faults):
-                kind = rng.choice(args.kinds)
-                time.sleep(rng.uniform(0.2, 1.0))  # let the producers write a while
-                down = run.fault(kind)
-                lead = run.check(f"run {index} fault {k + 1} ({kind})")
-                acked = ", ".join(f"{p.kind} {len(p.acked)}" for p in run.producers)
-                print(f"run {index} fault {k + 1}: {kind:5s} {down:5.1f} s without a writable"
-                      f" leader; leader now {lead.name}; acknowledged so far: {acked}",
-                      file=out, flush=True)
+            if network is not None:
+                network.up(3)
+            run = Run(work, args.lease_ms, rng, out, network)
+            try:
+                run.start()
+                for k in range(args.faults):
+                    faults(run, index, k, args, rng, out)
+            finally:
+                run.stop()
         finally:
-            run.stop()
-        errors = [e for m in run.members for e in m.errors]
-        for e in errors:
+            if network is not None:
+                network.down()
+        for e in [e for m in run.members for e in m.errors]:
             run.problem(f"run {index}", f"a supervised restart failed: {e}")
         return run.problems
+
+
+def faults(run, index, k, args, rng, out):
+    """Inject fault C{k} of run C{index}, check, and print what it cost."""
+    kind = rng.choice(args.kinds)
+    time.sleep(rng.uniform(0.2, 1.0))  # let the producers write a while
+    down = run.fault(kind)
+    lead = run.check(f"run {index} fault {k + 1} ({kind})")
+    acked = ", ".join(f"{p.kind} {len(p.acked)}" for p in run.producers)
+    print(f"run {index} fault {k + 1}: {kind:9s} {down:5.1f} s without a writable"
+          f" leader; leader now {lead.name}; acknowledged so far: {acked}",
+          file=out, flush=True)
 
 
 def main(argv=None):
@@ -287,13 +373,16 @@ def main(argv=None):
     ap.add_argument("--faults", type=int, default=6, help="faults per run")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--lease-ms", type=int, default=2000)
-    ap.add_argument("--kinds", default=",".join(FAULTS),
+    ap.add_argument("--kinds", default=None,
                     help="the faults to draw from, comma-separated (default: all)")
+    ap.add_argument("--netns", action="store_true",
+                    help="run each member in a network namespace of its own (root) and "
+                         "add the partition fault")
     args = ap.parse_args(argv)
-    args.kinds = [k for k in args.kinds.split(",") if k]
-    unknown = set(args.kinds) - set(FAULTS)
-    if unknown or not args.kinds:
-        ap.error(f"--kinds: choose among {', '.join(FAULTS)}")
+    known = NETNS_FAULTS if args.netns else FAULTS
+    args.kinds = [k for k in (args.kinds or ",".join(known)).split(",") if k]
+    if set(args.kinds) - set(known) or not args.kinds:
+        ap.error(f"--kinds: choose among {', '.join(known)}")
     if etcd_binary() is None:
         print(SKIP_REASON, file=sys.stderr)
         return 2

@@ -35,11 +35,18 @@ class Member:
     @ivar errors: restarts that failed.
     """
 
-    def __init__(self, data, name, config, doors=("smss",)):
+    def __init__(self, data, name, config, doors=("smss",), host="127.0.0.1", netns=None):
+        """
+        @param host: the address its doors listen on; C{netns}: the network namespace
+            it runs in (the host is then one of that namespace's addresses).
+        """
         self.name = name
+        self.host = host
         self.ports = {door: free_port() for door in doors}
         self.server = ServerProcess(data, config=config, listen={
-            door: f"tcp:{port}:interface=127.0.0.1" for door, port in self.ports.items()})
+            door: f"tcp:{port}:interface={host}" for door, port in self.ports.items()},
+            command_prefix=("ip", "netns", "exec", netns) if netns else ())
+        self.server.host = host
         self.exits = []
         self.errors = []
         self._done = threading.Event()
@@ -51,7 +58,7 @@ class Member:
 
     @property
     def address(self):
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self):
         """Start the process (again, after the caller killed it) and its supervisor."""
@@ -92,7 +99,7 @@ class Member:
     def status(self):
         """The member's $replication status, or None when it does not answer."""
         try:
-            with SmssClient("127.0.0.1", self.port, timeout=TIMEOUT) as c:
+            with SmssClient(self.host, self.port, timeout=TIMEOUT) as c:
                 return c.topic_info("$replication")
         except (OSError, SmssError):
             return None
@@ -130,7 +137,7 @@ def writable_leader(members, timeout, topic="t"):
     def takes_writes():
         for m in members:
             try:
-                with SmssClient("127.0.0.1", m.port, timeout=TIMEOUT) as c:
+                with SmssClient(m.host, m.port, timeout=TIMEOUT) as c:
                     c.publish(topic, [b"probe"])
             except (OSError, SmssError):
                 continue
