@@ -158,8 +158,9 @@ DOCS = {
                                 "before it is acknowledged (0: asynchronous; "
                                 "docs/replication.md)",
     "cluster.etcd": "etcd client URLs (`http://HOST:PORT`, a list or comma-separated) of "
-                    "a replica group; empty: no group (docs/replication.md, \"Replica "
-                    "groups\")",
+                    "a replica group, whose members take their role from etcd (no `role: "
+                    "slave` or `master` then); empty: no group (docs/replication.md, "
+                    "\"Replica groups\")",
     "cluster.group": "the replica group's name (required with `cluster.etcd`)",
     "cluster.name": "this member's name, unique in the group (required with "
                     "`cluster.etcd`)",
@@ -260,6 +261,9 @@ def _group_validate(values):
     for key in ("cluster.group", "cluster.name"):
         if not values[key]:
             raise ConfigError(f"config key {key!r} is required with cluster.etcd")
+    if values["role"] == "slave" or values["master"]:
+        raise ConfigError("config keys 'role: slave' and 'master' do not go with "
+                          "cluster.etcd: etcd decides which member leads and which follow")
     members = values["cluster.members"]
     # a write held by the leader and syncReplicas followers must be on a majority, so
     # that every majority that can elect a leader includes a member holding it

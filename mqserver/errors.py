@@ -51,7 +51,14 @@ class InvalidRequest(BrokerError):
 
 
 class NotMaster(BrokerError):
-    """A write sent to a slave."""
+    """A write sent to a slave (a follower, or a member of a replica group that does not
+    lead). The text names what was refused and, when known, where the master is.
+
+    @ivar master: the master's address (HOST:PORT) while following one, else None."""
+
+    def __init__(self, what, master=None):
+        super().__init__(what if master is None else f"{what} (master: {master})")
+        self.master = master
 
 
 class StartupError(Exception):

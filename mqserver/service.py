@@ -15,6 +15,7 @@ from twisted.python.failure import Failure
 
 from mqserver import speedups
 from mqserver.broker.broker import Broker
+from mqserver.config import etcd_endpoints
 from mqserver.errors import StartupError
 from mqserver.fastpath import service_reactor
 from mqserver.listen import server_endpoint
@@ -383,8 +384,12 @@ class BrokerService(service.MultiService):
         return svc
 
     def privilegedStartService(self):
+        role = self.config["role"]
+        if etcd_endpoints(self.config["cluster.etcd"]):  # etcd decides the role
+            role = (f"member {self.config['cluster.name']} of replica group "
+                    f"{self.config['cluster.group']}")
         self.log.info("mqserver {version} starting: {role}, data {path}, pid {pid}",
-                      version=version(), role=self.config["role"],
+                      version=version(), role=role,
                       path=os.path.abspath(self.config["store.path"]), pid=os.getpid())
         if self.ready_file:
             # a file left by an earlier run must not say this one is ready

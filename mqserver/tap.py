@@ -11,7 +11,7 @@ import sys  # noqa: E402
 
 from twisted.python import usage  # noqa: E402
 
-from mqserver.config import ConfigError, load_config  # noqa: E402
+from mqserver.config import ConfigError, etcd_endpoints, load_config  # noqa: E402
 from mqserver.errors import StartupError  # noqa: E402
 from mqserver.fastpath import service_reactor  # noqa: E402
 from mqserver.frontdoor import front_doors  # noqa: E402
@@ -166,7 +166,11 @@ def makeService(options, reactor=None):
                                   probe=config["server.spinProbe"])
     root = BrokerService(config, reactor, ready_file=options.get("ready-file"))
     broker = root.storage.broker
-    if config["role"] == "master" and config["replication.syncReplicas"] > 0:
+    # a member of a replica group starts with no role: etcd decides whether it leads
+    in_group = bool(etcd_endpoints(config["cluster.etcd"]))
+    if in_group:
+        broker.is_master = False
+    elif config["role"] == "master" and config["replication.syncReplicas"] > 0:
         broker.require_replicas(config["replication.syncReplicas"],
                                 config["replication.syncTimeoutMs"])
     followers = [d for d in options["doors"].values() if d.follower]
@@ -185,4 +189,10 @@ def makeService(options, reactor=None):
                 refuse_start(e)
             root.add_door_services(factory)
             root.add_listener(name, factory)
+    if in_group:
+        from mqserver.cluster.member import GroupService
+
+        # after the doors: it publishes their addresses once they listen
+        broker.group = GroupService(broker, root.listeners, config, reactor)
+        broker.group.setServiceParent(root)
     return root

@@ -85,6 +85,8 @@ class Broker:
         #: the L{mqserver.replication.roles.Roles} that changes the role at run time (set
         #: by the service tree), or None
         self.roles = None
+        #: the L{mqserver.cluster.member.GroupService} of a replica group's member, or None
+        self.group = None
         #: [epoch, first eventId] of every master term in the log, oldest first
         self.epochs = []
         self._watchers = {}  # topic -> set of watchers (data_available / topic_deleted)
@@ -310,7 +312,7 @@ class Broker:
 
     def _require_master(self, what):
         if not self.is_master:
-            raise NotMaster(what)
+            raise NotMaster(what, self.master_address)
 
     def topic(self, name):
         """Return the L{Topic} called C{name} if it exists and is valid, else None."""

@@ -4,9 +4,19 @@
 
 def replication_status(broker, slaves=None):
     """Return the status as a JSON-ready dict. C{slaves}: connected slaves, if known."""
+    out = _role_status(broker, slaves)
+    group = getattr(broker, "group", None)
+    if group is not None:
+        out["group"] = group.status()
+    return out
+
+
+def _role_status(broker, slaves):
     applier = broker.state_of("replica")
     if applier is not None and not broker.is_master:
         return applier.status()
+    if not broker.is_master:  # a replica group's member that neither leads nor follows yet
+        return {"role": "none", "appliedEventId": broker.store.next_event_id - 1}
     out = {"role": "master", "appliedEventId": broker.store.next_event_id - 1}
     if slaves is not None:
         out["slaves"] = slaves

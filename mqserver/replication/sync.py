@@ -15,7 +15,7 @@ import itertools
 
 from twisted.internet import defer
 
-from mqserver.errors import ReplicasUnavailable, ReplicationTimeout
+from mqserver.errors import ReplicasUnavailable, ReplicationError, ReplicationTimeout
 
 
 class SyncGate:
@@ -29,6 +29,7 @@ class SyncGate:
     @ivar on_commit: called with the new commit point whenever it moves.
     @ivar timeouts: writes that failed because confirmations came too late.
     @ivar unavailable: writes that failed at once for want of followers.
+    @ivar refusing: why every write fails from now on (L{fail_all}), or None.
     """
 
     def __init__(self, reactor, replicas, timeout_ms, fallbehind_bytes=None):
@@ -45,6 +46,7 @@ class SyncGate:
         self._confirmed = {}  # follower -> the highest eventId it confirmed
         self._waiting = []  # heap of [eventId, sequence, Deferred, timer]
         self._sequence = itertools.count()
+        self.refusing = None
 
     # -- followers -------------------------------------------------------------------
 
@@ -87,6 +89,8 @@ class SyncGate:
         up, and with L{ReplicationTimeout} after L{timeout}."""
         if event_id <= self.committed_event_id:
             return defer.succeed(None)
+        if self.refusing is not None:
+            return defer.fail(ReplicationError(self.refusing))
         if not self.available():
             self.unavailable += 1
             return defer.fail(ReplicasUnavailable(
@@ -95,6 +99,18 @@ class SyncGate:
         entry[3] = self._reactor.callLater(self.timeout, self._expire, entry)
         heapq.heappush(self._waiting, entry)
         return entry[2]
+
+    def fail_all(self, why):
+        """Acknowledge nothing more: every write waiting fails at once with
+        L{ReplicationError}(C{why}), and so does every later one not yet confirmed (a
+        leader that lost its leadership; its unconfirmed writes stay in its log, to be
+        cut or confirmed under the next leader)."""
+        self.refusing = why
+        waiting, self._waiting = self._waiting, []
+        for _, _, d, timer in sorted(waiting):
+            if d is not None:
+                timer.cancel()
+                d.errback(ReplicationError(why))
 
     def _expire(self, entry):
         d = entry[2]

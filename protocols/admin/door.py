@@ -182,7 +182,9 @@ class AdminResource(resource.Resource):
     def stats_answer(self):
         replication = replication_status(self.broker)
         if replication["role"] == "slave":
-            replication["master"] = self.master
+            # the master followed now (a replica group's leader, or after a promotion
+            # elsewhere), not only the one configured
+            replication["master"] = self.broker.master_address or self.master
         return dict(self.stats.snapshot(), version=version(), replication=replication)
 
     def info(self):

@@ -135,6 +135,14 @@ class BrokerCollector:
                                 value=1 if s["role"] == "slave" else 0)
         yield GaugeMetricFamily("mqserver_replication_applied_event_id",
                                 "The last eventId this broker holds", value=s["appliedEventId"])
+        group = s.get("group")
+        if group is not None:
+            yield GaugeMetricFamily("mqserver_group_leader",
+                                    "1 while this member leads its replica group",
+                                    value=1 if group["role"] == "leader" else 0)
+            yield GaugeMetricFamily("mqserver_group_epoch",
+                                    "The epoch of the replica group's leader, as this member"
+                                    " knows it (0: none known)", value=group["epoch"])
         slaves = GaugeMetricFamily("mqserver_replication_slave_lag_events",
                                    "eventIds a slave following this master is behind",
                                    labels=["slave"])

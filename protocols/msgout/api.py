@@ -319,6 +319,8 @@ class MsgoutApi:
         status, text = status_of(exc)
         if status == 500:
             self.log.error("msgout request failed: {e!r}", e=exc)
+        if isinstance(exc, NotMaster) and exc.master is not None:
+            return status, {"error": text, "master": exc.master}
         return status, {"error": text}
 
 

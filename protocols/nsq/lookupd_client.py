@@ -124,6 +124,11 @@ class LookupdClients:
             self._last_ping = now
         self._call = self.node.reactor.callLater(RESYNC_INTERVAL, self._tick)
 
+    def resync(self):
+        """Bring every connected lookupd up to this node's registrations now."""
+        for p in list(self.peers):
+            p.sync()
+
     def connected(self, peer):
         self.peers.add(peer)
 
@@ -142,7 +147,6 @@ class LookupdClients:
     # channel-registry observer: tell the lookupds right away
 
     def channel_added(self, topic, name):
-        for p in list(self.peers):
-            p.sync()
+        self.resync()
 
     channel_removed = channel_added

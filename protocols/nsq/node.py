@@ -89,6 +89,7 @@ class NsqNode:
         self.lookupd.local_source = self._local_registrations
         broker.channels.observers.append(self.lookupd)
         self.lookupd_clients = []
+        broker.add_role_listener(self._role_changed)
 
     # -- topics --------------------------------------------------------------------------
 
@@ -137,7 +138,10 @@ class NsqNode:
     def registrations(self):
         """topic -> sorted channel names, as this node registers them with lookupds:
         only names NSQ can carry (a RocketMQ C{%RETRY%group} topic is a broker topic
-        that lookupd would refuse with E_BAD_TOPIC)."""
+        that lookupd would refuse with E_BAD_TOPIC). A follower registers nothing: it
+        refuses publishes, and consumers that look topics up must reach the master."""
+        if not self.broker.is_master:
+            return {}
         chans = self.broker.channels
         return {t: sorted(c for c in chans.of(t) if is_valid_name(c))
                 for t in self.topic_names() if is_valid_name(t)}
@@ -150,6 +154,12 @@ class NsqNode:
             self.lookupd_clients.append(clients)
             self.broker.channels.observers.append(clients)
             clients.start()
+
+    def _role_changed(self, is_master):
+        # tell the lookupds at once, not at their next resync: producers and consumers
+        # move to (or off) this node as soon as they look the topic up again
+        for clients in self.lookupd_clients:
+            clients.resync()
 
     def _local_registrations(self):
         if self.tcp_port < 0:

@@ -8,6 +8,7 @@ usable, as the server keeps it open (section 1).
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from collections import deque
@@ -20,12 +21,21 @@ from .payload import encode_payload
 __all__ = ["SmssClient", "SmssError", "Subscription", "Expect"]
 
 
+#: a follower's refusal of a write, naming its master: "just master can ... (master: H:P)"
+_MASTER_HINT = re.compile(r"just master can .* \(master: (\S+):(\d+)\)\Z")
+
+
 class SmssError(Exception):
-    """The server answered with ERR (400); ``text`` is its message."""
+    """The server answered with ERR (400); ``text`` is its message.
+
+    ``master`` is ``(host, port)`` when a follower refused a write and named its master
+    (nothing was stored: the write may be sent there), else None."""
 
     def __init__(self, text: str):
         super().__init__(text)
         self.text = text
+        hint = _MASTER_HINT.match(text)
+        self.master = (hint.group(1).strip("[]"), int(hint.group(2))) if hint else None
 
 
 class SmssClient:
@@ -34,17 +44,33 @@ class SmssClient:
     ``timeout`` (seconds) bounds the connect and every wait for a reply; an
     ``ssl_context`` (L{ssl.SSLContext}) speaks TLS to an ``ssl:`` listener.
     Topic, who and trace arguments accept str (sent as UTF-8) or bytes.
+
+    With ``follow_master``, a write that a follower refuses naming its master (a replica
+    group's member that does not lead) is sent again to that master, on a new connection
+    that the client keeps from then on (at most ``MAX_HOPS`` times a request).
     """
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0, ssl_context=None):
+    MAX_HOPS = 3
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0, ssl_context=None,
+                 follow_master: bool = False):
         self.timeout = timeout
-        self._sock = socket.create_connection((host, port), timeout=timeout)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if ssl_context is not None:  # an ssl: listener (the TLS handshake comes first)
-            self._sock = ssl_context.wrap_socket(self._sock, server_hostname=host)
+        self.follow_master = follow_master
+        self._ssl_context = ssl_context
+        self._sock = None
+        self._connect(host, port)
+        self._subscription = None
+
+    def _connect(self, host, port):
+        self.close()
+        self.address = (host, port)
+        sock = socket.create_connection((host, port), timeout=self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._ssl_context is not None:  # an ssl: listener (the TLS handshake comes first)
+            sock = self._ssl_context.wrap_socket(sock, server_hostname=host)
+        self._sock = sock
         self._decoder = ResponseDecoder()
         self._events = deque()
-        self._subscription = None
 
     # -- plumbing -------------------------------------------------------------
 
@@ -93,12 +119,17 @@ class SmssClient:
         """Send one request and return its reply; ERR raises SmssError."""
         if self._subscription is not None:
             raise RuntimeError("connection is in subscription mode")
-        self._decoder.expect = kind
-        self._sock.sendall(request)
-        event = self._next_event()
-        if isinstance(event, ErrResponse):
-            raise SmssError(event.text)
-        return event
+        for hop in range(self.MAX_HOPS + 1):
+            self._decoder.expect = kind
+            self._sock.sendall(request)
+            event = self._next_event()
+            if not isinstance(event, ErrResponse):
+                return event
+            error = SmssError(event.text)
+            if not (self.follow_master and error.master and hop < self.MAX_HOPS):
+                raise error
+            # refused, so not stored: the master named takes it
+            self._connect(*error.master)
 
     def _json(self, request: bytes):
         """Send a JSON command; an empty body decodes as None."""

@@ -337,7 +337,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         the raw name C{topic}; return the answer, or a Deferred of it, or None when the
         broker called C{answer} (see L{Broker.publish_now})."""
         if not self.broker.is_master:
-            raise NotMaster("pub message")
+            raise NotMaster("pub message", self.broker.master_address)
         name = self.factory.names.get(topic)  # the names cache, looked up inline
         if name is None:
             name = self._topic_name(topic)
@@ -350,7 +350,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
 
     def do_Delay(self, ev):
         if not self.broker.is_master:
-            raise NotMaster("pub message")
+            raise NotMaster("pub message", self.broker.master_address)
         if len(ev.payload) <= 8:
             return codec.err("invalid delay request")
         if ev.delay_ms < 1000:
@@ -366,7 +366,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def do_Create(self, ev):
         name = self._name(ev.topic, for_create=True)
         if not self.broker.is_master:
-            raise NotMaster("manage topic")
+            raise NotMaster("manage topic", self.broker.master_address)
         now = self.broker.now_ms()
         if ev.expire_at < 0 or (ev.expire_at > 0 and ev.expire_at - now < 10_000):
             return codec.err("expire MUST more than 10s")
@@ -377,7 +377,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         if not ev.topic:
             return codec.err("topic name is required")
         if not self.broker.is_master:
-            raise NotMaster("manage topic")
+            raise NotMaster("manage topic", self.broker.master_address)
         d = self.broker.delete_topic(self._name(ev.topic))
         return d.addCallback(lambda _: codec.ok())
 

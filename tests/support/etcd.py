@@ -45,15 +45,16 @@ class EtcdProcess:
     ports, so the restarted etcd holds what it held (leases included: etcd restores
     them with their full TTL).
 
-    @ivar endpoint: the client URL, C{http://127.0.0.1:PORT}.
+    @ivar endpoint: the client URL, C{http://HOST:PORT} (C{host}: 127.0.0.1 unless
+        given).
     """
 
-    def __init__(self, data):
+    def __init__(self, data, host="127.0.0.1"):
         self.data = str(data)
         self.binary = etcd_binary()
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.client_port}"
+        self.endpoint = f"http://{host}:{self.client_port}"
         self.proc = None
         self._log = None
         self.log_path = self.data + ".log"

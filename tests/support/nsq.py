@@ -67,8 +67,8 @@ def v2_connections(port):
 class V2:
     """A raw nsqd V2 connection (magic sent) with a frame reader."""
 
-    def __init__(self, port, timeout=10.0, ssl_context=None):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port, timeout=10.0, ssl_context=None, host="127.0.0.1"):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         if ssl_context is not None:  # an ssl: listener
             self.sock = ssl_context.wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.sock.sendall(b"  V2")

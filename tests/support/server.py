@@ -81,12 +81,17 @@ class ServerProcess:
     @ivar data: the data directory.
     """
 
-    def __init__(self, data, config=None, listen=None, extra_args=(), env=None):
+    def __init__(self, data, config=None, listen=None, extra_args=(), env=None,
+                 command_prefix=()):
         self.data = str(data)
         self.env = dict(env or {})
         self.config = dict(config or {})
         self.listen = dict(listen or {"smss": "tcp:0:interface=127.0.0.1"})
         self.extra_args = list(extra_args)
+        #: what the broker's command runs under (e.g. C{ip netns exec NAME})
+        self.command_prefix = list(command_prefix)
+        #: the address its doors are reached at
+        self.host = "127.0.0.1"
         self.proc = None
         self.ports = {}
         self.log_path = os.path.join(self.data + ".log")
@@ -155,7 +160,7 @@ class ServerProcess:
         self._ready_file = has_ready_file()
         ready = ["--ready-file", self.ready_path] if self._ready_file else []
         self.proc = subprocess.Popen(
-            [*twistd_command(), "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path,
+            [*self.command_prefix, *twistd_command(), "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path,
              *ready, *self.extra_args],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )

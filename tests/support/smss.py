@@ -20,7 +20,7 @@ _who_counter = itertools.count(1)
 
 def connect(server, timeout=10.0):
     """Return a new SmssClient connected to C{server} (a ServerProcess)."""
-    return SmssClient(HOST, server.smss_port, timeout=timeout)
+    return SmssClient(getattr(server, "host", HOST), server.smss_port, timeout=timeout)
 
 
 def unique_who(prefix="reader"):

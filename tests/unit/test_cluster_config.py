@@ -84,3 +84,10 @@ def test_group_view_rows():
     leaderless = GroupView("g", kvs[:2], 10)
     assert [(r["role"], r["lag"]) for r in leaderless.rows()] == [
         ("follower", None), ("follower", None)]  # b's record is not the leader key
+
+
+@pytest.mark.parametrize("role", [{"role": "slave", "master": "127.0.0.1:12301"},
+                                  {"master": "127.0.0.1:12301"}])
+def test_a_member_takes_no_role_or_master_of_its_own(role):
+    with pytest.raises(ConfigError, match="etcd decides which member leads"):
+        build_config(dict(role, cluster=GROUP, replication={"syncReplicas": 1}))

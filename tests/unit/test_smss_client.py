@@ -202,3 +202,33 @@ def test_ack_end_and_timeout():
         assert sub.active
 
     run_client(script, idle)
+
+
+def test_follow_master_sends_a_refused_write_to_the_master_it_names():
+    """A follower's "just master can ... (master: HOST:PORT)" names where the write goes:
+    with follow_master the client sends it there and stays connected there."""
+    master = FakeServer([(cc.encode_pub("t", HELLO), codec.ok()),
+                         (cc.encode_create("u"), codec.ok())])
+    hint = f"just master can pub message (master: 127.0.0.1:{master.port})"
+    follower = FakeServer([(cc.encode_pub("t", HELLO), codec.err(hint))])
+    with SmssClient("127.0.0.1", follower.port, timeout=5, follow_master=True) as client:
+        client.publish("t", [b"hello"])
+        client.create("u")
+        assert client.address == ("127.0.0.1", master.port)
+    follower.finish()
+    master.finish()
+
+
+def test_without_follow_master_the_refusal_names_the_master():
+    hint = "just master can manage topic (master: 10.0.0.2:12301)"
+    script = [(cc.encode_create("u"), codec.err(hint)), (cc.encode_create("u"), codec.err("x"))]
+
+    def body(client):
+        with pytest.raises(SmssError) as e:
+            client.create("u")
+        assert e.value.text == hint and e.value.master == ("10.0.0.2", 12301)
+        with pytest.raises(SmssError) as e:
+            client.create("u")
+        assert e.value.master is None
+
+    run_client(script, body)
