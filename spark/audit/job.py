@@ -445,28 +445,15 @@ def pending_frame(spark, meta):
     return spark.createDataFrame(rows, T.PENDING_DDL)
 
 
-def offset_rows(table, source):
-    """Flatten an C{offsetTable} (C{{"topic@group": {"qid": offset}}}) into rows."""
-    rows = []
-    for key, queues in (table or {}).items():
-        topic, _, group = key.rpartition("@")
-        if not topic:
-            continue
-        for qid, off in (queues or {}).items():
-            try:
-                rows.append((source, topic, group, int(qid), int(off)))
-            except (TypeError, ValueError):
-                continue
-    return rows
-
-
 def offsets_frame(spark, data_dir, meta):
-    """Committed offsets: RocketMQ's C{consumerOffset.json}, and C{state.consumerOffsets}
-    of the checkpoint (the same C{topic@group} layout, for the NSQ channels)."""
+    """Every consumer position the broker keeps (L{spark.audit.consumers}): RocketMQ's
+    C{consumerOffset.json}, and the checkpoint's channels (NSQ, msgout queues and
+    subscriptions) and msgout push subscriptions."""
+    from spark.audit.consumers import position_rows
+
     data, _ = read_json_file(spark, data_dir.rstrip("/") + "/consumerOffset.json")
-    rows = offset_rows((data or {}).get("offsetTable"), "consumerOffset.json")
-    rows += offset_rows(((meta or {}).get("state") or {}).get("consumerOffsets"), "metadata.json")
-    return spark.createDataFrame(rows, T.OFFSETS_DDL)
+    table = data.get("offsetTable") if isinstance(data, dict) else None
+    return spark.createDataFrame(position_rows(table, meta), T.OFFSETS_DDL)
 
 
 # -- the job ------------------------------------------------------------------------------

@@ -150,11 +150,12 @@ def render(summary, charts):
                          "messages per queue"))  # fmt: skip
 
     c = s["consumption"]
-    out.append("<h2>Consumption</h2><h3>Lag per consumer group and queue</h3>")
-    out.append(_table(c["lag"], ["source", "topic", "consumer_group", "queue_id", "committed", "max_offset", "lag"],
-                      left=("source", "topic", "consumer_group")))  # fmt: skip
+    out.append("<h2>Consumption</h2><h3>Lag of every consumer the broker keeps a position for</h3>")
+    out.append(_table(c["lag"], ["kind", "topic", "consumer", "queue_id", "committed", "finished_ahead",
+                                 "delivered_unfinished", "max_offset", "lag", "push_url"],
+                      left=("kind", "topic", "consumer", "push_url")))  # fmt: skip
     lag = [r for r in c["lag"] if r["lag"]][:25]
-    out.append(bar_chart([f"{r['consumer_group']} {r['topic']}/{r['queue_id']}" for r in lag],
+    out.append(bar_chart([f"{r['kind']} {r['consumer']} {r['topic']}/{r['queue_id']}" for r in lag],
                          [r["lag"] for r in lag], "lag (messages)", "#d99a2b"))  # fmt: skip
     out.append("<h3>Retry and dead-letter topics</h3>")
     out.append(_table(c["retry_dlq"], ["kind", "consumer_group", "topic", "messages", "bytes"],

@@ -178,7 +178,7 @@ def consumption(tables, n):
         F.sum(F.when(F.col("overdue"), F.col("delay_count") - F.col("fired"))).alias("overdue_messages"),
     ).first()
     return {
-        "lag": collect_rows(tables["consumer_lag"].orderBy("topic", "consumer_group", "queue_id")),
+        "lag": collect_rows(tables["consumer_lag"].orderBy("kind", "topic", "consumer", "queue_id")),
         "retry_dlq": collect_rows(tables["retry_dlq"].orderBy("kind", "topic")),
         "delays": {
             "total": agg["delays"],

@@ -71,7 +71,7 @@ def test_clean_directory_queue_figures(clean):
 def test_clean_directory_consumption(clean):
     """Lag from consumerOffset.json, retry/DLQ volumes, the pending delay."""
     c = clean[0]["consumption"]
-    lag = {(r["topic"], r["consumer_group"]): (r["committed"], r["max_offset"], r["lag"]) for r in c["lag"]}
+    lag = {(r["topic"], r["consumer"]): (r["committed"], r["max_offset"], r["lag"]) for r in c["lag"]}
     assert lag == {("orders", "g1"): (500, 602, 102), ("%RETRY%g1", "g1"): (3, 3, 0)}
     vols = {(r["kind"], r["consumer_group"]): (r["messages"], r["bytes"]) for r in c["retry_dlq"]}
     assert vols == {("retry", "g1"): (3, 3 * (88 + 50 + 1 + 9 + 2)), ("dlq", "g1"): (2, 2 * (88 + 40 + 1 + 7 + 2))}
