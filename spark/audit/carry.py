@@ -240,8 +240,9 @@ class Carry:
 
     def changed_problems(self):
         """The changed-segment findings as rows of the C{problems} table."""
-        rows = [(seg, seg, None, "changed", detail, None, None) for seg, detail in self.changed]
-        ddl = "segment bigint, offset bigint, bytes int, problem string, detail string, event_id bigint, topic string"
+        rows = [(seg, seg, None, "changed", detail, None, None, None, None) for seg, detail in self.changed]
+        ddl = ("segment bigint, offset bigint, bytes int, problem string, detail string, event_id bigint,"
+               " topic string, event_before bigint, event_after bigint")
         return self.spark.createDataFrame(rows, ddl)
 
     def summary(self, segs, skipped_bytes=0):

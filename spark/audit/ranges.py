@@ -124,7 +124,15 @@ class Reader:
 def decode_range(read_at, seg_start, length, a, b, start_at=None, digest=True, live=None, batch=BATCH):
     """Yield the item batches of the range C{[a, b)} of a segment (see the module
     docstring); the last one is the C{"range"} summary. With C{live} (JSON, see
-    L{plan}) the records come in the compact form."""
+    L{plan}) the records come in the compact form.
+
+    Damage does not end the walk while a sound record follows it in the segment: as the
+    broker's recovery does (L{fmt.scan_buffer} with C{on_damage}), the walk goes on at
+    the next record header that names its own offset (L{scan.resync}), and the damaged
+    bytes become one C{"problem"} item: C{offset} and C{size} the byte range,
+    C{min_eid}/C{max_eid} the eventIds of the sound records before and after it (null
+    when that record is in another range or segment). Damage with no sound record after
+    it ends the segment (the problem's size is the rest of the file)."""
     if isinstance(live, str):
         live = json.loads(live)
     chunk = scan.Chunk(read_at, seg_start, length, a if start_at is None else start_at, min(length, b + _READ_PAD))
@@ -133,34 +141,54 @@ def decode_range(read_at, seg_start, length, a, b, start_at=None, digest=True, l
     else:
         positions, stop = scan.walk_from(chunk, start_at, b)
     first = positions[0] if positions else None
-    buf = chunk.buf
-    arr = np.frombuffer(buf, dtype=np.uint8)
     count = 0
     ids = []
-    pos = np.asarray(positions, dtype=np.int64)
-    for i in range(0, len(pos), batch):
-        part = pos[i : i + batch]
-        layout = C.Layout(arr, part - chunk.lo)
-        bad, detail = C.first_invalid(layout, part, seg_start)
-        if bad is not None:
-            stop = ("corrupt", int(part[bad]), detail)
-            part = part[:bad]
+    last_eid = None
+    pending = positions
+    while True:
+        buf = chunk.buf
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        pos = np.asarray(pending, dtype=np.int64)
+        damage = None
+        for i in range(0, len(pos), batch):
+            part = pos[i : i + batch]
             layout = C.Layout(arr, part - chunk.lo)
-        if len(part):
-            if live is not None:
-                yield from C.compact_batches(buf, layout, seg_start, a, live)
-            else:
-                yield C.record_batch(buf, layout, seg_start, a, digest)
-            ids.append(layout.h["event_id"].astype(np.int64))
-            count += len(part)
-        if bad is not None:
+            bad, detail = C.first_invalid(layout, part, seg_start, arr)
+            if bad is not None:
+                damage = ("corrupt", int(part[bad]), detail)
+                part = part[:bad]
+                layout = C.Layout(arr, part - chunk.lo)
+            if len(part):
+                if live is not None:
+                    yield from C.compact_batches(buf, layout, seg_start, a, live)
+                else:
+                    yield C.record_batch(buf, layout, seg_start, a, digest)
+                eids = layout.h["event_id"].astype(np.int64)
+                ids.append(eids)
+                last_eid = int(eids[-1])
+                count += len(part)
+            if bad is not None:
+                break
+        del arr
+        if damage is None:
+            if stop[0] not in ("torn", "corrupt"):
+                break
+            damage = stop
+        kind, at, detail = damage
+        nxt = scan.resync(chunk, at)
+        if nxt is None:  # nothing sound after it: the segment ends here
+            stop = damage
+            yield C.single_item(kind="problem", segment=seg_start, offset=seg_start + at, size=length - at,
+                                problem=kind, detail=detail, range_start=a, min_eid=last_eid)  # fmt: skip
             break
+        (after,) = fmt.I64.unpack_from(chunk.buf, nxt - chunk.lo + fmt.OFF_EVENT_ID)
+        yield C.single_item(kind="problem", segment=seg_start, offset=seg_start + at, size=nxt - at,
+                            problem="corrupt", detail=detail if kind == "corrupt" else f"bad size ({detail})",
+                            range_start=a, min_eid=last_eid, max_eid=after)  # fmt: skip
+        pending, stop = scan.walk_from(chunk, nxt, b)
     if ids:
         yield C.run_batch(np.concatenate(ids), seg_start, a)
     kind, at, detail = stop
-    if kind in ("torn", "corrupt"):
-        yield C.single_item(kind="problem", segment=seg_start, offset=seg_start + at, size=length - at,
-                            problem=kind, detail=detail, range_start=a)  # fmt: skip
     yield C.single_item(
         kind="range", segment=seg_start, offset=start_at, size=length, range_start=a, range_end=b, range_first=first,
         seg_records=count, seg_end=at, problem=kind, seg_sealed=kind == "blank",

@@ -126,7 +126,8 @@ def render(summary, charts):
     out.append(bar_chart([r["finding"] for r in bad], [r["count"] for r in bad], "integrity findings", "#c0504d"))
     ex = s.get("integrity_examples", {})
     for name, cols in [
-        ("problems", ["problem", "segment", "offset", "bytes", "event_id", "topic", "detail"]),
+        ("problems", ["problem", "segment", "offset", "bytes", "event_before", "event_after", "event_id", "topic",
+                      "detail"]),
         ("event_gaps", ["gap_start", "gap_end", "missing"]),
         ("event_duplicates", ["event_id", "copies", "offsets"]),
         ("cq_mismatches", ["status", "topic", "queue_id", "queue_offset", "e_offset", "log_offset",

@@ -27,6 +27,7 @@ import re
 import numpy as np
 
 from mqserver.store import format as fmt
+from spark.audit import records as rec
 
 _MIN_SIZE = fmt.HEADER_SIZE + 3
 _MAGICS = (fmt.MESSAGE_MAGIC, fmt.ADMIN_MAGIC)
@@ -100,6 +101,10 @@ def check_record(chunk, pos):
     (phys,) = fmt.I64.unpack_from(chunk.buf, r + fmt.OFF_PHYSICAL_OFFSET)
     if phys != chunk.seg_start + pos:
         return "corrupt", f"physical offset {phys}"
+    if magic == fmt.MESSAGE_MAGIC:
+        damaged = rec.header_damage(chunk.buf, r)
+        if damaged:
+            return "corrupt", damaged
     return "record", size
 
 
@@ -223,3 +228,29 @@ def walk_from(chunk, pos, b):
     if kind != "record":
         return positions, (kind, pos, detail)
     return positions, ("pass", pos, None)
+
+
+def resync(chunk, pos):
+    """Return the file position of the first record after the damaged bytes at C{pos}
+    that recovery would step to (L{fmt.next_record}: a record header naming its own
+    offset, with a known magic and sizes that fit), checked whole as L{check_record}
+    does; None when the segment holds none (the damage runs to its end). Reads on
+    from C{pos} a window at a time, so a record close to the damage does not need the
+    rest of the segment read."""
+    search, window = pos, _RESYNC_WINDOW
+    while True:
+        chunk.need(min(chunk.length, pos + window))
+        nxt = fmt.next_record(chunk.buf, search - chunk.lo, chunk.seg_start + chunk.lo)
+        if nxt is not None:
+            at = chunk.lo + nxt
+            if check_record(chunk, at)[0] == "record":
+                return at
+            search = at
+        elif chunk.hi >= chunk.length:
+            return None
+        else:
+            window *= 2
+
+
+#: The bytes L{resync} first reads past damage looking for the next record.
+_RESYNC_WINDOW = 1 << 20

@@ -56,14 +56,20 @@ def segments(items):
 
 def problems(items):
     """Return every unreadable or damaged record: decoding problems (C{corrupt},
-    C{torn}) and records whose body CRC does not match (C{crc})."""
+    C{torn}: a damaged byte range, C{offset} and C{bytes}, with the eventIds of the
+    sound records before and after it, C{event_before} and C{event_after}, when the
+    range that found it holds them) and records whose body CRC does not match
+    (C{crc})."""
     decoded = items.where(F.col("kind") == "problem").select(
         "segment", "offset", F.col("size").alias("bytes"), "problem", "detail",
         F.lit(None).cast("bigint").alias("event_id"), F.lit(None).cast("string").alias("topic"),
+        F.col("min_eid").alias("event_before"), F.col("max_eid").alias("event_after"),
     )  # fmt: skip
+    none = F.lit(None).cast("bigint")
     crc = items.where((F.col("kind") == "record") & ~F.col("crc_ok")).select(
         "segment", "offset", F.col("size").alias("bytes"), F.lit("crc").alias("problem"),
         F.lit("body CRC mismatch").alias("detail"), "event_id", "topic",
+        none.alias("event_before"), none.alias("event_after"),
     )  # fmt: skip
     return decoded.unionByName(crc)
 

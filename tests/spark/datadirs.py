@@ -189,7 +189,8 @@ def nth_record(path, n):
 def damage(data, kind):
     """Damage the copy C{data} of a broker directory in the way named C{kind} (one of
     L{DAMAGES}, or C{"all"}: crc, relabel, cq and torn together; C{"others"}: cq_torn,
-    rewrite and corrupt together; C{"none"}: leave it sound)."""
+    rewrite and corrupt together; C{"exact"}: cut and header together; C{"none"}: leave
+    it sound)."""
     second = segments(data)[1]
     if kind == "none":
         return
@@ -198,6 +199,9 @@ def damage(data, kind):
             damage(data, k)
     elif kind == "others":
         for k in ("cq_torn", "rewrite", "corrupt"):
+            damage(data, k)
+    elif kind == "exact":
+        for k in ("cut", "header"):
             damage(data, k)
     elif kind == "crc":
         flip_body_byte(data, 100)
@@ -223,6 +227,10 @@ def damage(data, kind):
         _patch(second, nth_record(second, 90) + fmt.OFF_PHYSICAL_OFFSET, (12345).to_bytes(8, "big"))
     elif kind == "zero_tail":
         _patch(second, nth_record(second, 100), bytes(5000))
+    elif kind == "cut":
+        overwrite_records(data, 60, 100)
+    elif kind == "header":
+        damage_header(data, 30)
     elif kind == "not_a_segment":
         with open(os.path.join(data, "commitlog", "12345"), "wb") as f:
             f.write(b"junk")
@@ -232,7 +240,7 @@ def damage(data, kind):
 
 #: The kinds of damage L{damage} makes, one at a time.
 DAMAGES = ("crc", "relabel", "torn", "rewrite", "cq", "cq_torn", "corrupt", "bad_magic", "bad_size",
-           "physical_offset", "zero_tail", "not_a_segment")
+           "physical_offset", "zero_tail", "not_a_segment", "cut", "header")
 
 
 #: The consumers of L{write_consumers_dir}, each over a topic of ten messages:
@@ -318,3 +326,35 @@ def write_consumers_dir(base):
         server.close()
     assert code in (0, -15), server.read_log()
     return data
+
+
+def record_at(path, pos):
+    """The record (a L{fmt.RecordView}) at file position C{pos} of segment C{path}."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    return fmt.RecordView(buf, pos)
+
+
+def overwrite_records(data, n, count, segment=1):
+    """Overwrite records C{n} to C{n + count - 1} (from 0) of the C{segment}th segment
+    (from 0) with junk bytes, as if they were cut out and the hole filled: the records
+    before and after stay where they were. Returns C{(log offset, bytes, eventId
+    before, eventId after)} of the damaged range."""
+    path = segments(data)[segment]
+    start = int(os.path.basename(path))
+    a, b = nth_record(path, n), nth_record(path, n + count)
+    before, after = record_at(path, nth_record(path, n - 1)).event_id, record_at(path, b).event_id
+    _patch(path, a, bytes([0xA5]) * (b - a))
+    return start + a, b - a, before, after
+
+
+def damage_header(data, n, segment=1):
+    """Damage the header of record C{n} (from 0) of the C{segment}th segment, its
+    framing intact: its queue id becomes 65535 and the third byte of its topic 0xFF
+    (not UTF-8). Returns C{(log offset, size, eventId)} of the record."""
+    path = segments(data)[segment]
+    pos = nth_record(path, n)
+    view = record_at(path, pos)
+    _patch(path, pos + fmt.OFF_QUEUE_ID, fmt.I32.pack(65535))
+    _patch(path, pos + fmt.HEADER_SIZE + len(view.body) + 1 + 2, b"\xff")
+    return int(os.path.basename(path)) + pos, view.size, view.event_id

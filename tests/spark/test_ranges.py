@@ -73,11 +73,13 @@ def test_clean_broker_directory(broker_dir):
 
 @pytest.mark.parametrize(
     "damage",
-    ["crc", "relabel", "torn", "bad_magic", "bad_size", "physical_offset", "zero_tail", "not_a_segment"],
+    ["crc", "relabel", "torn", "bad_magic", "bad_size", "physical_offset", "zero_tail", "not_a_segment", "cut",
+     "header"],
 )
 def test_damaged_copies(broker_dir, tmp_path, damage):
-    """Each kind of damage, anywhere in a segment, gives the reference's items: records
-    after a corrupt one are not counted even where a later range could read them."""
+    """Each kind of damage, anywhere in a segment, gives the reference's items: the
+    damaged bytes as one problem, and the records from the next sound one on, whichever
+    range holds them."""
     data = dd.copy_dir(broker_dir[0], str(tmp_path / "data"))
     dd.damage(data, damage)
     _same(data)
