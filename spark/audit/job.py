@@ -311,11 +311,15 @@ def log_listing(spark, data_dir, limit=None):
     return cap_listing([f for f in list_files(spark, log_dir) if f[0][:1].isdigit()], limit)
 
 
-def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, skip=frozenset(), live=None):
+def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, skip=frozenset(), live=None,
+               resume=None):
     """Decode every commit-log segment of C{data_dir} into the items DataFrame (cached),
     one task per byte range of C{split} bytes (see L{spark.audit.ranges}), reading only
     the offsets below C{limit} when given (C{--live}), and not the segment files named
-    in C{skip} (carried by L{spark.audit.state}). With C{live} (JSON C{{topic:
+    in C{skip} (carried by L{spark.audit.state}), and the segment files named in
+    C{resume} (C{{name: (offset, records before it, CRC-32 of the bytes before it)}})
+    only from that offset on. With
+    C{live} (JSON C{{topic:
     create_event_id}}) the records come in the compact form (partial aggregates and the
     few records checked one by one, L{spark.audit.columns.compact_batches}).
 
@@ -332,7 +336,9 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
     if not good:
         empty = spark.createDataFrame([tuple(r.get(c) for c in _ITEM_NAMES) for r in extra], rec.ITEM_DDL)
         return empty, skipped, (None if live is None else lambda: empty)
-    tasks = R.plan(good, split, digest, live)
+    resume = resume or {}
+    tasks = R.plan(good, split, digest, live, {name: v[0] for name, v in resume.items()})
+    begin = {int(name): v for name, v in resume.items()}
     by_key = {(t[1], t[3]): t for t in tasks}
     final = dict(by_key)  # the task whose decode of each range counts
     # Each round decodes some ranges (all, then those to walk again); a range's items
@@ -341,7 +347,7 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
     decoded = [set(by_key)]
     rows = {(r["segment"], r["range_start"]): (0, r) for r in _range_rows(gens[0])}
     for _ in range(64):
-        segments, keep, rewalk = R.consolidate([r for _, r in rows.values()])
+        segments, keep, rewalk = R.consolidate([r for _, r in rows.values()], begin)
         if not rewalk:
             break
         again = [by_key[(seg, a)][:5] + (start, digest, live) for seg, a, start in rewalk]
@@ -516,7 +522,8 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         # last tasks leave idle instead of running after it (docs/audit.md).
         cq_compact = _in_background(lambda: _materialized(read_cq_compact(spark, data_dir, durable, limit)))
     items, skipped, full = read_items(
-        spark, data_dir, split, digest=bool(args.compare), limit=limit, skip=skip, live=live
+        spark, data_dir, split, digest=bool(args.compare), limit=limit, skip=skip, live=live,
+        resume=carry.resume if carry else None,
     )  # fmt: skip
     if compact:
         # A few rows per range are left: one task reads them all, where one per range
@@ -582,7 +589,7 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     tables["event_duplicates"] = T.event_id_duplicates_in(every, intervals, held_twice)
     whole = carry.skeleton(recs) if merged else recs  # what the carried segments add to topics and delays
     topics = topics_frame(spark, meta, whole)
-    if carry and carry.carried:
+    if carry and (carry.carried or carry.resumed):
         carry.check_topics(topics)
     tables["topics"] = topics
     if with_cq:

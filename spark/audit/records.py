@@ -20,6 +20,7 @@ test-case-name: tests.unit.test_audit_records
 
 import hashlib
 import json
+import zlib
 from urllib.parse import unquote
 
 from mqserver.store import format as fmt
@@ -254,7 +255,7 @@ def decode_segment(path, content):
         break
     yield _item(
         "segment", start, start, end, seg_records=count, seg_end=start + pos,
-        seg_sealed=sealed, seg_declared_size=declared,
+        seg_sealed=sealed, seg_declared_size=declared, sig_lo=zlib.crc32(buf[:pos]),
     )  # fmt: skip
 
 

@@ -43,15 +43,21 @@ def messages(recs):
 
 
 def segments(items):
-    """Return one row per segment file: start, length, records, end, sealing."""
-    return items.where(F.col("kind") == "segment").select(
+    """Return one row per segment file: start, length, records, end, sealing, the
+    CRC-32 of its records' bytes, and its first and last eventId."""
+    ids = items.where(F.col("kind") == "run").groupBy("segment").agg(
+        F.min("event_id").alias("first_event_id"), F.max("run_end").alias("last_event_id")
+    )
+    rows = items.where(F.col("kind") == "segment").select(
         F.col("segment"),
         F.col("size").alias("file_length"),
         F.col("seg_records").alias("records"),
         F.col("seg_end").alias("records_end"),
         F.col("seg_sealed").alias("sealed"),
         F.col("seg_declared_size").alias("declared_segment_size"),
+        F.col("sig_lo").alias("crc32"),
     )
+    return rows.join(ids, "segment", "left")
 
 
 def problems(items):

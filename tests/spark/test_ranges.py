@@ -211,3 +211,14 @@ def test_compact_consume_queues_file_by_file(broker_dir, tmp_path):
     assert [p[6][:9] for p in probs] == ["cq_torn", "cq_torn", "not a con"] and live_probs == []
     assert blocks[("big", 3, 1)][0] == 300 - 96 - 2  # both files' entries past 4095, less the holes
     assert blocks[("big", 3, 1)][0] > live_blocks[("big", 3, 1)][0] > 0
+
+
+def test_crc32_combine_chains_the_ranges_crcs():
+    """The CRC-32 of two byte strings joined, from theirs and the second's length, is
+    zlib's of the whole (how the driver chains the ranges' CRCs into a segment's)."""
+    import zlib
+
+    rng = __import__("random").Random(7)
+    for n1, n2 in [(0, 1), (3, 0), (1000, 77777), (65536, 4096)]:
+        a, b = rng.randbytes(n1), rng.randbytes(n2)
+        assert R.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
