@@ -76,21 +76,13 @@ class Layout:
 
 
 def _headers(arr, rel):
-    """The C{HEADER_SIZE} bytes at each of C{rel}, concatenated."""
-    n = len(rel)
-    if n > 1:
-        step = int(rel[1] - rel[0])
-        if step >= fmt.HEADER_SIZE and int(rel[-1]) + fmt.HEADER_SIZE <= len(arr) and (np.diff(rel) == step).all():
-            # Records of one size (the common case: a producer's messages): one strided
-            # copy instead of a slice per record.
-            view = np.lib.stride_tricks.as_strided(arr[int(rel[0]):], shape=(n, fmt.HEADER_SIZE), strides=(step, 1))
-            return view.tobytes()
-    mv = memoryview(arr)
-    try:
-        ends = (rel + fmt.HEADER_SIZE).tolist()
-        return b"".join(map(mv.__getitem__, map(slice, rel.tolist(), ends)))
-    finally:
-        mv.release()
+    """The C{HEADER_SIZE} bytes at each of C{rel}, concatenated: one gather over a
+    window view of the buffer (no copy until the gather), for records of any sizes. (A
+    join of one slice per record cost about 1.2 us a record on interleaved records.)"""
+    if not len(rel):
+        return b""
+    windows = np.lib.stride_tricks.sliding_window_view(arr, fmt.HEADER_SIZE)
+    return windows[rel].tobytes()
 
 
 def first_invalid(layout, positions, seg_start, arr=None):

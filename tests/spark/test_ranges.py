@@ -222,3 +222,17 @@ def test_crc32_combine_chains_the_ranges_crcs():
     for n1, n2 in [(0, 1), (3, 0), (1000, 77777), (65536, 4096)]:
         a, b = rng.randbytes(n1), rng.randbytes(n2)
         assert R.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+@pytest.mark.parametrize("run", [8, 9, 63, 64, 65, 600, 5000])
+def test_same_size_run_counts_runs_of_any_length(run):
+    """Runs of equal-sized records are counted exactly whatever their length, across
+    the windows the probe grows through, and stop at the first record of another size."""
+    from mqserver.store import format as fmt
+    from spark.audit import scan
+
+    size = 120
+    magic = fmt.MESSAGE_MAGIC.to_bytes(4, "big")
+    buf = bytearray((size.to_bytes(4, "big") + magic + bytes(size - 8)) * run + (200).to_bytes(4, "big") + magic
+                    + bytes(192))  # fmt: skip
+    assert scan.same_size_run(buf, 0, 0, size, len(buf), len(buf)) == run
