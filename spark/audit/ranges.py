@@ -316,22 +316,15 @@ def crc32_combine(crc1, crc2, len2):
     the one-zero-bit operator, then C{crc2} is added."""
     if len2 <= 0:
         return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
-    even = _gf2_square(odd)  # two
-    odd = _gf2_square(even)  # four
-    while True:
-        even = _gf2_square(odd)
+    op = [0xEDB88320] + [1 << n for n in range(31)]  # appends one zero bit
+    for _ in range(3):
+        op = _gf2_square(op)  # two, four, then eight bits: one zero byte
+    while len2:
         if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
+            crc1 = _gf2_times(op, crc1)
         len2 >>= 1
-        if not len2:
-            break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
+        if len2:
+            op = _gf2_square(op)  # twice as many zero bytes
     return crc1 ^ crc2
 
 
