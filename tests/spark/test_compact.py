@@ -44,7 +44,7 @@ def assert_same_as_full(spark, data, tmp_path, *extra):
     assert compact == reference
     assert _tables(spark, tmp_path / "compact") == _tables(spark, tmp_path / "full")
     charts = _over_time(tmp_path / "compact")
-    assert "store lag per minute" in charts and charts == _over_time(tmp_path / "full")
+    assert "Store lag per minute" in charts and charts == _over_time(tmp_path / "full")
     return code
 
 

@@ -16,7 +16,7 @@ def cut(spark, broker_dir, tmp_path_factory):
     data = dd.copy_dir(broker_dir[0], str(base / "data"))
     damaged = dd.overwrite_records(data, 60, 100)
     summary, code = audit(spark, data, base / "out")
-    return summary, code, damaged
+    return summary, code, damaged, base / "out"
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_cut_records_are_one_range_and_one_gap(spark, broker_dir, tmp_path, cut,
     """The damaged bytes are one corrupt range, exactly where and as long as the 100
     records were, between the eventIds before and after them; the walk goes on after
     it, so the eventIds lost are one gap of 100 and nothing is lost at the tail."""
-    summary, code, (offset, size, before, after) = cut
+    summary, code, (offset, size, before, after), _ = cut
     if form == "full":
         data = dd.copy_dir(broker_dir[0], str(tmp_path / "data"))
         assert dd.overwrite_records(data, 60, 100) == cut[2]
@@ -72,3 +72,18 @@ def test_damaged_header_is_not_a_topic(header):
     assert sorted({q["topic"] for q in summary["queues"]}) == ["%DLQ%g1", "%RETRY%g1", "gone", "orders", "ttl"]
     assert all(q["queue_id"] == 0 for q in summary["queues"])
     assert code == 1
+
+
+def test_report_says_what_was_found_and_where(cut):
+    """summary.json carries the findings as stdout's JSON does; the report opens with
+    them, each saying where (the damaged range and the eventIds around it) and what to
+    do."""
+    from spark.audit.summary import console_summary
+
+    summary, _, (offset, size, before, after), _ = cut
+    assert summary["findings"] == console_summary(summary)["findings"]
+    assert summary["findings"]["integrity.corrupt_records"] == 1
+    page = (cut[3] / "report.html").read_text(encoding="utf-8")
+    found = page[page.index("What was found") : page.index("<h2>Segments")]
+    assert f"log offset {offset}, {size} bytes, between eventIds {before} and {after}" in found
+    assert "eventIds " + f"{before + 1}-{after - 1}" in found and "what to do" in found
