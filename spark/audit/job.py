@@ -64,6 +64,9 @@ def parse_args(argv):
     p.add_argument("--split-mb", type=float, default=R.DEFAULT_SPLIT >> 20,
                    help="bytes of a segment one task decodes, in MiB (default 64): bounds memory per task")
     p.add_argument("--max-examples", type=int, default=20, help="examples per finding in the summary")
+    p.add_argument("--tables", default="none", metavar="NAMES",
+                   help="detail tables to write as Parquet under OUT_DIR/tables: comma-separated names (see"
+                        " docs/audit.md), 'all', or 'none' (the default: summary.json and the report only)")
     p.add_argument("--quiet", action="store_true", help="no progress display (neither step lines nor Spark's bar)")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="Spark's stage progress bar on stderr: auto (when stderr is a terminal), always, never")
@@ -711,6 +714,21 @@ def _durable_cq(spark, cq, durable, limit):
     return cq.where(F.col("log_offset").isNull() | (F.col("log_offset") < limit)).drop("durable")
 
 
+def wanted_tables(spec, tables):
+    """The names of C{tables} that C{--tables} C{spec} asks for (C{all}, C{none} or
+    comma-separated names); a name the run has no table of is bad input."""
+    spec = (spec or "none").strip()
+    if spec == "none":
+        return []
+    if spec == "all":
+        return list(tables)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in tables]
+    if unknown:
+        raise SystemExit(f"error: --tables: no table {unknown[0]!r} in this run (tables: {', '.join(sorted(tables))})")
+    return names
+
+
 def run(spark, args, progress=None):
     """Run the audit with an existing session. Returns C{(summary, exit_code)}."""
     from spark.audit import report as R
@@ -735,10 +753,12 @@ def run(spark, args, progress=None):
         tables["other_problems"] = other_tables["problems"]
     out = _abs(args.out).rstrip("/")
     progress.step("write", out)
+    wanted = wanted_tables(args.tables, tables)
     # The tables are small next to the decoding; writing them from a few threads
-    # overlaps the per-job latency of Spark's scheduler and output committer.
+    # overlaps the per-job latency of Spark's scheduler and output committer. Each is
+    # a few Spark jobs: only those asked for are written.
     with ThreadPoolExecutor(max_workers=4) as pool:
-        jobs = [pool.submit(df.write.mode("overwrite").parquet, f"{out}/tables/{name}") for name, df in tables.items()]
+        jobs = [pool.submit(tables[name].write.mode("overwrite").parquet, f"{out}/tables/{name}") for name in wanted]
         for j in jobs:
             j.result()
     summary = S.summarize(tables, facts, args)

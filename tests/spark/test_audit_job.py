@@ -20,7 +20,7 @@ ORDERS_BYTES = 600 * 297 + 131 + 109
 
 def audit(spark, data, out, *extra):
     """Run the job in this session; returns C{(summary, exit code)}."""
-    args = job.parse_args([str(data), "--out", str(out), "--quiet", *extra])
+    args = job.parse_args([str(data), "--out", str(out), "--quiet", "--tables", "all", *extra])
     summary, code = job.run(spark, args)
     with open(os.path.join(out, "summary.json")) as f:
         assert json.load(f) == json.loads(json.dumps(summary))

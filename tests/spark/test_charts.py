@@ -4,6 +4,8 @@ when Spark's console progress bar is on."""
 import io
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from spark.audit import charts as C
 from spark.audit import job
 
@@ -110,3 +112,15 @@ def test_console_progress_choice():
     assert on("--progress", "always", stream=io.StringIO())
     assert not on("--progress", "never", stream=_Tty())
     assert not on("--quiet", stream=_Tty()) and not on("--quiet", "--progress", "always", stream=_Tty())
+
+
+def test_tables_written_only_when_asked():
+    """No Parquet table by default (each costs Spark jobs); C{all}, or the names given;
+    a name the run has no table of is bad input."""
+    tables = {"segments": 1, "problems": 2, "consumer_lag": 3}
+    assert job.parse_args(["data"]).tables == "none"
+    assert job.wanted_tables("none", tables) == []
+    assert job.wanted_tables("all", tables) == list(tables)
+    assert job.wanted_tables("consumer_lag, problems", tables) == ["consumer_lag", "problems"]
+    with pytest.raises(SystemExit, match="no table 'lag'"):
+        job.wanted_tables("lag", tables)

@@ -22,7 +22,7 @@ def _tables(spark, out):
 
 
 def _run(spark, data, out, *extra):
-    args = job.parse_args([str(data), "--out", str(out), "--quiet", *extra])
+    args = job.parse_args([str(data), "--out", str(out), "--quiet", "--tables", "all", *extra])
     _, code = job.run(spark, args)
     with open(os.path.join(out, "summary.json"), "rb") as f:
         return f.read(), code

@@ -18,7 +18,7 @@ COLUMNS = ["kind", "source", "topic", "consumer", "queue_id", "committed", "fini
 def audited(spark, consumers_dir, tmp_path_factory):
     """The audit of the consumers directory: C{(summary.json, output directory)}."""
     out = tmp_path_factory.mktemp("lag") / "out"
-    args = job.parse_args([consumers_dir, "--out", str(out), "--quiet"])
+    args = job.parse_args([consumers_dir, "--out", str(out), "--quiet", "--tables", "consumer_lag"])
     _, code = job.run(spark, args)
     assert code == 0
     with open(os.path.join(out, "summary.json")) as f:
@@ -65,6 +65,7 @@ def test_lag_in_parquet_and_report(spark, audited):
     """The Parquet table has the summary's rows in the same schema; the report lists
     every kind."""
     summary, out = audited
+    assert [n for n in os.listdir(out / "tables") if not n.startswith(".")] == ["consumer_lag"]  # as asked
     table = spark.read.parquet(str(out / "tables" / "consumer_lag"))
     assert table.columns == COLUMNS
     got = sorted(tuple(r) for r in table.collect())

@@ -16,7 +16,7 @@ from tests.support.server import ServerProcess
 
 def audit(spark, data, out, *extra):
     """Run the job in this session; returns C{(summary, exit code)}."""
-    args = job.parse_args([str(data), "--out", str(out), "--quiet", *extra])
+    args = job.parse_args([str(data), "--out", str(out), "--quiet", "--tables", "all", *extra])
     return job.run(spark, args)
 
 
