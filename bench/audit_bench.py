@@ -203,7 +203,8 @@ def main(argv=None):
     finally:
         if not args.keep:
             shutil.rmtree(args.work, ignore_errors=True)
-    print(f"\naudit on {args.master}, {args.segment_mb} MiB segments, {BODY}-byte bodies {args.audit_args}".rstrip())
+    shape = "written through the broker" if args.shape == "broker" else f"{BODY}-byte bodies"
+    print(f"\naudit on {args.master}, {args.segment_mb} MiB segments, {shape} {args.audit_args}".rstrip())
     print(f"{'code':>10} {'GiB':>6} {'records':>10} {'wall s':>8} {'records/s':>10} {'MiB/s':>7} {'CPU s':>7} "
           f"{'CPU s/M':>8} {'load':>5} {'MiB read':>9} {'carried':>8}")  # fmt: skip
     for r in rows:
