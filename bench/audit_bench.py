@@ -8,10 +8,14 @@ process and prints records/s, MiB/s, how the time grows with the size, and the C
 seconds of the whole process tree (driver, JVM, Python workers) per million records: on
 a shared machine wall times swing with the load, CPU seconds much less.
 
-    PYTHONPATH=. python bench/audit_bench.py [--sizes 0.5,1,2] [--master local[2]]
+    PYTHONPATH=. python bench/audit_bench.py [--sizes 0.5,1,2] [--master local[2]] [--shape broker]
         [--segment-mb 128] [--work /tmp/audit-bench] [--keep] [--vs DIR] [--rounds 2]
         [--audit-args="--full"] [--incremental]
     PYTHONPATH=. python bench/audit_bench.py --cluster [--cluster-memory 2g] [options above]
+
+C{--shape broker} writes the logs through a running broker instead
+(L{bench.brokerlog}: concurrent publishers on smss, NSQ and RocketMQ, interleaved topics
+and queues, properties, delays, retry and dead-letter topics); the sizes are then about.
 
 C{--vs DIR} runs the C{spark.audit} of another checkout (e.g. C{git worktree add
 /tmp/audit-main main}) on the same log, alternating A B A B for C{--rounds} rounds.
@@ -45,9 +49,22 @@ QUEUES = 4
 BATCH = 1000
 
 
-def generate(path, target_bytes, segment_size):
-    """Write a data directory whose commit log holds at least C{target_bytes}; returns
-    C{(records, log bytes, seconds)}."""
+#: Bytes a message of the broker's shape (L{bench.brokerlog}) takes in the log, about.
+BROKER_RECORD = 370
+
+
+def generate(path, target_bytes, segment_size, shape="numpy"):
+    """Write a data directory whose commit log holds at least C{target_bytes} (about,
+    for the broker's shape); returns C{(records, log bytes, seconds)}."""
+    if shape == "broker":
+        from bench.brokerlog import write as write_through_broker
+
+        t0 = time.monotonic()
+        write_through_broker(path, target_bytes // BROKER_RECORD, segment_size)
+        with open(os.path.join(path, "metadata.json")) as f:
+            records = json.load(f)["nextEventId"] - 1
+        end = sum(os.path.getsize(os.path.join(path, "commitlog", n)) for n in os.listdir(os.path.join(path, "commitlog")))
+        return records, end, time.monotonic() - t0
     shutil.rmtree(path, ignore_errors=True)
     size = fmt.record_size(BODY, len(TOPIC), 0)
     messages = -(-target_bytes // (size * BATCH)) * BATCH
@@ -150,14 +167,21 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=1, help="runs of each checkout per size (alternating)")
     p.add_argument("--audit-args", default="", help="more arguments for the audit, e.g. --full")
     p.add_argument("--incremental", action="store_true", help="also audit 5%% more with --since-state")
+    p.add_argument("--shape", choices=("numpy", "broker"), default="numpy",
+                   help="numpy: one topic in batches of 1,000 equal records, packed by numpy; broker: written"
+                        " through a running broker by concurrent publishers on every protocol (bench/brokerlog.py)")
     args = p.parse_args(argv)
+    if args.incremental and args.shape == "broker":
+        # The incremental rows need the same log again with 5% more: only the
+        # deterministic numpy generator writes that.
+        p.error("--incremental needs --shape numpy")
     os.makedirs(args.work, exist_ok=True)
     codes = [("this", ROOT)] + ([("vs", os.path.abspath(args.vs))] if args.vs else [])
     rows = []
     try:
         for gib in [float(s) for s in args.sizes.split(",")]:
             data = os.path.join(args.work, f"data-{gib}g")
-            records, nbytes, gen_s = generate(data, int(gib * (1 << 30)), args.segment_mb << 20)
+            records, nbytes, gen_s = generate(data, int(gib * (1 << 30)), args.segment_mb << 20, args.shape)
             print(f"generated {nbytes / (1 << 30):.2f} GiB, {records} records in {gen_s:.1f}s", flush=True)
             for rnd in range(args.rounds):
                 for name, code in codes:
@@ -183,7 +207,8 @@ def main(argv=None):
     finally:
         if not args.keep:
             shutil.rmtree(args.work, ignore_errors=True)
-    print(f"\naudit on {args.master}, {args.segment_mb} MiB segments, {BODY}-byte bodies {args.audit_args}".rstrip())
+    shape = "written through the broker" if args.shape == "broker" else f"{BODY}-byte bodies"
+    print(f"\naudit on {args.master}, {args.segment_mb} MiB segments, {shape} {args.audit_args}".rstrip())
     print(f"{'code':>10} {'GiB':>6} {'records':>10} {'wall s':>8} {'records/s':>10} {'MiB/s':>7} {'CPU s':>7} "
           f"{'CPU s/M':>8} {'load':>5} {'MiB read':>9} {'carried':>8}")  # fmt: skip
     for r in rows:

@@ -22,6 +22,9 @@ class Carry:
         self.spark, self.root, self.form = spark, root, form
         self.manifest, self.gen = manifest, gen
         self.carried = carried or {}
+        #: open segments resumed after their proven prefix (the compact form):
+        #: name -> (manifest entry, file length, SHA-256 of the whole file or None)
+        self.resumed = {}
         self.changed = list(changed)
         self.info = dict(info or {})
         self.reason = reason
@@ -39,15 +42,17 @@ class Carry:
             c.listing = listing
             return c
         # A changed segment is a finding whether or not anything is carried.
-        carried, changed, info = st.plan(spark, manifest, listing)
+        carried, changed, info, resumed = st.plan(spark, manifest, listing)
         if not full_reason and manifest.get("cq") is None:
             full_reason = "the state's run had consume-queue findings"
         kept = manifest.get("form", st.RECORDS)
         if not full_reason and kept != form:
             full_reason = f"the state holds the parts of the {kept} form, this audit runs in the {form} form"
         if full_reason:
-            carried = {}
+            carried, resumed = {}, {}
         c = cls(spark, root, manifest, gen, carried, changed, info, full_reason, form)
+        if form == st.COMPACT:
+            c.resumed = resumed
         c.listing = listing
         return c
 
@@ -56,9 +61,17 @@ class Carry:
         """The segment file names not to decode."""
         return frozenset(self.carried)
 
-    def _old(self, part):
+    @property
+    def resume(self):
+        """C{{segment file name: (offset to decode from, records before it, CRC-32 of
+        the bytes before it)}} of the resumed open segments."""
+        return {name: (e["proven"], e["records"], e.get("crc32")) for name, (e, _, _) in self.resumed.items()}
+
+    def _old(self, part, resumed=False):
         df = self.spark.read.parquet(f"{self.gen}/parts/{part}")
         starts = [s["segment"] for s in self.carried.values()]
+        if resumed:
+            starts += [e["segment"] for e, _, _ in self.resumed.values()]
         return df.where(F.col("segment").isin(starts))
 
     # -- the compact form: the carried segments' items ------------------------------------
@@ -68,8 +81,12 @@ class Carry:
         segments (their partial aggregates, eventId runs, segment rows and the records
         checked one by one), so every table and check of the compact form covers the
         whole log; the result is also the part the state keeps. Cached."""
-        if self.carried:
-            old = self._old("items").select(*[F.col(f.name).cast(f.dataType) for f in items.schema])
+        if self.carried or self.resumed:
+            old = self._old("items", resumed=True)
+            if self.resumed:  # a resumed segment's row is the one read, its records merged
+                mine = [e["segment"] for e, _, _ in self.resumed.values()]
+                old = old.where(~((F.col("kind") == "segment") & F.col("segment").isin(mine)))
+            old = old.select(*[F.col(f.name).cast(f.dataType) for f in items.schema])
             items = items.unionByName(old)
         items = items.persist()
         self.parts = {"items": items}
@@ -85,7 +102,7 @@ class Carry:
     def need_records(self, what):
         """Raise L{FullAudit} when a check of the compact form needs the records (C{what}
         it found) and some segments were carried, not decoded."""
-        if self.carried:
+        if self.carried or self.resumed:
             raise st.FullAudit(f"{what}: the check needs the records of every segment")
 
     # -- parts of what was read ----------------------------------------------------------
@@ -123,10 +140,13 @@ class Carry:
 
     def segments(self, segs):
         """The segment rows read plus the carried ones, in offset order."""
-        keys = ("segment", "file_length", "records", "records_end", "sealed", "declared_segment_size")
+        keys = ("segment", "file_length", "records", "records_end", "sealed", "declared_segment_size", "crc32",
+                "first_event_id", "last_event_id")
         carried = [{"segment": s["segment"], "file_length": s["length"], "records": s["records"],
                     "records_end": s["records_end"], "sealed": s["sealed"],
-                    "declared_segment_size": s.get("declared_segment_size")}
+                    "declared_segment_size": s.get("declared_segment_size"), "crc32": s.get("crc32"),
+                    "first_event_id": s["totals"].get("first_event_id"),
+                    "last_event_id": s["totals"].get("last_event_id")}
                    for s in self.carried.values()]  # fmt: skip
         return sorted([{k: r[k] for k in keys} for r in segs] + carried, key=lambda r: r["segment"])
 
@@ -240,20 +260,24 @@ class Carry:
 
     def changed_problems(self):
         """The changed-segment findings as rows of the C{problems} table."""
-        rows = [(seg, seg, None, "changed", detail, None, None) for seg, detail in self.changed]
-        ddl = "segment bigint, offset bigint, bytes int, problem string, detail string, event_id bigint, topic string"
+        rows = [(seg, seg, None, "changed", detail, None, None, None, None) for seg, detail in self.changed]
+        ddl = ("segment bigint, offset bigint, bytes int, problem string, detail string, event_id bigint,"
+               " topic string, event_before bigint, event_after bigint")
         return self.spark.createDataFrame(rows, ddl)
 
     def summary(self, segs, skipped_bytes=0):
         """The C{incremental} part of the summary: what was read, carried, verified."""
         carried = set(self.carried)
         read = [s for s in segs if f"{s['segment']:020d}" not in carried]
+        resume = self.resume
         return {
             "state_dir": self.root,
-            "mode": "incremental" if self.carried else "full",
+            "mode": "incremental" if self.carried or self.resumed else "full",
             "full_reason": self.reason,
             "segments_read": len(read),
-            "bytes_read": sum(s["file_length"] for s in read),
+            "bytes_read": sum(s["file_length"] - resume.get(f"{s['segment']:020d}", (0, 0))[0] for s in read),
+            "segments_resumed": len(resume),
+            "bytes_resumed_after": sum(v[0] for v in resume.values()),
             "segments_carried": len(carried),
             "bytes_carried": sum(s["length"] for s in self.carried.values()),
             "segments_verified": self.info.get("segments_verified", 0),
@@ -296,13 +320,17 @@ class Carry:
                 continue
             closed = bool(s["sealed"]) or s["segment"] != last
             proven = s["file_length"] if closed else s["records_end"] - s["segment"]
+            _, length, whole = self.resumed.get(name, (None, None, None))
+            known = whole if whole is not None and proven == length == s["file_length"] else None
             entries.append({
                 "segment": s["segment"], "name": name, "length": s["file_length"], "proven": proven,
                 "closed": closed, "records": s["records"], "records_end": s["records_end"],
                 "sealed": bool(s["sealed"]), "declared_segment_size": s["declared_segment_size"],
-                "totals": {k: v for k, v in totals[s["segment"]].items() if k != "segment"}, "digest": None,
+                "crc32": s.get("crc32"),
+                "totals": {k: v for k, v in totals[s["segment"]].items() if k != "segment"}, "digest": known,
             })  # fmt: skip
-            to_digest.append((name, uris[name], proven))
+            if known is None:  # a resumed segment's was hashed on when its prefix was checked
+                to_digest.append((name, uris[name], proven))
         sums = st.digests(self.spark, to_digest)
         for e in entries:
             if e["digest"] is None:

@@ -124,9 +124,33 @@ def _time(ms, with_date):
     return t.strftime("%m-%d %H:%M" if with_date else "%H:%M")
 
 
-def line_chart(rows, lines, title, unit=""):
-    """Return an inline C{<svg>} line chart of C{rows} (dicts with C{"t"} in epoch ms)
-    with one line per C{(key, label)} of C{lines}, or '' without data."""
+def runs_of(rows, step):
+    """Split C{rows} (sorted by C{"t"}) where a bucket of C{step} ms has no row: the
+    lists of rows a line may join without crossing time that had no data."""
+    out = []
+    for r in rows:
+        if out and step and r["t"] - out[-1][-1]["t"] <= step:
+            out[-1].append(r)
+        else:
+            out.append([r])
+    return out
+
+
+def tick_times(rows, n=6):
+    """Up to C{n} times of C{rows} to label the time axis with: points that hold data,
+    spread over them (the first and the last included)."""
+    ts = [r["t"] for r in rows]
+    if len(ts) <= n:
+        return ts
+    return sorted({ts[round(i * (len(ts) - 1) / (n - 1))] for i in range(n)})
+
+
+def line_chart(rows, lines, title, unit="", step=MINUTE):
+    """Return an inline C{<svg>} line chart of C{rows} (dicts with C{"t"} in epoch ms,
+    one per bucket of C{step} ms that had data) with one line per C{(key, label)} of
+    C{lines}, or '' without data. Lines join adjacent buckets only: time without data
+    is a break in the line, never a slope across it, and a lone point is a dot. The
+    time axis is labelled at points that hold data."""
     rows = [r for r in rows if r.get("t") is not None]
     if not rows:
         return ""
@@ -150,16 +174,19 @@ def line_chart(rows, lines, title, unit=""):
                    f'<text x="{_L - 6}" y="{y(v) + 4:.1f}" font-size="11" text-anchor="end">'
                    f"{_num(v)}{html.escape(unit)}</text>")  # fmt: skip
     with_date = t1 - t0 >= 86_400_000
-    for i in range(6 if t1 > t0 else 1):
-        t = t0 + (t1 - t0) * i / 5 if t1 > t0 else t0
-        out.append(f'<text x="{x(t):.1f}" y="{_T + ph + 16}" font-size="11" text-anchor="middle">'
+    for t in tick_times(rows):
+        out.append(f'<line x1="{x(t):.1f}" y1="{_T + ph}" x2="{x(t):.1f}" y2="{_T + ph + 4}" stroke="#888"/>'
+                   f'<text x="{x(t):.1f}" y="{_T + ph + 16}" font-size="11" text-anchor="middle">'
                    f"{_time(t, with_date)}</text>")  # fmt: skip
+    runs = runs_of(rows, step)
     for n, (key, label) in enumerate(lines):
         color = _COLORS[n % len(_COLORS)]
-        pts = " ".join(f"{x(r['t']):.1f},{y(r[key]):.1f}" for r in rows)
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{pts}"/>')
-        if len(rows) == 1:
-            out.append(f'<circle cx="{x(t0):.1f}" cy="{y(rows[0][key]):.1f}" r="3" fill="{color}"/>')
+        for run in runs:
+            if len(run) == 1:
+                out.append(f'<circle cx="{x(run[0]["t"]):.1f}" cy="{y(run[0][key]):.1f}" r="3" fill="{color}"/>')
+            else:
+                pts = " ".join(f"{x(r['t']):.1f},{y(r[key]):.1f}" for r in run)
+                out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{pts}"/>')
         lx = _L + 10 + 160 * n
         out.append(f'<rect x="{lx}" y="{_H - 12}" width="10" height="3" fill="{color}"/>'
                    f'<text x="{lx + 14}" y="{_H - 8}" font-size="11">{html.escape(label)}</text>')  # fmt: skip
@@ -172,12 +199,15 @@ def section(charts):
     width = charts.get("bucket_ms", MINUTE)
     per = "minute" if width == MINUTE else f"{width // MINUTE} minutes"
     parts = [
-        line_chart(charts.get("throughput_total", []), [("messages", "messages")], f"messages stored per {per} (UTC)"),
-        line_chart(charts.get("throughput_total", []), [("bytes", "bytes")], f"bytes stored per {per}", "B"),
-        line_chart(charts.get("store_lag", []), [("mean", "mean"), ("max", "max")],
-                   f"store lag per {per}: store time - born time (ms)", "ms"),
-        line_chart(charts.get("replication_lag", []), [("mean", "mean"), ("max", "max")],
-                   f"replication lag per {per}: the other directory's store time - this one's (ms)", "ms"),
+        line_chart(charts.get("throughput_total", []), [("messages", "messages")],
+                   f"Messages stored per {per} (store time, UTC)", step=width),
+        line_chart(charts.get("throughput_total", []), [("bytes", "bytes")],
+                   f"Bytes stored per {per} (store time, UTC)", "B", step=width),
+        line_chart(charts.get("store_lag", []), [("mean", "mean"), ("max", "largest")],
+                   f"Store lag per {per}: from the producer to the log (store time - born time)", "ms",
+                   step=width),
+        line_chart(charts.get("replication_lag", []), [("mean", "mean"), ("max", "largest")],
+                   f"Replication lag per {per}: the slave's store time - this one's", "ms", step=width),
     ]  # fmt: skip
     parts = [p for p in parts if p]
     if not parts:

@@ -76,34 +76,58 @@ class Layout:
 
 
 def _headers(arr, rel):
-    """The C{HEADER_SIZE} bytes at each of C{rel}, concatenated."""
-    n = len(rel)
-    if n > 1:
-        step = int(rel[1] - rel[0])
-        if step >= fmt.HEADER_SIZE and int(rel[-1]) + fmt.HEADER_SIZE <= len(arr) and (np.diff(rel) == step).all():
-            # Records of one size (the common case: a producer's messages): one strided
-            # copy instead of a slice per record.
-            view = np.lib.stride_tricks.as_strided(arr[int(rel[0]):], shape=(n, fmt.HEADER_SIZE), strides=(step, 1))
-            return view.tobytes()
-    mv = memoryview(arr)
-    try:
-        ends = (rel + fmt.HEADER_SIZE).tolist()
-        return b"".join(map(mv.__getitem__, map(slice, rel.tolist(), ends)))
-    finally:
-        mv.release()
+    """The C{HEADER_SIZE} bytes at each of C{rel}, concatenated: one gather over a
+    window view of the buffer (no copy until the gather), for records of any sizes. (A
+    join of one slice per record cost about 1.2 us a record on interleaved records.)"""
+    if not len(rel):
+        return b""
+    windows = np.lib.stride_tricks.sliding_window_view(arr, fmt.HEADER_SIZE)
+    return windows[rel].tobytes()
 
 
-def first_invalid(layout, positions, seg_start):
+def first_invalid(layout, positions, seg_start, arr=None):
     """Return the index of the first record whose inner lengths or physical offset are
-    wrong, with its L{fmt.scan_buffer} detail, or C{(None, None)}."""
+    wrong, with its L{fmt.scan_buffer} detail, or C{(None, None)}. With C{arr} (the
+    buffer the layout's positions are in), also of the first message whose header names
+    what the broker never writes (L{spark.audit.records.header_damage}, here on whole columns)."""
     phys_ok = layout.h["offset"] == seg_start + positions
     bad = ~(layout.inner_ok & phys_ok)
+    named = np.zeros(len(bad), dtype=bool) if arr is None else header_damage(layout, arr, ~bad)
+    bad |= named
     if not bad.any():
         return None, None
     i = int(np.argmax(bad))
     if not layout.inner_ok[i]:
         return i, "inner lengths disagree with size"
+    if named[i]:
+        return i, rec.header_damage(arr, int(layout.rel[i]))
     return i, f"physical offset {int(layout.h['offset'][i])}"
+
+
+_TOPIC_FORBIDDEN = np.zeros(256, dtype=bool)
+_TOPIC_FORBIDDEN[list(rec.TOPIC_FORBIDDEN)] = True
+
+
+def header_damage(layout, arr, check):
+    """True for each message of C{layout} (among those C{check}ed, whose inner lengths
+    are sound) whose header L{spark.audit.records.header_damage} finds damaged, on whole columns: only
+    topics with bytes beyond ASCII (rare) are checked one by one."""
+    is_msg = check & (layout.h["magic"] == fmt.MESSAGE_MAGIC)
+    qid = layout.h["queue_id"].astype(np.int64)
+    out = is_msg & ((qid < 0) | (qid >= rec.MAX_QUEUES) | (layout.topic_len == 0))
+    m = np.nonzero(is_msg & ~out)[0]
+    if not len(m):
+        return out
+    at, lengths = layout.topic_at[m], layout.topic_len[m]
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    idx = np.repeat(at - starts, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+    raw = arr[idx]
+    bad = np.logical_or.reduceat(_TOPIC_FORBIDDEN[raw], starts) | (raw[starts] == ord("."))
+    high = np.logical_or.reduceat(raw >= 0x80, starts) & ~bad
+    for j in np.nonzero(high)[0]:
+        bad[j] = rec.header_damage(arr, int(layout.rel[m[j]])) is not None
+    out[m] = bad
+    return out
 
 
 def _gather_strings(arr, at, lengths):

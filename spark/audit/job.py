@@ -64,6 +64,9 @@ def parse_args(argv):
     p.add_argument("--split-mb", type=float, default=R.DEFAULT_SPLIT >> 20,
                    help="bytes of a segment one task decodes, in MiB (default 64): bounds memory per task")
     p.add_argument("--max-examples", type=int, default=20, help="examples per finding in the summary")
+    p.add_argument("--tables", default="none", metavar="NAMES",
+                   help="detail tables to write as Parquet under OUT_DIR/tables: comma-separated names (see"
+                        " docs/audit.md), 'all', or 'none' (the default: summary.json and the report only)")
     p.add_argument("--quiet", action="store_true", help="no progress display (neither step lines nor Spark's bar)")
     p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
                    help="Spark's stage progress bar on stderr: auto (when stderr is a terminal), always, never")
@@ -311,11 +314,15 @@ def log_listing(spark, data_dir, limit=None):
     return cap_listing([f for f in list_files(spark, log_dir) if f[0][:1].isdigit()], limit)
 
 
-def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, skip=frozenset(), live=None):
+def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, skip=frozenset(), live=None,
+               resume=None):
     """Decode every commit-log segment of C{data_dir} into the items DataFrame (cached),
     one task per byte range of C{split} bytes (see L{spark.audit.ranges}), reading only
     the offsets below C{limit} when given (C{--live}), and not the segment files named
-    in C{skip} (carried by L{spark.audit.state}). With C{live} (JSON C{{topic:
+    in C{skip} (carried by L{spark.audit.state}), and the segment files named in
+    C{resume} (C{{name: (offset, records before it, CRC-32 of the bytes before it)}})
+    only from that offset on. With
+    C{live} (JSON C{{topic:
     create_event_id}}) the records come in the compact form (partial aggregates and the
     few records checked one by one, L{spark.audit.columns.compact_batches}).
 
@@ -332,7 +339,9 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
     if not good:
         empty = spark.createDataFrame([tuple(r.get(c) for c in _ITEM_NAMES) for r in extra], rec.ITEM_DDL)
         return empty, skipped, (None if live is None else lambda: empty)
-    tasks = R.plan(good, split, digest, live)
+    resume = resume or {}
+    tasks = R.plan(good, split, digest, live, {name: v[0] for name, v in resume.items()})
+    begin = {int(name): v for name, v in resume.items()}
     by_key = {(t[1], t[3]): t for t in tasks}
     final = dict(by_key)  # the task whose decode of each range counts
     # Each round decodes some ranges (all, then those to walk again); a range's items
@@ -341,7 +350,7 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
     decoded = [set(by_key)]
     rows = {(r["segment"], r["range_start"]): (0, r) for r in _range_rows(gens[0])}
     for _ in range(64):
-        segments, keep, rewalk = R.consolidate([r for _, r in rows.values()])
+        segments, keep, rewalk = R.consolidate([r for _, r in rows.values()], begin)
         if not rewalk:
             break
         again = [by_key[(seg, a)][:5] + (start, digest, live) for seg, a, start in rewalk]
@@ -445,28 +454,15 @@ def pending_frame(spark, meta):
     return spark.createDataFrame(rows, T.PENDING_DDL)
 
 
-def offset_rows(table, source):
-    """Flatten an C{offsetTable} (C{{"topic@group": {"qid": offset}}}) into rows."""
-    rows = []
-    for key, queues in (table or {}).items():
-        topic, _, group = key.rpartition("@")
-        if not topic:
-            continue
-        for qid, off in (queues or {}).items():
-            try:
-                rows.append((source, topic, group, int(qid), int(off)))
-            except (TypeError, ValueError):
-                continue
-    return rows
-
-
 def offsets_frame(spark, data_dir, meta):
-    """Committed offsets: RocketMQ's C{consumerOffset.json}, and C{state.consumerOffsets}
-    of the checkpoint (the same C{topic@group} layout, for the NSQ channels)."""
+    """Every consumer position the broker keeps (L{spark.audit.consumers}): RocketMQ's
+    C{consumerOffset.json}, and the checkpoint's channels (NSQ, msgout queues and
+    subscriptions) and msgout push subscriptions."""
+    from spark.audit.consumers import position_rows
+
     data, _ = read_json_file(spark, data_dir.rstrip("/") + "/consumerOffset.json")
-    rows = offset_rows((data or {}).get("offsetTable"), "consumerOffset.json")
-    rows += offset_rows(((meta or {}).get("state") or {}).get("consumerOffsets"), "metadata.json")
-    return spark.createDataFrame(rows, T.OFFSETS_DDL)
+    table = data.get("offsetTable") if isinstance(data, dict) else None
+    return spark.createDataFrame(position_rows(table, meta), T.OFFSETS_DDL)
 
 
 # -- the job ------------------------------------------------------------------------------
@@ -529,7 +525,8 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         # last tasks leave idle instead of running after it (docs/audit.md).
         cq_compact = _in_background(lambda: _materialized(read_cq_compact(spark, data_dir, durable, limit)))
     items, skipped, full = read_items(
-        spark, data_dir, split, digest=bool(args.compare), limit=limit, skip=skip, live=live
+        spark, data_dir, split, digest=bool(args.compare), limit=limit, skip=skip, live=live,
+        resume=carry.resume if carry else None,
     )  # fmt: skip
     if compact:
         # A few rows per range are left: one task reads them all, where one per range
@@ -595,7 +592,7 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     tables["event_duplicates"] = T.event_id_duplicates_in(every, intervals, held_twice)
     whole = carry.skeleton(recs) if merged else recs  # what the carried segments add to topics and delays
     topics = topics_frame(spark, meta, whole)
-    if carry and carry.carried:
+    if carry and (carry.carried or carry.resumed):
         carry.check_topics(topics)
     tables["topics"] = topics
     if with_cq:
@@ -717,6 +714,21 @@ def _durable_cq(spark, cq, durable, limit):
     return cq.where(F.col("log_offset").isNull() | (F.col("log_offset") < limit)).drop("durable")
 
 
+def wanted_tables(spec, tables):
+    """The names of C{tables} that C{--tables} C{spec} asks for (C{all}, C{none} or
+    comma-separated names); a name the run has no table of is bad input."""
+    spec = (spec or "none").strip()
+    if spec == "none":
+        return []
+    if spec == "all":
+        return list(tables)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in tables]
+    if unknown:
+        raise SystemExit(f"error: --tables: no table {unknown[0]!r} in this run (tables: {', '.join(sorted(tables))})")
+    return names
+
+
 def run(spark, args, progress=None):
     """Run the audit with an existing session. Returns C{(summary, exit_code)}."""
     from spark.audit import report as R
@@ -741,10 +753,12 @@ def run(spark, args, progress=None):
         tables["other_problems"] = other_tables["problems"]
     out = _abs(args.out).rstrip("/")
     progress.step("write", out)
+    wanted = wanted_tables(args.tables, tables)
     # The tables are small next to the decoding; writing them from a few threads
-    # overlaps the per-job latency of Spark's scheduler and output committer.
+    # overlaps the per-job latency of Spark's scheduler and output committer. Each is
+    # a few Spark jobs: only those asked for are written.
     with ThreadPoolExecutor(max_workers=4) as pool:
-        jobs = [pool.submit(df.write.mode("overwrite").parquet, f"{out}/tables/{name}") for name, df in tables.items()]
+        jobs = [pool.submit(tables[name].write.mode("overwrite").parquet, f"{out}/tables/{name}") for name in wanted]
         for j in jobs:
             j.result()
     summary = S.summarize(tables, facts, args)

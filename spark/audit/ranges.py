@@ -18,6 +18,7 @@ test-case-name: tests.spark.test_ranges
 
 import json
 import os
+import zlib
 from urllib.parse import unquote, urlparse
 
 import numpy as np
@@ -39,16 +40,20 @@ _READ_PAD = 64 << 10
 DEFAULT_SPLIT = 64 << 20
 
 
-def plan(files, split=DEFAULT_SPLIT, digest=True, live=None):
+def plan(files, split=DEFAULT_SPLIT, digest=True, live=None, begin=None):
     """Return the ranges (RANGE_DDL tuples) of C{files}, C{[(name, uri, length)]} of
     the segment files whose names are 20 digits; C{digest}: compute record digests;
     C{live}: the compact form (L{spark.audit.columns.compact_batches}) for these live
-    topics (JSON C{{topic: create_event_id}}), else one item per record."""
+    topics (JSON C{{topic: create_event_id}}), else one item per record. C{begin}:
+    C{{name: offset}}, a record boundary of the file to decode from (a resumed
+    segment), else its start."""
     out = []
     for name, uri, length in files:
         start = int(name)
-        for a in range(0, max(length, 1), split):
-            out.append((uri, start, length, a, min(a + split, length), None, digest, live))
+        first = (begin or {}).get(name, 0)
+        for a in range(first, max(length, first + 1), split):
+            out.append((uri, start, length, a, min(a + split, length), first if a == first and first else None,
+                        digest, live))  # fmt: skip
     return out
 
 
@@ -124,7 +129,15 @@ class Reader:
 def decode_range(read_at, seg_start, length, a, b, start_at=None, digest=True, live=None, batch=BATCH):
     """Yield the item batches of the range C{[a, b)} of a segment (see the module
     docstring); the last one is the C{"range"} summary. With C{live} (JSON, see
-    L{plan}) the records come in the compact form."""
+    L{plan}) the records come in the compact form.
+
+    Damage does not end the walk while a sound record follows it in the segment: as the
+    broker's recovery does (L{fmt.scan_buffer} with C{on_damage}), the walk goes on at
+    the next record header that names its own offset (L{scan.resync}), and the damaged
+    bytes become one C{"problem"} item: C{offset} and C{size} the byte range,
+    C{min_eid}/C{max_eid} the eventIds of the sound records before and after it (null
+    when that record is in another range or segment). Damage with no sound record after
+    it ends the segment (the problem's size is the rest of the file)."""
     if isinstance(live, str):
         live = json.loads(live)
     chunk = scan.Chunk(read_at, seg_start, length, a if start_at is None else start_at, min(length, b + _READ_PAD))
@@ -133,37 +146,63 @@ def decode_range(read_at, seg_start, length, a, b, start_at=None, digest=True, l
     else:
         positions, stop = scan.walk_from(chunk, start_at, b)
     first = positions[0] if positions else None
-    buf = chunk.buf
-    arr = np.frombuffer(buf, dtype=np.uint8)
     count = 0
     ids = []
-    pos = np.asarray(positions, dtype=np.int64)
-    for i in range(0, len(pos), batch):
-        part = pos[i : i + batch]
-        layout = C.Layout(arr, part - chunk.lo)
-        bad, detail = C.first_invalid(layout, part, seg_start)
-        if bad is not None:
-            stop = ("corrupt", int(part[bad]), detail)
-            part = part[:bad]
+    last_eid = None
+    pending = positions
+    while True:
+        buf = chunk.buf
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        pos = np.asarray(pending, dtype=np.int64)
+        damage = None
+        for i in range(0, len(pos), batch):
+            part = pos[i : i + batch]
             layout = C.Layout(arr, part - chunk.lo)
-        if len(part):
-            if live is not None:
-                yield from C.compact_batches(buf, layout, seg_start, a, live)
-            else:
-                yield C.record_batch(buf, layout, seg_start, a, digest)
-            ids.append(layout.h["event_id"].astype(np.int64))
-            count += len(part)
-        if bad is not None:
+            bad, detail = C.first_invalid(layout, part, seg_start, arr)
+            if bad is not None:
+                damage = ("corrupt", int(part[bad]), detail)
+                part = part[:bad]
+                layout = C.Layout(arr, part - chunk.lo)
+            if len(part):
+                if live is not None:
+                    yield from C.compact_batches(buf, layout, seg_start, a, live)
+                else:
+                    yield C.record_batch(buf, layout, seg_start, a, digest)
+                eids = layout.h["event_id"].astype(np.int64)
+                ids.append(eids)
+                last_eid = int(eids[-1])
+                count += len(part)
+            if bad is not None:
+                break
+        del arr
+        if damage is None:
+            if stop[0] not in ("torn", "corrupt"):
+                break
+            damage = stop
+        kind, at, detail = damage
+        nxt = scan.resync(chunk, at)
+        if nxt is None:  # nothing sound after it: the segment ends here
+            stop = damage
+            yield C.single_item(kind="problem", segment=seg_start, offset=seg_start + at, size=length - at,
+                                problem=kind, detail=detail, range_start=a, min_eid=last_eid)  # fmt: skip
             break
+        (after,) = fmt.I64.unpack_from(chunk.buf, nxt - chunk.lo + fmt.OFF_EVENT_ID)
+        yield C.single_item(kind="problem", segment=seg_start, offset=seg_start + at, size=nxt - at,
+                            problem="corrupt", detail=detail if kind == "corrupt" else f"bad size ({detail})",
+                            range_start=a, min_eid=last_eid, max_eid=after)  # fmt: skip
+        pending, stop = scan.walk_from(chunk, nxt, b)
     if ids:
         yield C.run_batch(np.concatenate(ids), seg_start, a)
     kind, at, detail = stop
-    if kind in ("torn", "corrupt"):
-        yield C.single_item(kind="problem", segment=seg_start, offset=seg_start + at, size=length - at,
-                            problem=kind, detail=detail, range_start=a)  # fmt: skip
+    # The CRC-32 of the bytes from the range's first record to where its walk ended: the
+    # driver chains those of a segment's ranges into the segment's (L{crc32_combine}).
+    crc = span = None
+    if first is not None and at is not None and at >= first:
+        with memoryview(chunk.buf) as view:
+            crc, span = zlib.crc32(view[first - chunk.lo : at - chunk.lo]), at - first
     yield C.single_item(
         kind="range", segment=seg_start, offset=start_at, size=length, range_start=a, range_end=b, range_first=first,
-        seg_records=count, seg_end=at, problem=kind, seg_sealed=kind == "blank",
+        seg_records=count, seg_end=at, problem=kind, seg_sealed=kind == "blank", sig_lo=crc, sig_hi=span,
         seg_declared_size=detail if kind == "blank" else None,
         detail=None if kind == "blank" else detail,
     )  # fmt: skip
@@ -210,29 +249,35 @@ def decode_cq_compact(batches):
                 yield from C.cq_compact_file(uri, _read_whole(uri), durable, r.get("log_limit")).to_batches()
 
 
-def consolidate(rows):
+def consolidate(rows, begin=None):
     """Join the C{"range"} items (dicts) of every segment back together.
 
     Returns C{(segments, keep, rewalk)}: the C{"segment"} items (dicts), the set of
     C{(segment, range_start)} whose items count, and the ranges to walk again from a
     known boundary, C{[(segment, range_start, start_at)]} (empty when all chained). A
-    range item's C{offset} is the boundary it was walked from, when it was given one."""
+    range item's C{offset} is the boundary it was walked from, when it was given one.
+    C{begin}: C{{segment: (offset, records)}} of the segments decoded from a record
+    boundary past their start (L{plan}), and the records before it."""
     by_seg = {}
     for r in rows:
         by_seg.setdefault(r["segment"], []).append(r)
     segments, keep, rewalk = [], set(), []
     for seg, ranges in sorted(by_seg.items()):
         ranges.sort(key=lambda r: r["range_start"])
-        expected, records, end = 0, 0, None
+        expected, records, crc = (begin or {}).get(seg, (0, 0, 0))
+        end = None
+        first = ranges[0]["range_start"]
         for r in ranges:
             a = r["range_start"]
-            if a and expected is not None and r["offset"] != expected:
+            if a != first and expected is not None and r["offset"] != expected:
                 want = expected if expected < r["range_end"] else None
                 if r["range_first"] != want:
                     rewalk.append((seg, a, expected))
                     break
             keep.add((seg, a))
             records += r["seg_records"]
+            if crc is not None and r["sig_hi"] is not None:
+                crc = crc32_combine(crc, r["sig_lo"], r["sig_hi"])
             if r["problem"] != "pass":
                 end = r
                 break
@@ -245,8 +290,42 @@ def consolidate(rows):
             "kind": "segment", "segment": seg, "offset": seg, "size": last["size"], "seg_records": records,
             "seg_end": seg + (last["seg_end"] if last["seg_end"] is not None else last["size"]),
             "seg_sealed": bool(last["seg_sealed"]), "seg_declared_size": last["seg_declared_size"],
+            "sig_lo": crc,
         })  # fmt: skip
     return segments, keep, rewalk
+
+
+def _gf2_times(mat, vec):
+    out, i = 0, 0
+    while vec:
+        if vec & 1:
+            out ^= mat[i]
+        vec >>= 1
+        i += 1
+    return out
+
+
+def _gf2_square(mat):
+    return [_gf2_times(mat, m) for m in mat]
+
+
+def crc32_combine(crc1, crc2, len2):
+    """Return the CRC-32 of C{A + B} from C{crc1 = crc32(A)}, C{crc2 = crc32(B)} and
+    C{len2 = len(B)}, without the bytes (zlib's C{crc32_combine}, which Python's zlib
+    does not expose): the CRC of C{A} is carried over C{len2} zero bytes by squaring
+    the one-zero-bit operator, then C{crc2} is added."""
+    if len2 <= 0:
+        return crc1
+    op = [0xEDB88320] + [1 << n for n in range(31)]  # appends one zero bit
+    for _ in range(3):
+        op = _gf2_square(op)  # two, four, then eight bits: one zero byte
+    while len2:
+        if len2 & 1:
+            crc1 = _gf2_times(op, crc1)
+        len2 >>= 1
+        if len2:
+            op = _gf2_square(op)  # twice as many zero bytes
+    return crc1 ^ crc2
 
 
 def segment_files(listing):

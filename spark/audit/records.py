@@ -20,6 +20,7 @@ test-case-name: tests.unit.test_audit_records
 
 import hashlib
 import json
+import zlib
 from urllib.parse import unquote
 
 from mqserver.store import format as fmt
@@ -169,6 +170,36 @@ def record_item(buf, pos, view, segment):
     )  # fmt: skip
 
 
+#: What a topic name never holds (L{mqserver.broker.topics.validate_topic_name}: it is
+#: a directory name too), and the queue count a topic never reaches
+#: (L{mqserver.broker.topics.MAX_QUEUES}). The executors do not import the broker, so
+#: the two rules are restated here.
+TOPIC_FORBIDDEN = b" \t\r\n/\\\x00"
+MAX_QUEUES = 1024
+
+
+def header_damage(buf, r):
+    """Return why the header of the message record at C{buf[r:]} (its framing sound)
+    cannot be what the broker wrote, or None: a queue id outside C{0..MAX_QUEUES-1}, or
+    a topic that is empty, starts with a dot, holds a forbidden byte or is not UTF-8. No
+    CRC covers the header, so such a record's topic and queue must not be believed."""
+    (qid,) = fmt.I32.unpack_from(buf, r + fmt.OFF_QUEUE_ID)
+    (body_len,) = fmt.I32.unpack_from(buf, r + fmt.OFF_BODY_LEN)
+    t = r + fmt.HEADER_SIZE + body_len
+    n = int(buf[t])
+    topic = bytes(buf[t + 1 : t + 1 + n])
+    ok = 0 <= qid < MAX_QUEUES and topic[:1] not in (b"", b".")
+    ok = ok and not any(c in TOPIC_FORBIDDEN for c in topic)
+    if ok:
+        try:
+            topic.decode("utf-8")
+        except UnicodeDecodeError:
+            ok = False
+    if ok:
+        return None
+    return f"damaged header: queue {qid} of topic {topic.decode('utf-8', 'replace')!r}"
+
+
 def decode_segment(path, content):
     """Yield the items of one commit-log segment file (see the module docstring).
 
@@ -187,26 +218,63 @@ def decode_segment(path, content):
     count = 0
     sealed = False
     declared = None
-    scan = fmt.scan_buffer(buf, start, check_crc=False)
-    try:
-        for offset, view in scan:
-            pos = offset - start
-            yield record_item(buf, pos, view, start)
-            count += 1
-            pos += view.size
-    except fmt.ScanError as e:
-        pos = e.offset - start
-        yield _item("problem", start, e.offset, end - pos, problem=e.kind, detail=e.detail)
-    else:
+    last_eid = None
+    while True:
+        try:
+            for offset, view in fmt.scan_buffer(buf, start, pos, check_crc=False):
+                at = offset - start
+                damaged = header_damage(buf, at) if view.magic == fmt.MESSAGE_MAGIC else None
+                if damaged:
+                    raise fmt.ScanError(offset, "corrupt", damaged)
+                yield record_item(buf, at, view, start)
+                count += 1
+                last_eid = view.event_id
+                pos = at + view.size
+        except fmt.ScanError as e:
+            # Step over the damage to the next sound record, as recovery does.
+            at = e.offset - start
+            detail = e.detail
+            if detail == "unreadable topic":  # the format's word for a topic not UTF-8
+                detail = header_damage(buf, at) or detail
+            nxt = _resync(buf, at, start)
+            if nxt is None:
+                pos = at
+                yield _item("problem", start, e.offset, end - at, problem=e.kind, detail=detail, min_eid=last_eid)
+                break
+            (after,) = fmt.I64.unpack_from(buf, nxt + fmt.OFF_EVENT_ID)
+            detail = detail if e.kind == "corrupt" else f"bad size ({detail})"
+            yield _item("problem", start, e.offset, nxt - at, problem="corrupt", detail=detail,
+                        min_eid=last_eid, max_eid=after)  # fmt: skip
+            pos = nxt
+            continue
         if end - pos >= fmt.BLANK_SIZE:
             size, magic = fmt.BLANK.unpack_from(buf, pos)
             if magic == fmt.BLANK_MAGIC:
                 sealed = True
                 declared = pos + size
+        break
     yield _item(
         "segment", start, start, end, seg_records=count, seg_end=start + pos,
-        seg_sealed=sealed, seg_declared_size=declared,
+        seg_sealed=sealed, seg_declared_size=declared, sig_lo=zlib.crc32(buf[:pos]),
     )  # fmt: skip
+
+
+def _resync(buf, at, start):
+    """The position of the first sound record after the damage at C{buf[at]}
+    (L{fmt.next_record}, then checked whole), or None."""
+    search = at
+    while True:
+        nxt = fmt.next_record(buf, search, start)
+        if nxt is None:
+            return None
+        try:
+            for _, view in fmt.scan_buffer(buf, start, nxt, check_crc=False):
+                if view.magic != fmt.MESSAGE_MAGIC or header_damage(buf, nxt) is None:
+                    return nxt
+                break
+        except fmt.ScanError:
+            pass
+        search = nxt
 
 
 def decode_segments(rows):

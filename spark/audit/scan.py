@@ -27,6 +27,7 @@ import re
 import numpy as np
 
 from mqserver.store import format as fmt
+from spark.audit import records as rec
 
 _MIN_SIZE = fmt.HEADER_SIZE + 3
 _MAGICS = (fmt.MESSAGE_MAGIC, fmt.ADMIN_MAGIC)
@@ -100,6 +101,10 @@ def check_record(chunk, pos):
     (phys,) = fmt.I64.unpack_from(chunk.buf, r + fmt.OFF_PHYSICAL_OFFSET)
     if phys != chunk.seg_start + pos:
         return "corrupt", f"physical offset {phys}"
+    if magic == fmt.MESSAGE_MAGIC:
+        damaged = rec.header_damage(chunk.buf, r)
+        if damaged:
+            return "corrupt", damaged
     return "record", size
 
 
@@ -189,25 +194,41 @@ def walk(chunk, a, b):
 
 
 _RUN_MAX = 1 << 16
-_MAGIC_WORDS = np.array([fmt.MESSAGE_MAGIC, fmt.ADMIN_MAGIC], dtype=np.uint32)
 
 
 def same_size_run(buf, lo, pos, size, b, end):
     """Return how many records of C{size} follow one another from C{pos} (each with a
     record magic and that TotalSize, each starting before C{b}, ending in the file and
-    in C{buf}), checked at once with numpy: a broker writing messages of one size
-    produces long such runs. 0 when the run would be too short to be worth it."""
+    in C{buf}), checked with numpy: a broker writing messages of one size produces long
+    such runs. 0 when the run would be too short to be worth it.
+
+    The run is probed in windows growing eightfold (8, 64, 512 ... records), so the
+    work is proportional to the run found: on a log where publishers interleave, two
+    records of one size in a row are common and the run after them short, and checking
+    the longest possible run each time cost more than the whole walk."""
     held = lo + len(buf)
-    k = min(-(-(b - pos) // size), (min(end, held) - pos) // size, _RUN_MAX)
-    if k < 8:
+    k_max = min(-(-(b - pos) // size), (min(end, held) - pos) // size, _RUN_MAX)
+    if k_max < 8:
         return 0
     arr = np.frombuffer(buf, dtype=np.uint8)
     try:
-        heads = arr[(pos - lo + size * np.arange(k))[:, None] + np.arange(8)].view(">u4")
-        ok = (heads[:, 0] == size) & np.isin(heads[:, 1], _MAGIC_WORDS)
-        return k if ok.all() else int(np.argmin(ok))
+        done, k = 0, 8
+        while True:
+            k = min(k, k_max)
+            starts = pos - lo + size * np.arange(done, k)
+            heads = arr[starts[:, None] + _HEAD_BYTES].view(">u4")
+            magic = heads[:, 1]
+            ok = (heads[:, 0] == size) & ((magic == fmt.MESSAGE_MAGIC) | (magic == fmt.ADMIN_MAGIC))
+            if not ok.all():
+                return done + int(np.argmin(ok))
+            if k == k_max:
+                return k
+            done, k = k, k * 8
     finally:
         del arr
+
+
+_HEAD_BYTES = np.arange(8)
 
 
 def walk_from(chunk, pos, b):
@@ -223,3 +244,29 @@ def walk_from(chunk, pos, b):
     if kind != "record":
         return positions, (kind, pos, detail)
     return positions, ("pass", pos, None)
+
+
+def resync(chunk, pos):
+    """Return the file position of the first record after the damaged bytes at C{pos}
+    that recovery would step to (L{fmt.next_record}: a record header naming its own
+    offset, with a known magic and sizes that fit), checked whole as L{check_record}
+    does; None when the segment holds none (the damage runs to its end). Reads on
+    from C{pos} a window at a time, so a record close to the damage does not need the
+    rest of the segment read."""
+    search, window = pos, _RESYNC_WINDOW
+    while True:
+        chunk.need(min(chunk.length, pos + window))
+        nxt = fmt.next_record(chunk.buf, search - chunk.lo, chunk.seg_start + chunk.lo)
+        if nxt is not None:
+            at = chunk.lo + nxt
+            if check_record(chunk, at)[0] == "record":
+                return at
+            search = at
+        elif chunk.hi >= chunk.length:
+            return None
+        else:
+            window *= 2
+
+
+#: The bytes L{resync} first reads past damage looking for the next record.
+_RESYNC_WINDOW = 1 << 20

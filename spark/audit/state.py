@@ -14,7 +14,11 @@ A segment is I{carried} (not decoded again) when it was closed when proven (seal
 BLANK, or not the newest segment), had no problem of any kind, and its file still has
 the same length and digest. A closed segment whose length or digest differs, or an open
 one whose proven prefix differs, is an integrity finding (C{changed_segments}) and is
-audited again in full; the newest, open segment is always read again.
+audited again in full. An open segment whose proven prefix still has its digest is
+I{resumed} in the compact form: its prefix's items are carried and only the bytes after
+it are decoded (the per-record form reads it again whole). The digest of the prefix is
+checked by hashing it (no decoding), and the same pass hashes on to the file's end, so
+the next state's digest needs no second read when the records end there.
 
 test-case-name: tests.spark.test_incremental
 """
@@ -146,29 +150,38 @@ def load(spark, root):
 # -- digests ------------------------------------------------------------------------------
 
 
-def file_digest(uri, n):
-    """Return the SHA-256 (hex) of the first C{n} bytes of C{uri} and how many it read."""
+def file_digest(uri, n, more=None):
+    """Return the SHA-256 (hex) of the first C{n} bytes of C{uri}, how many it read, and
+    with C{more} (> C{n}) the SHA-256 of the first C{more} bytes, hashed on in the same
+    pass (else None)."""
     reader = R.Reader(uri)
     h = hashlib.sha256()
-    got = 0
+    got, first = 0, None
+    end = max(n, more or 0)
     try:
-        while got < n:
-            b = reader.read_at(got, min(_CHUNK, n - got))
+        while got < end:
+            if got == n:
+                first = h.hexdigest()
+            stop = n if got < n else end
+            b = reader.read_at(got, min(_CHUNK, stop - got))
             if not b:
                 break
             h.update(b)
             got += len(b)
     finally:
         reader.close()
-    return h.hexdigest(), got
+    if first is None:
+        return h.hexdigest(), got, None
+    return first, n, h.hexdigest() if got == end else None
 
 
 def digests(spark, wanted):
-    """Digest C{[(name, uri, n)]} on the executors; returns C{{name: (hex, bytes read)}}."""
+    """Digest C{[(name, uri, n)]} or C{[(name, uri, n, more)]} on the executors; returns
+    C{{name: (hex, bytes read, hex of the first C{more} bytes or None)}}."""
     if not wanted:
         return {}
     rdd = spark.sparkContext.parallelize(wanted, len(wanted))
-    return dict(rdd.map(lambda w: (w[0], file_digest(w[1], w[2]))).collect())
+    return dict(rdd.map(lambda w: (w[0], file_digest(*w[1:]))).collect())
 
 
 # -- the plan -----------------------------------------------------------------------------
@@ -177,8 +190,10 @@ def digests(spark, wanted):
 def plan(spark, manifest, listing):
     """Decide what to carry. C{listing} is the commit log C{[(name, uri, length)]}.
 
-    Returns C{(carried, changed, info)}: the manifest entries carried (by name), the
-    changed-segment findings C{[(segment, detail)]}, and counts for the summary."""
+    Returns C{(carried, changed, info, resumed)}: the manifest entries carried (by name),
+    the changed-segment findings C{[(segment, detail)]}, counts for the summary, and the
+    open segments whose proven prefix is intact and that grew, C{{name: (entry, length,
+    SHA-256 of the whole file)}} (an open one that did not grow is carried)."""
     have = {name: (uri, length) for name, uri, length in listing}
     oldest = min((int(n) for n in have if n.isdigit()), default=None)
     candidates, changed, removed = [], [], 0
@@ -195,22 +210,24 @@ def plan(spark, manifest, listing):
         elif length < s["proven"]:
             changed.append((s["segment"], f"shorter than the {s['proven']} bytes proven ({length})"))
         else:
-            candidates.append((s["name"], uri, s["proven"]))
+            candidates.append((s["name"], uri, s["proven"], length))
     sums = digests(spark, candidates)
-    carried = {}
+    carried, resumed = {}, {}
     by_name = {s["name"]: s for s in manifest["segments"]}
-    for name, _, n in candidates:
+    for name, _, n, length in candidates:
         s = by_name[name]
         if sums[name][0] != s["digest"]:
             changed.append((s["segment"], f"digest of the first {n} bytes differs from the audited one"))
-        elif s["closed"]:
+        elif s["closed"] or length == n:
             carried[name] = s
+        else:
+            resumed[name] = (s, length, sums[name][2])
     info = {
         "segments_verified": len(candidates),
         "bytes_verified": sum(v[1] for v in sums.values()),
         "segments_removed": removed,
     }
-    return carried, sorted(changed), info
+    return carried, sorted(changed), info, resumed
 
 
 def write_generation(spark, root, entries, parts, cq, form=RECORDS):

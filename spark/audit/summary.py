@@ -178,7 +178,7 @@ def consumption(tables, n):
         F.sum(F.when(F.col("overdue"), F.col("delay_count") - F.col("fired"))).alias("overdue_messages"),
     ).first()
     return {
-        "lag": collect_rows(tables["consumer_lag"].orderBy("topic", "consumer_group", "queue_id")),
+        "lag": collect_rows(tables["consumer_lag"].orderBy("kind", "topic", "consumer", "queue_id")),
         "retry_dlq": collect_rows(tables["retry_dlq"].orderBy("kind", "topic")),
         "delays": {
             "total": agg["delays"],
@@ -210,6 +210,7 @@ def summarize(tables, facts, args):
             "read_up_to": facts.get("read_up_to"),
             **t,
         },
+        "segments": facts["segments"],
         "queues": stats,
         "integrity": counters,
         "integrity_examples": examples,
@@ -275,9 +276,11 @@ def console_summary(summary):
 
 
 def exit_code(summary):
-    """Return 1 when C{summary} holds any integrity finding, else 0; sets the verdict."""
+    """Return 1 when C{summary} holds any integrity finding, else 0; sets the verdict
+    and the C{findings} (L{findings_by_kind}, as stdout's JSON has them)."""
     bad = integrity_total(summary)
     summary["verdict"] = "INTEGRITY FINDINGS" if bad else "OK"
+    summary["findings"] = findings_by_kind(summary)
     return 1 if bad else 0
 
 

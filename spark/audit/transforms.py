@@ -10,6 +10,8 @@ test-case-name: tests.spark.test_transforms
 from pyspark.sql import functions as F
 from pyspark.sql import Window
 
+from spark.audit.consumers import POSITIONS_DDL
+
 RECORD_COLUMNS = [
     "segment", "offset", "size", "magic", "event_id", "topic", "queue_id", "queue_offset",
     "flag", "sys_flag", "born_ts", "store_ts", "body_len", "crc_ok", "tag_hash",
@@ -27,7 +29,7 @@ DLQ_PREFIX = "%DLQ%"
 #: Schemas of the small frames the job builds from JSON files.
 TOPICS_DDL = "topic string, queues int, create_event_id bigint, expire_at bigint, create_ts bigint"
 PENDING_DDL = "event_id bigint, trigger_ms bigint, topic string, delay_count int, applied int"
-OFFSETS_DDL = "source string, topic string, consumer_group string, queue_id int, committed bigint"
+OFFSETS_DDL = POSITIONS_DDL
 
 
 def records(items):
@@ -41,27 +43,39 @@ def messages(recs):
 
 
 def segments(items):
-    """Return one row per segment file: start, length, records, end, sealing."""
-    return items.where(F.col("kind") == "segment").select(
+    """Return one row per segment file: start, length, records, end, sealing, the
+    CRC-32 of its records' bytes, and its first and last eventId."""
+    ids = items.where(F.col("kind") == "run").groupBy("segment").agg(
+        F.min("event_id").alias("first_event_id"), F.max("run_end").alias("last_event_id")
+    )
+    rows = items.where(F.col("kind") == "segment").select(
         F.col("segment"),
         F.col("size").alias("file_length"),
         F.col("seg_records").alias("records"),
         F.col("seg_end").alias("records_end"),
         F.col("seg_sealed").alias("sealed"),
         F.col("seg_declared_size").alias("declared_segment_size"),
+        F.col("sig_lo").alias("crc32"),
     )
+    return rows.join(ids, "segment", "left")
 
 
 def problems(items):
     """Return every unreadable or damaged record: decoding problems (C{corrupt},
-    C{torn}) and records whose body CRC does not match (C{crc})."""
+    C{torn}: a damaged byte range, C{offset} and C{bytes}, with the eventIds of the
+    sound records before and after it, C{event_before} and C{event_after}, when the
+    range that found it holds them) and records whose body CRC does not match
+    (C{crc})."""
     decoded = items.where(F.col("kind") == "problem").select(
         "segment", "offset", F.col("size").alias("bytes"), "problem", "detail",
         F.lit(None).cast("bigint").alias("event_id"), F.lit(None).cast("string").alias("topic"),
+        F.col("min_eid").alias("event_before"), F.col("max_eid").alias("event_after"),
     )  # fmt: skip
+    none = F.lit(None).cast("bigint")
     crc = items.where((F.col("kind") == "record") & ~F.col("crc_ok")).select(
         "segment", "offset", F.col("size").alias("bytes"), F.lit("crc").alias("problem"),
         F.lit("body CRC mismatch").alias("detail"), "event_id", "topic",
+        none.alias("event_before"), none.alias("event_after"),
     )  # fmt: skip
     return decoded.unionByName(crc)
 
@@ -332,14 +346,17 @@ def queue_ends(cq):
 
 
 def consumer_lag(offsets, ends):
-    """Lag per consumer group and queue: the queue's max offset minus the committed
-    offset (a queue with no entries has max offset 0)."""
+    """Lag per consumer and queue (C{offsets}: L{spark.audit.consumers} rows): the
+    messages of the queue not finished, its length (max offset; 0 for a queue with no
+    entries) minus the committed offset and the offsets finished above it."""
+    zero = F.lit(0).cast("bigint")
     return (
         offsets.join(ends, ["topic", "queue_id"], "left")
-        .withColumn("max_offset", F.coalesce(F.col("max_offset"), F.lit(0).cast("bigint")))
-        .withColumn("lag", F.greatest(F.lit(0).cast("bigint"), F.col("max_offset") - F.col("committed")))
-        .select("source", "topic", "consumer_group", "queue_id", "committed", "max_offset", "lag")
-    )
+        .withColumn("max_offset", F.coalesce(F.col("max_offset"), zero))
+        .withColumn("lag", F.greatest(zero, F.col("max_offset") - F.col("committed") - F.col("finished_ahead")))
+        .select("kind", "source", "topic", "consumer", "queue_id", "committed", "finished_ahead",
+                "delivered_unfinished", "max_offset", "lag", "push_url")
+    )  # fmt: skip
 
 
 def retry_dlq(stats):

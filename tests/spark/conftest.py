@@ -81,3 +81,12 @@ def broker_dir(tmp_path_factory):
     """The scenario of L{tests.spark.datadirs}, written once by the real broker.
     Returns C{(path, facts)}; tests copy it before changing anything."""
     return write_broker_dir(str(tmp_path_factory.mktemp("audit-broker")))
+
+
+@pytest.fixture(scope="session")
+def consumers_dir(tmp_path_factory):
+    """A directory the real broker wrote with one consumer of every kind at a known
+    position (L{tests.spark.datadirs.write_consumers_dir})."""
+    from tests.spark.datadirs import write_consumers_dir
+
+    return write_consumers_dir(str(tmp_path_factory.mktemp("audit-consumers")))

@@ -189,7 +189,8 @@ def nth_record(path, n):
 def damage(data, kind):
     """Damage the copy C{data} of a broker directory in the way named C{kind} (one of
     L{DAMAGES}, or C{"all"}: crc, relabel, cq and torn together; C{"others"}: cq_torn,
-    rewrite and corrupt together; C{"none"}: leave it sound)."""
+    rewrite and corrupt together; C{"exact"}: cut and header together; C{"none"}: leave
+    it sound)."""
     second = segments(data)[1]
     if kind == "none":
         return
@@ -198,6 +199,9 @@ def damage(data, kind):
             damage(data, k)
     elif kind == "others":
         for k in ("cq_torn", "rewrite", "corrupt"):
+            damage(data, k)
+    elif kind == "exact":
+        for k in ("cut", "header"):
             damage(data, k)
     elif kind == "crc":
         flip_body_byte(data, 100)
@@ -223,6 +227,10 @@ def damage(data, kind):
         _patch(second, nth_record(second, 90) + fmt.OFF_PHYSICAL_OFFSET, (12345).to_bytes(8, "big"))
     elif kind == "zero_tail":
         _patch(second, nth_record(second, 100), bytes(5000))
+    elif kind == "cut":
+        overwrite_records(data, 60, 100)
+    elif kind == "header":
+        damage_header(data, 30)
     elif kind == "not_a_segment":
         with open(os.path.join(data, "commitlog", "12345"), "wb") as f:
             f.write(b"junk")
@@ -232,4 +240,121 @@ def damage(data, kind):
 
 #: The kinds of damage L{damage} makes, one at a time.
 DAMAGES = ("crc", "relabel", "torn", "rewrite", "cq", "cq_torn", "corrupt", "bad_magic", "bad_size",
-           "physical_offset", "zero_tail", "not_a_segment")
+           "physical_offset", "zero_tail", "not_a_segment", "cut", "header")
+
+
+#: The consumers of L{write_consumers_dir}, each over a topic of ten messages:
+#: C{(kind, topic, consumer): (committed, finished_ahead, delivered_unfinished, lag)}.
+CONSUMERS = {
+    ("rocketmq group", "rq", "G1"): (4, 0, 0, 6),
+    ("nsq channel", "nt", "ch"): (2, 2, 2, 6),
+    ("msgout queue", "mq", "(queue)"): (1, 1, 1, 8),
+    ("msgout subscription", "mt", "reader"): (3, 0, 0, 7),
+    ("msgout subscription", "mt", "push"): (0, 0, 0, 10),
+}
+#: Where the push subscription of L{write_consumers_dir} posts (nothing listens there).
+PUSH_URL = "http://127.0.0.1:9/audit-push"
+
+
+def write_consumers_dir(base):
+    """Run a broker with every protocol's doors and leave one consumer of each kind at a
+    known position (L{CONSUMERS}): a RocketMQ group commits 4 of ``rq``; an NSQ channel
+    ``ch`` on ``nt`` takes 6, finishes the 1st, 2nd, 4th and 6th, defers the 5th and
+    keeps the 3rd in flight; msgout's queue ``mq`` hands out 4 and gets the 1st and 3rd
+    acked; topic-mode ``mt`` has a subscription ``reader`` that acks 3 and a push
+    subscription ``push`` whose URL never answers; an smss subscriber ``w1`` reads
+    ``sm`` (smss positions are not kept on disk). Returns the data directory."""
+    from protocols.remoting import codes
+    from tests.support.msgout import LOOPBACK, Api
+    from tests.support.nsq import V2, http, http_json
+    from tests.support.remoting_client import RemotingClient
+    from tests.support.wait import wait_until
+
+    data = os.path.join(base, "consumers")
+    listen = {n: LOOPBACK for n in ("smss", "broker", "nsqd_tcp", "nsqd_http", "msgout")}
+    server = ServerProcess(data, listen=listen).start()
+    nsq = api = None
+    try:
+        c = SmssClient("127.0.0.1", server.smss_port)
+        for topic in ("rq", "sm"):
+            c.create(topic)
+            c.publish(topic, [b"%s %d" % (topic.encode(), i) for i in range(10)])
+        c.close()
+        rmq = RemotingClient("127.0.0.1", server.ports["BrokerDoor"])
+        ext = {"consumerGroup": "G1", "topic": "rq", "queueId": 0, "commitOffset": 4}
+        assert rmq.call(codes.UPDATE_CONSUMER_OFFSET, ext).code == 0
+        rmq.close()
+        sc = SmssClient("127.0.0.1", server.smss_port, timeout=15)
+        sub = sc.subscribe("sm", 0, batch=3, who="w1")
+        assert len(sub.next_batch(15).messages) == 3
+        sub.ack()
+        sc.close()
+        nsq_http = server.ports["NsqdHttpSite"]
+        assert http(nsq_http, "POST", "/mpub?topic=nt", b"\n".join(b"n %d" % i for i in range(10)))[0] == 200
+        nsq = V2(server.ports["NsqdFactory"])
+        nsq.send(b"SUB nt ch\nRDY 6\n")
+        assert nsq.frame() == (0, b"OK")
+        got = nsq.messages(6)
+        nsq.send(b"RDY 0\n")  # none delivered in place of the finished ones
+        for i in (0, 1, 3, 5):
+            nsq.send(b"FIN " + got[i].msg_id + b"\n")
+        nsq.send(b"REQ " + got[4].msg_id + b" 3600000\n")
+
+        def settled():
+            topics = http_json(nsq_http, "GET", "/stats?format=json")[1]["topics"]
+            ch = [c for t in topics if t["topic_name"] == "nt" for c in t["channels"]][0]
+            return (ch["in_flight_count"], ch["deferred_count"]) == (1, 1)
+
+        wait_until(settled, 15, "the NSQ channel's FIN and REQ")
+        api = Api(server.ports["MsgoutSite"])
+        api.put_queue("mq")
+        api.publish("mq", *[f"m {i}" for i in range(10)])
+        got = api.fetch("mq", max=4)
+        assert len(got) == 4
+        api.ack([got[0]["receipt"], got[2]["receipt"]])
+        api.put_queue("mt", mode="topic")
+        api.publish("mt", *[f"t {i}" for i in range(10)])
+        got = api.fetch("mt", max=3, sub_id="reader")
+        assert len(got) == 3
+        api.ack([m["receipt"] for m in got])
+        api.ok("POST", "/v1/queues/mt/subscriptions", {"url": PUSH_URL, "sub_id": "push", "batch": 5})
+    finally:
+        for conn in (nsq, api):
+            if conn is not None:
+                conn.close()
+        code = server.stop()
+        server.close()
+    assert code in (0, -15), server.read_log()
+    return data
+
+
+def record_at(path, pos):
+    """The record (a L{fmt.RecordView}) at file position C{pos} of segment C{path}."""
+    with open(path, "rb") as f:
+        buf = f.read()
+    return fmt.RecordView(buf, pos)
+
+
+def overwrite_records(data, n, count, segment=1):
+    """Overwrite records C{n} to C{n + count - 1} (from 0) of the C{segment}th segment
+    (from 0) with junk bytes, as if they were cut out and the hole filled: the records
+    before and after stay where they were. Returns C{(log offset, bytes, eventId
+    before, eventId after)} of the damaged range."""
+    path = segments(data)[segment]
+    start = int(os.path.basename(path))
+    a, b = nth_record(path, n), nth_record(path, n + count)
+    before, after = record_at(path, nth_record(path, n - 1)).event_id, record_at(path, b).event_id
+    _patch(path, a, bytes([0xA5]) * (b - a))
+    return start + a, b - a, before, after
+
+
+def damage_header(data, n, segment=1):
+    """Damage the header of record C{n} (from 0) of the C{segment}th segment, its
+    framing intact: its queue id becomes 65535 and the third byte of its topic 0xFF
+    (not UTF-8). Returns C{(log offset, size, eventId)} of the record."""
+    path = segments(data)[segment]
+    pos = nth_record(path, n)
+    view = record_at(path, pos)
+    _patch(path, pos + fmt.OFF_QUEUE_ID, fmt.I32.pack(65535))
+    _patch(path, pos + fmt.HEADER_SIZE + len(view.body) + 1 + 2, b"\xff")
+    return int(os.path.basename(path)) + pos, view.size, view.event_id

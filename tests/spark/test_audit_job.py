@@ -5,6 +5,7 @@ import base64
 import html.parser
 import json
 import os
+import zlib
 
 import pytest
 
@@ -19,7 +20,7 @@ ORDERS_BYTES = 600 * 297 + 131 + 109
 
 def audit(spark, data, out, *extra):
     """Run the job in this session; returns C{(summary, exit code)}."""
-    args = job.parse_args([str(data), "--out", str(out), "--quiet", *extra])
+    args = job.parse_args([str(data), "--out", str(out), "--quiet", "--tables", "all", *extra])
     summary, code = job.run(spark, args)
     with open(os.path.join(out, "summary.json")) as f:
         assert json.load(f) == json.loads(json.dumps(summary))
@@ -39,7 +40,7 @@ def clean(spark, broker_dir, tmp_path_factory):
     slave = dd.copy_dir(data, str(base / "slave"))
     out = base / "out"
     summary, code = audit(spark, data, out, "--compare", slave)
-    return summary, code, out, facts
+    return summary, code, out, dict(facts, data=data)
 
 
 def test_clean_directory_has_no_findings(clean):
@@ -71,7 +72,7 @@ def test_clean_directory_queue_figures(clean):
 def test_clean_directory_consumption(clean):
     """Lag from consumerOffset.json, retry/DLQ volumes, the pending delay."""
     c = clean[0]["consumption"]
-    lag = {(r["topic"], r["consumer_group"]): (r["committed"], r["max_offset"], r["lag"]) for r in c["lag"]}
+    lag = {(r["topic"], r["consumer"]): (r["committed"], r["max_offset"], r["lag"]) for r in c["lag"]}
     assert lag == {("orders", "g1"): (500, 602, 102), ("%RETRY%g1", "g1"): (3, 3, 0)}
     vols = {(r["kind"], r["consumer_group"]): (r["messages"], r["bytes"]) for r in c["retry_dlq"]}
     assert vols == {("retry", "g1"): (3, 3 * (88 + 50 + 1 + 9 + 2)), ("dlq", "g1"): (2, 2 * (88 + 40 + 1 + 7 + 2))}
@@ -130,11 +131,33 @@ def test_html_report_is_self_contained(clean):
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     # Throughput and lag over time (with --compare, replication lag too) as inline SVG.
     assert [t.split(" per ")[0] for t in page.svg_titles] == [
-        "messages stored", "bytes stored", "store lag", "replication lag"]
+        "Messages stored", "Bytes stored", "Store lag", "Replication lag"]
     cells = [t for t in page.text if t]
     assert "OK" in cells
     for figure in ("617", "602", str(ORDERS_BYTES), "102", "%RETRY%g1", "%DLQ%g1"):
         assert figure in cells, figure
+
+
+def test_report_opens_with_the_findings_then_the_slave(clean):
+    """The page opens with what was found (nothing here), then the comparison with the
+    slave, then the segments (each with its records, eventIds and CRC-32), before the
+    figures; summary.json carries the findings as stdout's JSON does."""
+    from spark.audit.summary import console_summary
+
+    summary, _, out, _ = clean
+    page = (out / "report.html").read_text(encoding="utf-8")
+    heads = [page.index(h) for h in ("What was found", "Comparison with", "<h2>Segments", "<h2>Commit log",
+                                     "<h2>Topics and queues")]  # fmt: skip
+    assert heads == sorted(heads)
+    assert "No integrity finding" in page
+    assert summary["findings"] == console_summary(summary)["findings"] == {}
+    segs = summary["segments"]
+    assert [s["records"] for s in segs] and sum(s["records"] for s in segs) == dd.RECORDS
+    assert segs[0]["first_event_id"] == 1 and segs[-1]["last_event_id"] == dd.LAST_EVENT
+    for s in segs:
+        with open(dd.segments(clean[3]["data"])[segs.index(s)], "rb") as f:
+            assert s["crc32"] == zlib.crc32(f.read()[: s["records_end"] - s["segment"]])
+        assert f"{s['crc32']:08x}" in page
 
 
 @pytest.fixture(scope="module")

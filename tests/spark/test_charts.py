@@ -4,6 +4,8 @@ when Spark's console progress bar is on."""
 import io
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from spark.audit import charts as C
 from spark.audit import job
 
@@ -71,6 +73,23 @@ def test_line_chart_is_inline_svg():
     assert C.line_chart([], [("mean", "mean")], "empty") == ""
 
 
+def test_line_chart_breaks_at_time_without_data():
+    """Two bursts an hour apart and a lone minute between: each burst is a line of its
+    own, the lone minute a dot, nothing is drawn across the empty minutes, and the time
+    axis is labelled at minutes that hold data."""
+    rows = ([{"t": T0 + i * C.MINUTE, "messages": 10} for i in range(3)]
+            + [{"t": T0 + 30 * C.MINUTE, "messages": 5}]
+            + [{"t": T0 + (60 + i) * C.MINUTE, "messages": 20} for i in range(4)])  # fmt: skip
+    root = ET.fromstring(C.line_chart(rows, [("messages", "messages")], "messages"))
+    ns = "{http://www.w3.org/2000/svg}"
+    assert [len(p.get("points").split()) for p in root.findall(f"{ns}polyline")] == [3, 4]
+    assert len(root.findall(f"{ns}circle")) == 1
+    stamps = {C._time(r["t"], False) for r in rows}
+    labels = [t.text for t in root.findall(f"{ns}text") if t.text and ":" in t.text]
+    assert labels and set(labels) <= stamps
+    assert labels[0] == C._time(T0, False) and labels[-1] == C._time(T0 + 63 * C.MINUTE, False)
+
+
 def test_section_names_the_bucket():
     """The section says the bucket width and draws only the series it has."""
     rows = [{"t": T0, "messages": 1, "bytes": 2}]
@@ -93,3 +112,15 @@ def test_console_progress_choice():
     assert on("--progress", "always", stream=io.StringIO())
     assert not on("--progress", "never", stream=_Tty())
     assert not on("--quiet", stream=_Tty()) and not on("--quiet", "--progress", "always", stream=_Tty())
+
+
+def test_tables_written_only_when_asked():
+    """No Parquet table by default (each costs Spark jobs); C{all}, or the names given;
+    a name the run has no table of is bad input."""
+    tables = {"segments": 1, "problems": 2, "consumer_lag": 3}
+    assert job.parse_args(["data"]).tables == "none"
+    assert job.wanted_tables("none", tables) == []
+    assert job.wanted_tables("all", tables) == list(tables)
+    assert job.wanted_tables("consumer_lag, problems", tables) == ["consumer_lag", "problems"]
+    with pytest.raises(SystemExit, match="no table 'lag'"):
+        job.wanted_tables("lag", tables)

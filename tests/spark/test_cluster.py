@@ -68,7 +68,7 @@ def test_cluster_audit_matches_local(cluster, spark, broker_dir, tmp_path):
     out = tmp_path / "cluster-out"
 
     before = apps(cluster)
-    proc = submit_audit(cluster, str(driver), zip_path, "data", "--out", out.as_uri())
+    proc = submit_audit(cluster, str(driver), zip_path, "data", "--out", out.as_uri(), "--tables", "queue_stats")
     assert proc.returncode == 1, proc.stderr[-3000:] + cluster.logs()
     ran = apps(cluster) - before
     assert len(ran) == 1, ("the job did not run on the cluster", ran, cluster.logs())

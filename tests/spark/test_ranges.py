@@ -73,11 +73,13 @@ def test_clean_broker_directory(broker_dir):
 
 @pytest.mark.parametrize(
     "damage",
-    ["crc", "relabel", "torn", "bad_magic", "bad_size", "physical_offset", "zero_tail", "not_a_segment"],
+    ["crc", "relabel", "torn", "bad_magic", "bad_size", "physical_offset", "zero_tail", "not_a_segment", "cut",
+     "header"],
 )
 def test_damaged_copies(broker_dir, tmp_path, damage):
-    """Each kind of damage, anywhere in a segment, gives the reference's items: records
-    after a corrupt one are not counted even where a later range could read them."""
+    """Each kind of damage, anywhere in a segment, gives the reference's items: the
+    damaged bytes as one problem, and the records from the next sound one on, whichever
+    range holds them."""
     data = dd.copy_dir(broker_dir[0], str(tmp_path / "data"))
     dd.damage(data, damage)
     _same(data)
@@ -209,3 +211,28 @@ def test_compact_consume_queues_file_by_file(broker_dir, tmp_path):
     assert [p[6][:9] for p in probs] == ["cq_torn", "cq_torn", "not a con"] and live_probs == []
     assert blocks[("big", 3, 1)][0] == 300 - 96 - 2  # both files' entries past 4095, less the holes
     assert blocks[("big", 3, 1)][0] > live_blocks[("big", 3, 1)][0] > 0
+
+
+def test_crc32_combine_chains_the_ranges_crcs():
+    """The CRC-32 of two byte strings joined, from theirs and the second's length, is
+    zlib's of the whole (how the driver chains the ranges' CRCs into a segment's)."""
+    import zlib
+
+    rng = __import__("random").Random(7)
+    for n1, n2 in [(0, 1), (3, 0), (1000, 77777), (65536, 4096)]:
+        a, b = rng.randbytes(n1), rng.randbytes(n2)
+        assert R.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+@pytest.mark.parametrize("run", [8, 9, 63, 64, 65, 600, 5000])
+def test_same_size_run_counts_runs_of_any_length(run):
+    """Runs of equal-sized records are counted exactly whatever their length, across
+    the windows the probe grows through, and stop at the first record of another size."""
+    from mqserver.store import format as fmt
+    from spark.audit import scan
+
+    size = 120
+    magic = fmt.MESSAGE_MAGIC.to_bytes(4, "big")
+    buf = bytearray((size.to_bytes(4, "big") + magic + bytes(size - 8)) * run + (200).to_bytes(4, "big") + magic
+                    + bytes(192))  # fmt: skip
+    assert scan.same_size_run(buf, 0, 0, size, len(buf), len(buf)) == run

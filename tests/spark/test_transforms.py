@@ -76,13 +76,15 @@ def test_compare_records(spark):
 
 
 def test_lag_delays_and_expiry(spark):
-    """Lag is queue length minus committed offset; a delay without all its messages is
-    overdue after its trigger time plus grace, unless its topic is gone; an expired
-    topic still registered is listed."""
-    offsets = spark.createDataFrame([("f", "t", "g", 0, 3), ("f", "t", "g", 1, 0)], T.OFFSETS_DDL)
+    """Lag is queue length minus committed offset and the offsets finished above it; a
+    delay without all its messages is overdue after its trigger time plus grace, unless
+    its topic is gone; an expired topic still registered is listed."""
+    offsets = spark.createDataFrame(
+        [("k", "f", "t", "g", 0, 3, 2, 1, None), ("k", "f", "t", "g", 1, 0, 0, 0, None)], T.OFFSETS_DDL
+    )
     ends = spark.createDataFrame([("t", 0, 10)], "topic string, queue_id int, max_offset bigint")
     assertDataFrameEqual(
-        T.consumer_lag(offsets, ends).select("queue_id", "max_offset", "lag"), [(0, 10, 7), (1, 0, 0)]
+        T.consumer_lag(offsets, ends).select("queue_id", "max_offset", "lag"), [(0, 10, 5), (1, 0, 0)]
     )
     delay = dict(offset=0, size=100, magic="admin", event_id=10, topic="t", queue_id=-1, queue_offset=-1,
                  flag=T.OP_DELAY, store_ts=0, tag_hash=0, trigger_ms=1000, delay_count=2, digest=0)  # fmt: skip
