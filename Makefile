@@ -102,7 +102,7 @@ bench-nsq: $(STAMP)
 bench-security: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/security_bench.py $(ARGS)
 
-# what the wire trace and fault rules cost a publish (docs/benchmarks.md)
+# what the wire trace and fault rules cost a publish (docs/performance.md)
 bench-faults: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/faults_cost.py $(ARGS)
 
