@@ -404,7 +404,7 @@ class Broker:
 
         C{answer}: called with the L{PutResult} as soon as the usual publish has
         written, before the store's bookkeeping, and then None is returned (see
-        L{mqserver.store.writer.Writer.put_messages_now}); left uncalled otherwise."""
+        L{mqserver.store.writer.Writer.put}); left uncalled otherwise."""
         t = self.registry.topics.get(topic)
         if (t is not None and (t.queues == 1 if queue_id is None else 0 <= queue_id < t.queues)
                 and self.is_master and not t.state
@@ -412,11 +412,10 @@ class Broker:
             # The usual publish, in short: a writable topic on a master, a one-queue topic
             # or a queue named in range (a RocketMQ send); one that never expires needs
             # no clock.
-            return self.store.put_messages_now(topic, queue_id or 0, messages, None, None,
-                                               answer)
+            return self.store.put(topic, queue_id or 0, messages, None, None, answer)
         t = self._writable(topic)
-        return self.store.put_messages_now(topic, self._pick_queue(t, queue_id), messages,
-                                           None, None, answer)
+        return self.store.put(topic, self._pick_queue(t, queue_id), messages, None, None,
+                              answer)
 
     def delay(self, topic, delay_ms, messages):
         """Store C{messages} to be published C{delay_ms} from now. Returns a Deferred

@@ -73,6 +73,12 @@ class Notifier:
         durable here as the flush level asks (readers see the same without a gate)."""
         return self.visible_end if self.gate is None else self._replicable_end
 
+    @property
+    def complete_at_write(self):
+        """True when a write is as durable as asked once it is written (flush levels 0
+        and 1 without a sync gate): L{after_write} then returns its result itself."""
+        return self.flush_level < 2 and self.gate is None
+
     def after_write(self, result, topic, queue_id):
         """Return C{result} when the write that ended the log is already as durable as
         the flush level asks (levels 0 and 1), else a Deferred firing with it once it
@@ -127,15 +133,6 @@ class Notifier:
         for topic, qid in seen:
             for cb in self._arrival_listeners:
                 cb(topic, qid)
-
-    def written(self, end, topic, queue_id):
-        """L{after_write} at flush levels 0 and 1 of a message write that ended the log
-        at C{end} (the writer's usual publish), without the result."""
-        self.visible_end = end
-        for cb in self._arrival_listeners:
-            cb(topic, queue_id)
-        for cb in self._append_listeners:
-            cb()
 
     def durable(self, offset):
         """The log is durable up to C{offset}: at flush level 2, show what it holds."""
