@@ -82,8 +82,8 @@ _unpack_header = wire.REQUEST_HEADER_STRUCT.unpack_from
 _unpack_u16 = wire.U16.unpack_from
 _unpack_u32 = wire.U32.unpack_from
 _unpack_i64 = wire.I64.unpack_from
-_PREFIX = wire.MESSAGE_PREFIX_STRUCT
-_unpack_prefix = _PREFIX.unpack_from
+#: A PUB's payload must be longer than this (its first record's S and H).
+_PUB_MIN = wire.MESSAGE_PREFIX_STRUCT.size
 
 # Commands with no body after topic + trace, mapped to their event builders.
 _NO_BODY = {
@@ -200,6 +200,13 @@ class RequestDecoder:
         if self._error is not None:
             raise self._error
         buf = self._buf
+        if not buf and not self._skip and self._mode is Mode.HEADERS and not self._paused:
+            # A read that is exactly one PUB, what the SDKs send one message at a time:
+            # decoded in one step (in C when built), without the buffer; anything else
+            # returns None and takes the general way below, which applies every rule.
+            pub = _one_pub(data, self.max_topic, self.max_payload)
+            if pub is not None:
+                return [Pub(*pub)]
         if self._skip and not buf and data:
             # Discarding straight from the input: the body is never copied.
             skipped = min(self._skip, len(data))
@@ -270,36 +277,6 @@ class RequestDecoder:
             else:  # Mode.SINK
                 return end
 
-    def bare_pub(self, data):
-        """Return (topic, body) when C{data} (bytes) is exactly one complete PUB that
-        L{feed} would accept, whose payload is one message record without headers
-        (what the smss SDKs send), and the decoder holds nothing; else None.
-
-        The body is the message as L{protocols.smss.views.payload_to_messages} gives it
-        for such a payload. L{bare_pub} declines whatever L{whole_pub} declines."""
-        if self._buf or self._skip or self._paused or self._mode is not Mode.HEADERS:
-            return None
-        return _bare_pub(data, self.max_topic, self.max_payload)
-
-    def whole_pub(self, data):
-        """Return the fields of the L{Pub} event, a tuple (topic, trace, payload), when
-        C{data} (bytes) is exactly one complete PUB that L{feed} would accept and the
-        decoder holds nothing; else None, and the caller feeds C{data} as usual.
-
-        One PUB per read is what the SDKs send; this decodes it without the buffering
-        and state machine of L{feed}, whose rules and limits it applies unchanged (it
-        declines anything they would turn into an error or a wait)."""
-        if (self._buf or self._skip or self._paused or self._mode is not Mode.HEADERS
-                or type(data) is not bytes or len(data) <= _HDR):
-            return None
-        code, topic_len, arg, trace_len = _unpack_header(data, 0)
-        body = _HDR + topic_len + trace_len
-        if (code != wire.CMD_PUB or topic_len > self.max_topic or arg <= 8
-                or arg > self.max_payload or body + arg != len(data)):
-            return None
-        # A tuple, not a Pub: building the frozen dataclass costs a quarter of this call.
-        return data[_HDR:_HDR + topic_len], data[_HDR + topic_len:body], data[body:]
-
     def _request(self, buf, off, end):
         """Decode one request at ``off``: (new offset, event), or None if incomplete."""
         if end - off < _HDR:
@@ -319,7 +296,7 @@ class RequestDecoder:
         trace = bytes(buf[topic_at + topic_len : body])
 
         if code == wire.CMD_PUB:
-            if arg <= 8:
+            if arg <= _PUB_MIN:
                 self._skip = arg
                 return body, PayloadTooSmall(code, topic, trace)
             if arg > self.max_payload:
@@ -391,34 +368,34 @@ class RequestDecoder:
         return stop, Sub(topic, trace, event_id, batch, ack_timeout_ns, who)
 
 
-# -- response encoders (section 4) -----------------------------------------------
+# -- the fast decode of one PUB ------------------------------------------------------
 
-def py_bare_pub(data, max_topic, max_payload):
-    """Return (topic, body) when C{data} is bytes holding exactly one PUB (topic within
-    C{max_topic}, payload over 8 bytes and within C{max_payload}) whose payload is one
-    message record without headers; else None. The reference of the C speedup
-    (C{_pub.c}); L{RequestDecoder.bare_pub} adds the decoder's own state."""
+def py_one_pub(data, max_topic, max_payload):
+    """Return the fields of the L{Pub} event, a tuple (topic, trace, payload), when
+    C{data} is bytes holding exactly one PUB that L{RequestDecoder.feed} accepts (topic
+    within C{max_topic}, payload over 8 bytes and within C{max_payload}); else None.
+
+    The fast decode of L{RequestDecoder.feed} for a read holding one request, and the
+    reference of its C speedup (C{_pub.c})."""
     if type(data) is not bytes or len(data) <= _HDR:
         return None
     code, topic_len, arg, trace_len = _unpack_header(data, 0)
     body = _HDR + topic_len + trace_len
-    if (code != wire.CMD_PUB or topic_len > max_topic or arg <= 8 or arg > max_payload
-            or body + arg != len(data)):
+    if (code != wire.CMD_PUB or topic_len > max_topic or arg <= _PUB_MIN
+            or arg > max_payload or body + arg != len(data)):
         return None
-    size, count = _unpack_prefix(data, body)
-    if count != 0 or size + _PREFIX.size != arg:
-        return None
-    return data[_HDR:_HDR + topic_len], data[body + _PREFIX.size:]
+    return data[_HDR:_HDR + topic_len], data[_HDR + topic_len:body], data[body:]
 
 
 _pub = speedups.load("protocols.smss._pub")
 if _pub is not None:
-    _pub.configure(
-        _HDR, wire.PUB_HEADER_SPANS, _PREFIX.size, wire.MESSAGE_PREFIX_SPANS, wire.CMD_PUB)
-    _bare_pub = _pub.bare_pub
+    _pub.configure(_HDR, wire.PUB_HEADER_SPANS, _PUB_MIN, wire.CMD_PUB)
+    _one_pub = _pub.one_pub
 else:
-    _bare_pub = py_bare_pub
+    _one_pub = py_one_pub
 
+
+# -- response encoders (section 4) -----------------------------------------------
 
 _OK = wire.STATUS_HEADER_STRUCT.pack(wire.STATUS_OK)
 _ALIVE = wire.STATUS_HEADER_STRUCT.pack(wire.STATUS_ALIVE)

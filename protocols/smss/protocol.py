@@ -57,15 +57,6 @@ MAX_PIPELINE = 256
 _OK = codec.ok()
 
 
-def _ok_when_done(stored):
-    """Return OK at once for a write that is already complete (L{Broker.publish_now}
-    gave its PutResult: flush levels 0 and 1), or a Deferred of it."""
-    # type() first: isinstance of Deferred (an ABC's subclass) runs abc's check in Python
-    if type(stored) is PutResult:
-        return _OK
-    return stored.addCallback(lambda _: _OK)
-
-
 class SmssServerProtocol(IdleWatch, Protocol):
     """One smss client connection.
 
@@ -90,6 +81,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self._cork = Cork()
         self.tap = factory.broker.wiretap
         self.looked = None  # the request a fault rule delayed (smss.faults)
+        self._last_event = None  # the last request of the read being handled
 
     def connectionMade(self):
         if hasattr(self.transport, "setTcpNoDelay"):
@@ -134,31 +126,6 @@ class SmssServerProtocol(IdleWatch, Protocol):
 
     def dataReceived(self, data):
         self.active = True
-        if not self._answers and self.subscription is None and not self.tap.active:
-            # One PUB in one read and nothing to answer before it: the usual traffic,
-            # handled without the decoder's buffering or the cork, and answered as
-            # _handle and _answer would, in fewer steps. Most often its payload is one
-            # message without headers, whose body the decoder hands over at once.
-            pub = self.decoder.bare_pub(data)
-            if pub is not None:
-                publish, arg = self._publish, [pub[1]]
-            else:
-                pub = self.decoder.whole_pub(data)
-                publish, arg = self._pub, pub and pub[2]
-            if pub is not None:
-                try:
-                    # OK goes out as soon as the message is written (_send_ok), before
-                    # the store's bookkeeping: the round trip waits for less
-                    result = publish(pub[0], arg, self._send_ok)
-                except BrokerError as e:
-                    result = codec.err(self._error_text(e))
-                if result is None:
-                    return  # answered
-                if type(result) is bytes:
-                    send_now(self.transport, result)
-                else:
-                    self._answer(result)
-                return
         self._cork.received(self.transport, self._received, data)
 
     def _received(self, data):
@@ -178,8 +145,10 @@ class SmssServerProtocol(IdleWatch, Protocol):
             self._answer(codec.err(str(e)))
             self._close_after_answers()
             return
-        for ev in events:
-            self._event(ev)
+        if events:
+            self._last_event = events[-1]
+            for ev in events:
+                self._event(ev)
 
     def _event(self, ev):
         if isinstance(ev, m.Ack):
@@ -323,30 +292,32 @@ class SmssServerProtocol(IdleWatch, Protocol):
         return name
 
     def do_Pub(self, ev):
-        return self._pub(ev.topic, ev.payload)
-
-    def _pub(self, topic, payload, answer=None):
-        try:
-            msgs = payload_to_messages(payload)
-        except InvalidPayload:
-            return codec.err("invalid pub payload")
-        return self._publish(topic, msgs, answer)
-
-    def _publish(self, topic, msgs, answer=None):
-        """Publish C{msgs} (what L{payload_to_messages} gives) to the topic named by
-        the raw name C{topic}; return the answer, or a Deferred of it, or None when the
-        broker called C{answer} (see L{Broker.publish_now})."""
         if not self.broker.is_master:
             raise NotMaster("pub message", self.broker.master_address)
-        name = self.factory.names.get(topic)  # the names cache, looked up inline
+        try:
+            msgs = payload_to_messages(ev.payload)
+        except InvalidPayload:
+            return codec.err("invalid pub payload")
+        name = self.factory.names.get(ev.topic)  # the names cache, looked up inline
         if name is None:
-            name = self._topic_name(topic)
+            name = self._topic_name(ev.topic)
+        # The last request of a read with no answer ahead of it (the usual PUB): OK
+        # goes out as soon as the message is written (_send_ok), before the store's
+        # bookkeeping, so the round trip waits for less. None: answered.
+        answer = self._send_ok if ev is self._last_event and not self._answers else None
         stored = self.broker.publish_now(name, msgs, None, answer)
-        return stored if stored is None else _ok_when_done(stored)
+        if stored is None:
+            return None
+        # type() first: isinstance of Deferred (an ABC's subclass) runs abc's check
+        if type(stored) is PutResult:
+            return _OK  # stored already (flush levels 0 and 1)
+        return stored.addCallback(lambda _: _OK)
 
     def _send_ok(self, result):
-        """Answer a publish the broker has written with OK, at once."""
-        send_now(self.transport, _OK)
+        """Answer a publish the broker has written with OK, at once: after what this
+        read gathered before it (the cork), before the broker's bookkeeping."""
+        self.write(_OK)
+        self._cork.flush(self.transport)
 
     def do_Delay(self, ev):
         if not self.broker.is_master:
