@@ -116,21 +116,35 @@ class Writer:
                                              now_ms)
         except OSError as e:
             raise self._write_failed(e) from None
-        if answer is None or not self._notifier.complete_at_write:
-            self._index(result, entries, q, topic, messages)
-            return self._after_write(result, topic, queue_id)
+        answered = answer is not None and self._notifier.complete_at_write
+        if answered:
+            try:
+                answer(result)
+            except Exception:  # the caller's fault; the bookkeeping must still be done
+                _log.failure("answering the write of {topic} {queue_id} at {offset}",
+                             topic=topic, queue_id=queue_id, offset=result.log_offsets)
         try:
-            answer(result)
-        except Exception:  # the caller's fault; the bookkeeping must still be done
-            _log.failure("answering the write of {topic} {queue_id} at {offset}",
-                         topic=topic, queue_id=queue_id, offset=result.log_offsets)
-        try:
-            self._index(result, entries, q, topic, messages)
-            self._after_write(result, topic, queue_id)
+            # The bookkeeping: the queue's entries and statistics, the dispatch
+            # listeners, the checkpoint, then the readers (Notifier.after_write).
+            q.write(result.queue_offsets[0] if result.sizes else q.max_offset, entries)
+            # Statistics count here, where every protocol's publish ends (once); the
+            # messages are the queue's growth (ConsumeQueue.in_msgs).
+            q.in_bytes += sum(result.sizes)
+            # Dispatch listeners only hear of records with properties or of the topics
+            # they named (Notifier.add_dispatch_listener): a publish of one bare body
+            # (smss, NSQ) to any other topic skips them in a few bytecodes.
+            if self._any_dispatch_listener and (
+                    len(messages) != 1 or type(messages[0]) is not bytes
+                    or topic in self._topic_dispatch_listeners):
+                self._dispatch(topic, result.log_offsets, messages, result.store_ts)
+            self._checkpoints.dirty = True
+            result = self._after_write(result, topic, queue_id)
         except Exception:
+            if not answered:
+                raise
             _log.failure("after the write of {topic} {queue_id} at {offset}, answered",
                          topic=topic, queue_id=queue_id, offset=result.log_offsets)
-        return None
+        return None if answered else result
 
     def put_messages(self, topic, queue_id, messages, now_ms=None, event_id=None):
         """L{put} for a caller that wants a Deferred whatever the flush level: it fires
@@ -196,6 +210,14 @@ class Writer:
                 result, entries, data = self._pack_py(messages, magic, queue_id, op,
                                                       q is not None, qoff, now, tail,
                                                       event_id)
+            elif (q is not None and len(messages) == 1 and log.open_end
+                    and (packed := _pack.usual(
+                        messages, queue_id, qoff, start, log.open_end - start, now,
+                        self.store_host, event_id, tail, self.max_message_size))):
+                # One message into the open segment, the usual publish: packed, and its
+                # PutResult made, in one C call (None when it does not fit there).
+                data, entries, result = packed
+                log.append_open(data)
             else:
                 result, entries, data = self._pack_c(messages, magic, queue_id, op,
                                                      q is not None, qoff, now, tail,
@@ -211,35 +233,11 @@ class Writer:
             self.write_latency.observe(_perf_counter() - t0)
         return result, entries, q
 
-    def _index(self, result, entries, q, topic, messages):
-        # The bookkeeping of a message write: its queue's entries and statistics, the
-        # dispatch listeners, the checkpoint.
-        q.write(result.queue_offsets[0] if result.sizes else q.max_offset, entries)
-        # Statistics count here, where every protocol's publish ends (once); the
-        # messages are the queue's growth (ConsumeQueue.in_msgs).
-        q.in_bytes += sum(result.sizes)
-        # Dispatch listeners only hear of records with properties or of the topics they
-        # named (Notifier.add_dispatch_listener): a publish of one bare body (smss, NSQ)
-        # to any other topic skips them in a few bytecodes.
-        if self._any_dispatch_listener and (
-                len(messages) != 1 or type(messages[0]) is not bytes
-                or topic in self._topic_dispatch_listeners):
-            self._dispatch(topic, result.log_offsets, messages, result.store_ts)
-        self._checkpoints.dirty = True
-
     def _pack_c(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id):
-        # The C packing (_pack.c, whose reference is _pack_py): same returns.
+        # The C packing of any write (_pack.c, whose reference is _pack_py): same
+        # returns.
         log = self.commitlog
         start = log.end
-        if is_msg and len(messages) == 1 and log.open_end:
-            # One message into the open segment, the usual publish: packed, and its
-            # PutResult made, in one C call; None when it does not fit there.
-            packed = _pack.usual(messages, queue_id, qoff, start, log.open_end - start, now,
-                                 self.store_host, event_id, tail, self.max_message_size)
-            if packed is not None:
-                record, entry, result = packed
-                log.append_open(record)
-                return result, entry, record
         packed = _pack.pack(
             messages, 0, magic, queue_id, op, is_msg, qoff, start, log.space_left(),
             _BLANK_SIZE, now, self.store_host, event_id, tail, self.max_message_size,

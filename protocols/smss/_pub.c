@@ -1,5 +1,5 @@
-/* The smss publish hot path in C: one read holding exactly one PUB -> its topic, trace
- * and payload, the fields of the Pub event.
+/* The smss publish hot path in C: one read holding exactly one PUB -> its Pub event
+ * (topic, trace and payload).
  *
  * The fast decode inside protocols.smss.codec.RequestDecoder.feed, a speedup of
  * codec.py_one_pub, which stays the reference and the fallback (tests compare the two
@@ -26,6 +26,9 @@ static Py_ssize_t hdr_size, off_code, off_topic_len, off_payload_len, off_trace_
 /* A PUB's payload must be longer than this (the record prefix, S and H). */
 static Py_ssize_t min_payload;
 static unsigned int cmd_pub;
+/* The event type (messages.Pub, a frozen dataclass with slots) and its field names. */
+static PyTypeObject *pub_type;
+static PyObject *s_topic, *s_trace, *s_payload;
 static int configured;
 
 static inline uint32_t get_le16(const unsigned char *p) {
@@ -37,13 +40,14 @@ static inline uint32_t get_le32(const unsigned char *p) {
            ((uint32_t)p[3] << 24);
 }
 
-/* configure(header_size, header_spans, min_payload, cmd_pub) */
+/* configure(header_size, header_spans, min_payload, cmd_pub, event_type) */
 static PyObject *pub_configure(PyObject *self, PyObject *args) {
     static const Py_ssize_t header_widths[] = {1, 2, 4, 1};
-    PyObject *header_spans;
+    PyObject *header_spans, *etype;
     Py_ssize_t h_size, min_p, hdr[4];
     configured = 0;
-    if (!PyArg_ParseTuple(args, "nOnI", &h_size, &header_spans, &min_p, &cmd_pub))
+    if (!PyArg_ParseTuple(args, "nOnIO!", &h_size, &header_spans, &min_p, &cmd_pub,
+                          &PyType_Type, &etype))
         return NULL;
     if (read_spans(header_spans, 4, header_widths, h_size, 0, hdr, "request header") < 0)
         return NULL;
@@ -53,11 +57,12 @@ static PyObject *pub_configure(PyObject *self, PyObject *args) {
     off_payload_len = hdr[2];
     off_trace_len = hdr[3];
     min_payload = min_p;
+    Py_XSETREF(pub_type, (PyTypeObject *)Py_NewRef(etype));
     configured = 1;
     Py_RETURN_NONE;
 }
 
-/* one_pub(data, max_topic, max_payload) -> (topic, trace, payload) or None */
+/* one_pub(data, max_topic, max_payload) -> Pub(topic, trace, payload) or None */
 static PyObject *pub_one_pub(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!configured) {
         PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
@@ -88,23 +93,26 @@ static PyObject *pub_one_pub(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (u[off_code] != cmd_pub || topic_len > max_topic || payload <= min_payload ||
         payload > max_payload || body + payload != n)
         Py_RETURN_NONE;
-    PyObject *out = PyTuple_New(3);
+    /* The event made as its dataclass __init__ makes it (object.__setattr__ of each
+     * field: the class's own __setattr__ refuses, it is frozen), without the calls. */
+    PyObject *out = pub_type->tp_alloc(pub_type, 0);
     if (out == NULL)
         return NULL;
     PyObject *part = PyBytes_FromStringAndSize(p + hdr_size, topic_len);
-    if (part == NULL)
+    if (part == NULL || PyObject_GenericSetAttr(out, s_topic, part) < 0)
         goto fail;
-    PyTuple_SET_ITEM(out, 0, part);
+    Py_DECREF(part);
     part = PyBytes_FromStringAndSize(p + hdr_size + topic_len, trace_len);
-    if (part == NULL)
+    if (part == NULL || PyObject_GenericSetAttr(out, s_trace, part) < 0)
         goto fail;
-    PyTuple_SET_ITEM(out, 1, part);
+    Py_DECREF(part);
     part = PyBytes_FromStringAndSize(p + body, payload);
-    if (part == NULL)
+    if (part == NULL || PyObject_GenericSetAttr(out, s_payload, part) < 0)
         goto fail;
-    PyTuple_SET_ITEM(out, 2, part);
+    Py_DECREF(part);
     return out;
 fail:
+    Py_XDECREF(part);
     Py_DECREF(out);
     return NULL;
 }
@@ -112,10 +120,11 @@ fail:
 static PyMethodDef pub_methods[] = {
     {"configure", pub_configure, METH_VARARGS,
      "configure(header_size, ((off, size) of code, topic_len, payload_len, trace_len), "
-     "min_payload, cmd_pub): the request header, and the payload a PUB must exceed."},
+     "min_payload, cmd_pub, event_type): the request header, the payload a PUB must "
+     "exceed, and the event type (topic, trace, payload)."},
     {"one_pub", (PyCFunction)(void (*)(void))pub_one_pub, METH_FASTCALL,
-     "one_pub(data, max_topic, max_payload) -> (topic, trace, payload) when data (bytes) "
-     "is exactly one PUB within the limits, else None."},
+     "one_pub(data, max_topic, max_payload) -> the Pub event when data (bytes) is exactly "
+     "one PUB within the limits, else None."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -124,4 +133,10 @@ static struct PyModuleDef pub_module = {
     "The fast decode of one whole smss PUB in C (see codec.py).", -1, pub_methods,
 };
 
-PyMODINIT_FUNC PyInit__pub(void) { return PyModule_Create(&pub_module); }
+PyMODINIT_FUNC PyInit__pub(void) {
+    if ((s_topic = PyUnicode_InternFromString("topic")) == NULL ||
+        (s_trace = PyUnicode_InternFromString("trace")) == NULL ||
+        (s_payload = PyUnicode_InternFromString("payload")) == NULL)
+        return NULL;
+    return PyModule_Create(&pub_module);
+}

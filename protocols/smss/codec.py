@@ -206,7 +206,7 @@ class RequestDecoder:
             # returns None and takes the general way below, which applies every rule.
             pub = _one_pub(data, self.max_topic, self.max_payload)
             if pub is not None:
-                return [Pub(*pub)]
+                return [pub]
         if self._skip and not buf and data:
             # Discarding straight from the input: the body is never copied.
             skipped = min(self._skip, len(data))
@@ -371,9 +371,9 @@ class RequestDecoder:
 # -- the fast decode of one PUB ------------------------------------------------------
 
 def py_one_pub(data, max_topic, max_payload):
-    """Return the fields of the L{Pub} event, a tuple (topic, trace, payload), when
-    C{data} is bytes holding exactly one PUB that L{RequestDecoder.feed} accepts (topic
-    within C{max_topic}, payload over 8 bytes and within C{max_payload}); else None.
+    """Return the L{Pub} event of C{data} when it is bytes holding exactly one PUB that
+    L{RequestDecoder.feed} accepts (topic within C{max_topic}, payload over 8 bytes and
+    within C{max_payload}); else None.
 
     The fast decode of L{RequestDecoder.feed} for a read holding one request, and the
     reference of its C speedup (C{_pub.c})."""
@@ -384,12 +384,12 @@ def py_one_pub(data, max_topic, max_payload):
     if (code != wire.CMD_PUB or topic_len > max_topic or arg <= _PUB_MIN
             or arg > max_payload or body + arg != len(data)):
         return None
-    return data[_HDR:_HDR + topic_len], data[_HDR + topic_len:body], data[body:]
+    return Pub(data[_HDR:_HDR + topic_len], data[_HDR + topic_len:body], data[body:])
 
 
 _pub = speedups.load("protocols.smss._pub")
 if _pub is not None:
-    _pub.configure(_HDR, wire.PUB_HEADER_SPANS, _PUB_MIN, wire.CMD_PUB)
+    _pub.configure(_HDR, wire.PUB_HEADER_SPANS, _PUB_MIN, wire.CMD_PUB, Pub)
     _one_pub = _pub.one_pub
 else:
     _one_pub = py_one_pub

@@ -126,18 +126,17 @@ class SmssServerProtocol(IdleWatch, Protocol):
 
     def dataReceived(self, data):
         self.active = True
-        self._cork.received(self.transport, self._received, data)
+        self._cork.received(self.transport, self._decode, data)
 
-    def _received(self, data):
-        self._decode(self.decoder.feed, data)
-
-    def _decode(self, step, arg):
-        """Handle the events of C{step(arg)} (the decoder's feed or set_mode, which
-        decodes what it held back); a framing error is answered and closes."""
-        if self.decoder.failed:
+    def _decode(self, arg, step=None):
+        """Handle the events of C{step(arg)}: the decoder's feed (None) of bytes read,
+        or its set_mode, which decodes what it held back. A framing error is answered
+        and closes."""
+        decoder = self.decoder
+        if decoder.failed:
             return  # answered and closing already
         try:
-            events = step(arg)
+            events = decoder.feed(arg) if step is None else step(arg)
         except SmssProtocolError as e:
             for ev in e.events:
                 self._event(ev)
@@ -151,24 +150,30 @@ class SmssServerProtocol(IdleWatch, Protocol):
                 self._event(ev)
 
     def _event(self, ev):
-        if isinstance(ev, m.Ack):
+        kind = type(ev)
+        if kind is m.Ack:
             if self.subscription is not None:
                 self.subscription.ack(ev.value)
             return
         if self.tap.active and ev is not self.looked and self._tapped(ev):
             pass  # a fault rule took it
-        elif isinstance(ev, m.Sub) and self._answers:
+        elif kind is m.Sub and self._answers:
             # The decoder pauses after a SUB, so nothing can queue up behind it.
             self._held_sub = ev
             return
         else:
-            handler = self._handlers.get(type(ev))
+            handler = self._handlers.get(kind)
             if handler is None:
-                handler = self._handlers[type(ev)] = getattr(type(self), "do_" + type(ev).__name__)
-            self._handle(handler, ev)
+                handler = self._handlers[kind] = getattr(type(self), "do_" + kind.__name__)
+            try:
+                result = handler(self, ev)
+            except BrokerError as e:
+                result = codec.err(self._error_text(e))
+            if result is not None:
+                self._answer(result)
         if self.decoder.paused and self.subscription is None and self.transport is not None:
             # A refused SUB: go back to requests and decode what the client sent after it.
-            self._decode(self.decoder.set_mode, codec.Mode.HEADERS)
+            self._decode(codec.Mode.HEADERS, self.decoder.set_mode)
 
     def _tapped(self, ev):
         """Report request C{ev} to the trace; apply a fault rule to it: True when the
@@ -178,15 +183,6 @@ class SmssServerProtocol(IdleWatch, Protocol):
         if self.tap.trace.active:
             self.tap.frame(DOOR, self, "in", request_names(ev), request_fields(ev))
         return apply_fault(self, ev)
-
-    def _handle(self, handler, ev):
-        """Run C{handler} (an unbound do_* method) for C{ev} and answer what it returns."""
-        try:
-            result = handler(self, ev)
-        except BrokerError as e:
-            result = codec.err(self._error_text(e))
-        if result is not None:
-            self._answer(result)
 
     # -- answers in order ----------------------------------------------------------------
 
@@ -412,7 +408,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
             return codec.err(ev.who.decode("utf-8", "replace") + " regiester exist")
         self.subscription = sub
         sub.start()
-        self._decode(self.decoder.set_mode, codec.Mode.ACKS)
+        self._decode(codec.Mode.ACKS, self.decoder.set_mode)
         return None
 
     def subscription_ended(self, back_to_requests):
@@ -420,7 +416,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         connection is closing."""
         self.subscription = None
         if back_to_requests and self.decoder.ack_mode:
-            self._decode(self.decoder.set_mode, codec.Mode.HEADERS)
+            self._decode(codec.Mode.HEADERS, self.decoder.set_mode)
         self._flush_answers()
 
     def do_Replica(self, ev):
@@ -442,7 +438,8 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self.replica_feed.start()
         # a reference smss slave's bytes are dropped unread (it never sends any that
         # mean something); an mqserver follower's are its confirmations
-        self._decode(self.decoder.set_mode, codec.Mode.CONFIRMS if confirms else codec.Mode.SINK)
+        self._decode(codec.Mode.CONFIRMS if confirms else codec.Mode.SINK,
+                     self.decoder.set_mode)
         return None
 
     def do_Confirm(self, ev):

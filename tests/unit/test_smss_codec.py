@@ -792,8 +792,9 @@ def test_one_pub_is_what_feed_decodes_byte_by_byte(code, topic, trace, payload,
              and announced == len(payload) + len(extra))
     assert (fast is not None) == plain
     if plain:
-        assert whole == ([Pub(*fast)], None, 0)
-        assert type(fast) is tuple and all(type(x) is bytes for x in fast)
+        assert whole == ([fast], None, 0)
+        assert type(fast) is Pub
+        assert all(type(x) is bytes for x in (fast.topic, fast.trace, fast.payload))
 
 
 def test_the_fast_decode_waits_for_what_the_decoder_holds_or_waits_for():

@@ -24,6 +24,7 @@ from protocols.smss import client_codec as smss_client
 from protocols.smss import codec as smss_codec
 from protocols.smss import views
 from protocols.smss import wire as smss_wire
+from protocols.smss.messages import Pub
 
 _SPEEDUPS = ["protocols.smss._push", "protocols.smss._pub", "protocols.nsq._frames",
              "mqserver.store._pack", "mqserver.broker._inflight", "mqserver.store._check",
@@ -161,7 +162,7 @@ def test_smss_one_pub_takes_only_bytes_and_int_limits():
     one_pub = _c_module("protocols.smss._pub").one_pub
     payload = smss_wire.MESSAGE_PREFIX_STRUCT.pack(2, 0) + b"hi"
     pub = smss_client.encode_pub(b"t", payload)
-    assert one_pub(pub, 10, 100) == (b"t", b"", payload)
+    assert one_pub(pub, 10, 100) == Pub(b"t", b"", payload)
     for other in (bytearray(pub), memoryview(pub), pub.decode("latin-1")):
         assert one_pub(other, 10, 100) is None is smss_codec.py_one_pub(other, 10, 100)
     with pytest.raises(TypeError):
@@ -171,13 +172,14 @@ def test_smss_one_pub_takes_only_bytes_and_int_limits():
     configure = _c_module("protocols.smss._pub").configure
     try:
         with pytest.raises(ValueError):  # a field of another width than the C reads
-            configure(20, ((0, 1), (1, 2), (3, 2), (19, 1)), 8, 1)
+            configure(20, ((0, 1), (1, 2), (3, 2), (19, 1)), 8, 1, Pub)
         with pytest.raises(RuntimeError):  # a failed configure() leaves it off
             one_pub(pub, 10, 100)
     finally:
         configure(smss_wire.REQUEST_HEADER_SIZE, smss_wire.PUB_HEADER_SPANS,
-                  smss_wire.MESSAGE_PREFIX_SIZE, smss_wire.CMD_PUB)
-    assert one_pub(pub, 10, 100) == (b"t", b"", payload)
+                  smss_wire.MESSAGE_PREFIX_SIZE, smss_wire.CMD_PUB, Pub)
+    assert one_pub(pub, 10, 100) == Pub(b"t", b"", payload)
+    assert type(one_pub(pub, 10, 100).payload) is bytes
 
 
 _delivery = st.tuples(
