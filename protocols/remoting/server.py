@@ -197,15 +197,6 @@ class RemotingProtocol(IdleWatch, Protocol):
             # the frames this read completes, as the client sent them (for the trace)
             self._frames_in = (deque(split_frames(self.decoder.pending() + data))
                                if self.tap.trace.active else None)
-            self._cork.received(self.transport, self._received, data)
-            return
-        cmd = self.decoder.whole(data)
-        if cmd is not None:
-            # A request alone in its read (a client waiting for each answer), handled as
-            # _received would: with nothing to gather its answer with, it goes out as it
-            # is made.
-            self._command(cmd)
-            return
         self._cork.received(self.transport, self._received, data)
 
     def _send(self, data):
