@@ -157,3 +157,10 @@ class WriteCork(Cork):
             self._parts.append(data)
         elif transport is not None:
             transport.write(data)
+
+    def flush(self, transport):
+        parts = self._parts
+        if parts:
+            data = b"".join(parts)
+            parts.clear()
+            transport.write(data)

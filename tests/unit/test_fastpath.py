@@ -111,3 +111,28 @@ def test_send_now_writes_directly_only_on_the_fast_path(fast):
     port.stopListening()
     assert got == [b"ping"]
     assert factory.queued == [not fast]
+
+
+def test_a_write_cork_flushes_through_the_transport_write():
+    """WriteCork (a connection that started TLS) hands what it gathered to
+    transport.write on flush too, never to the socket under the TLS layer."""
+    from twisted.internet import tcp
+
+    sendnow.enable(True)
+
+    class Socket:
+        sent = []
+
+        def send(self, data):
+            self.sent.append(data)
+            return len(data)
+
+    server = tcp.Server.__new__(tcp.Server)  # what a TLS connection's transport is
+    server.socket, server.dataBuffer, server._tempDataBuffer = Socket(), b"", []
+    server.connected, server.disconnecting, server._writeDisconnected = True, False, False
+    written = []
+    server.write = written.append
+    cork = sendnow.WriteCork()
+    cork.received(server, lambda data: (cork.write(server, data), cork.flush(server)),
+                  b"answer")
+    assert written == [b"answer"] and Socket.sent == []
