@@ -112,7 +112,7 @@ class CommandDecoder:
         self._defer_ms = 0
         self._count = 0
         self._bodies: list[bytes] = []
-        self._pub_topics: dict[bytes, str] = {}  # whole_pub's valid topic names, decoded
+        self._pub_topics: dict[bytes, str] = {}  # _one_pub's valid topic names, decoded
         self._handlers = {
             b"FIN": self._fin, b"RDY": self._rdy, b"REQ": self._req, b"PUB": self._pub,
             b"MPUB": self._mpub, b"DPUB": self._dpub, b"NOP": self._nop,
@@ -170,6 +170,12 @@ class CommandDecoder:
         if type(data) is not bytes:
             data = bytes(data)
         buf = self._buf
+        if not buf and self._state == _LINE and data.startswith(b"PUB "):
+            # A read that is exactly one PUB, what a publisher sending a message at a
+            # time sends: decoded in one step; anything else (None) the general way.
+            pub = self._one_pub(data)
+            if pub is not None:
+                return [pub]
         if buf:
             # Waiting for more bytes: only append (O(len(data))) until progress is possible.
             if self._state == _LINE:
@@ -268,19 +274,11 @@ class CommandDecoder:
             else:
                 return end
 
-    def whole_pub(self, data: bytes) -> tuple[str, bytes] | None:
-        """Return the fields of the L{Pub}, a tuple (topic, body), when C{data} is
-        exactly one complete ``PUB <topic>\n`` command with its body that L{feed} would
-        accept, and the decoder is at a line start with nothing buffered; else None, and
-        the caller feeds C{data} as usual.
-
-        One PUB per read is what publishing clients send one message at a time; this
-        decodes it without the state machine of L{feed}, declining anything its rules
-        would turn into an error, a wait or another command."""
-        if self._state != _LINE or self._buf or type(data) is not bytes:
-            return None
-        if not data.startswith(b"PUB "):
-            return None
+    def _one_pub(self, data: bytes) -> Pub | None:
+        """Return the L{Pub} of C{data} when it is exactly one complete ``PUB <topic>\n``
+        command with its body that the general decoding accepts (the decoder at a line
+        start with nothing buffered, checked by L{feed}); else None, declining anything
+        its rules would turn into an error, a wait or another command."""
         nl = data.find(b"\n", 4, self.max_line)
         if nl < 0 or len(data) < nl + 5:
             return None
@@ -295,8 +293,7 @@ class CommandDecoder:
             topic = raw.decode("ascii")
             if len(self._pub_topics) < 1024:
                 self._pub_topics[raw] = topic
-        # A tuple, not a Pub: building the frozen dataclass is a sixth of this call.
-        return topic, data[nl + 5:]
+        return Pub(topic, data[nl + 5:])
 
     def _on_size(self, size: int) -> NsqError | None:
         verb = self._verb

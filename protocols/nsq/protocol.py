@@ -43,8 +43,6 @@ from protocols.nsq.replies import Replies
 from protocols.nsq.states import ALLOWED, CLOSING, INIT
 from protocols.nsq.subscriber import Subscriber, parse_message_id
 
-#: The one-PUB-per-read shortcut skips _run's state check only while it would pass.
-_PUB_IN_EVERY_STATE = all("PUB" in verbs for verbs in ALLOWED.values())
 
 
 @implementer(IPushProducer, IChannelConsumer)
@@ -97,6 +95,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         self._dead = False
         self._dead_input = False
         self._cork = Cork()  # one send for everything a read produces
+        self.last_command = None  # the last command of the read being handled
         self.tap = self.broker.wiretap
 
     # -- connection ----------------------------------------------------------------------
@@ -127,23 +126,6 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
-        # while the tap is on, every command goes through _feed (no shortcut below)
-        if self._decompressor is None and not (self._dead_input or self._dead or self.tap.active):
-            pub = self.decoder.whole_pub(data)
-            if pub is not None:
-                # One PUB in one read: what a publisher sending a message at a time
-                # sends, handled without the decoder's state machine or the cork, and,
-                # on a connection without the security gate, straight by the PUB handler
-                # (_run's state check always passes: PUB is allowed in every state).
-                self._last_recv = self.reactor.seconds()
-                if self.gated or not _PUB_IN_EVERY_STATE:
-                    self._run(Pub(*pub))
-                    return
-                try:
-                    self._publish("PUB", pub[0], [pub[1]])
-                except NsqError as err:
-                    self._fail(err)
-                return
         self._cork.received(self.transport, self._received, data)
 
     def _received(self, data):
@@ -185,7 +167,10 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         if self.tap.active:
             raw = self.decoder.raw_commands(data) if self.tap.trace.active else None
             return self._feed_tapped(self.decoder.feed(data), raw)
-        for cmd in self.decoder.feed(data):
+        commands = self.decoder.feed(data)
+        if commands:
+            self.last_command = commands[-1]
+        for cmd in commands:
             if type(cmd) is Fin and self.channel is not None:
                 # hot path: a FIN that succeeds needs no state check and no reply
                 eid = parse_message_id(cmd.msg_id)
