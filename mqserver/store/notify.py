@@ -201,9 +201,8 @@ class Notifier:
                 cb(off, topic, props, store_ts)
 
     def dispatch_one(self, offset, topic, properties, store_ts):
-        """Tell the dispatch listeners of the message record at C{offset} (replayed, or
-        the writer's usual publish of one message) with C{properties} (b"" for a bare
-        body)."""
+        """Tell the dispatch listeners of the message record at C{offset}, replayed at
+        start-up, with C{properties} (b"" for a bare body)."""
         if properties:
             for cb in self.dispatch_listeners:
                 cb(offset, topic, properties, store_ts)
