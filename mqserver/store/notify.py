@@ -31,6 +31,9 @@ class Notifier:
 
     def __init__(self, flush_level):
         self.flush_level = flush_level
+        #: True when a write is as durable as asked once it is written (flush levels 0
+        #: and 1 without a sync gate): L{after_write} then returns its result itself.
+        self.complete_at_write = flush_level < 2
         self.visible_end = 0
         self.dispatch_listeners = []
         self.topic_dispatch_listeners = {}
@@ -56,6 +59,7 @@ class Notifier:
         """Make every later write wait for C{gate} (L{mqserver.replication.sync.SyncGate})
         before it is acknowledged or shown to consumers."""
         self.gate = gate
+        self.complete_at_write = False
         gate.on_commit = self.confirmed
         # set at run time (a follower promoted): what is readable now was replicated
         self._replicable_end = max(self._replicable_end, self.visible_end)
@@ -73,12 +77,6 @@ class Notifier:
         durable here as the flush level asks (readers see the same without a gate)."""
         return self.visible_end if self.gate is None else self._replicable_end
 
-    @property
-    def complete_at_write(self):
-        """True when a write is as durable as asked once it is written (flush levels 0
-        and 1 without a sync gate): L{after_write} then returns its result itself."""
-        return self.flush_level < 2 and self.gate is None
-
     def after_write(self, result, topic, queue_id):
         """Return C{result} when the write that ended the log is already as durable as
         the flush level asks (levels 0 and 1), else a Deferred firing with it once it
@@ -90,7 +88,12 @@ class Notifier:
             self._pending_visible.append((end, topic, queue_id))
             return self._flusher.request(end).addCallback(lambda _: result)
         self.visible_end = end
-        self._notify(topic, queue_id)
+        # _notify's work in line: every publish passes here
+        if topic is not None:
+            for cb in self._arrival_listeners:
+                cb(topic, queue_id)
+        for cb in self._append_listeners:
+            cb()
         return result
 
     def _after_write_gated(self, result, topic, queue_id, end):

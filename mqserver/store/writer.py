@@ -112,8 +112,8 @@ class Writer:
         if event_id is not None:
             self._force_event_id(event_id)
         try:
-            result, entries, q = self._write(topic, queue_id, messages, _MESSAGE_MAGIC, 0,
-                                             now_ms)
+            result, entries, q, qoff = self._write(topic, queue_id, messages,
+                                                   _MESSAGE_MAGIC, 0, now_ms)
         except OSError as e:
             raise self._write_failed(e) from None
         answered = answer is not None and self._notifier.complete_at_write
@@ -126,7 +126,7 @@ class Writer:
         try:
             # The bookkeeping: the queue's entries and statistics, the dispatch
             # listeners, the checkpoint, then the readers (Notifier.after_write).
-            q.write(result.queue_offsets[0] if result.sizes else q.max_offset, entries)
+            q.write(qoff, entries)
             # Statistics count here, where every protocol's publish ends (once); the
             # messages are the queue's growth (ConsumeQueue.in_msgs).
             q.in_bytes += sum(result.sizes)
@@ -157,8 +157,8 @@ class Writer:
         try:
             self._disk.check_writable()
             self._force_event_id(event_id)
-            result, _, _ = self._write(topic, -1, [Message(body=body)], fmt.ADMIN_MAGIC, op,
-                                       now_ms)
+            result = self._write(topic, -1, [Message(body=body)], fmt.ADMIN_MAGIC, op,
+                                 now_ms)[0]
         except StoreError as e:
             return defer.fail(e)
         except OSError as e:
@@ -182,8 +182,9 @@ class Writer:
 
     def _write(self, topic, queue_id, messages, magic, op, now_ms):
         """Pack C{messages} as records and append them to the log: one pwrite per
-        segment touched. Returns the L{PutResult}, the packed consume-queue entries and
-        the queue (None for admin records); nothing of a write that raises stays."""
+        segment touched. Returns the L{PutResult}, the packed consume-queue entries, the
+        queue (None for admin records) and its offset of the first message; nothing of a
+        write that raises stays."""
         tail = self._topic_tails.get(topic)
         if tail is None:
             # First write of this name: no record (admin records too, which a slave
@@ -231,7 +232,7 @@ class Writer:
             q is not None and len(result.sizes) == 1) else None
         if t0:
             self.write_latency.observe(_perf_counter() - t0)
-        return result, entries, q
+        return result, entries, q, qoff
 
     def _pack_c(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id):
         # The C packing of any write (_pack.c, whose reference is _pack_py): same

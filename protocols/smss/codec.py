@@ -103,6 +103,11 @@ class Mode(enum.Enum):
     CONFIRMS = "confirms"  # a replication stream whose follower confirms (REPLICA frames)
 
 
+# Module-level names for the modes feed and _parse test on every call (an enum member
+# read from its class costs several dictionary lookups).
+_HEADERS, _ACKS, _CONFIRMS = Mode.HEADERS, Mode.ACKS, Mode.CONFIRMS
+
+
 class RequestDecoder:
     """Incremental decoder of client requests; feed it bytes, get events.
 
@@ -200,7 +205,7 @@ class RequestDecoder:
         if self._error is not None:
             raise self._error
         buf = self._buf
-        if not buf and not self._skip and self._mode is Mode.HEADERS and not self._paused:
+        if not buf and not self._skip and self._mode is _HEADERS and not self._paused:
             # A read that is exactly one PUB, what the SDKs send one message at a time:
             # decoded in one step (in C when built), without the buffer; anything else
             # returns None and takes the general way below, which applies every rule.
@@ -243,7 +248,7 @@ class RequestDecoder:
             if self._paused:
                 return off
             mode = self._mode
-            if mode is Mode.HEADERS:
+            if mode is _HEADERS:
                 if end - off < _HDR:
                     # Checked here too so that the usual end of a read (nothing left)
                     # costs no call.
@@ -254,7 +259,7 @@ class RequestDecoder:
                     return off
                 off, event = result
                 events.append(event)
-            elif mode is Mode.ACKS:
+            elif mode is _ACKS:
                 if end - off < 2:
                     self._need = 2
                     return off
@@ -262,10 +267,10 @@ class RequestDecoder:
                 off += 2
                 events.append(Ack(value))
                 if value == wire.ACK_END:
-                    self._mode = Mode.HEADERS
+                    self._mode = _HEADERS
                 elif value != wire.ACK_NEXT:
                     self._paused = True
-            elif mode is Mode.CONFIRMS:
+            elif mode is _CONFIRMS:
                 if end - off < _CONFIRM_SIZE:
                     self._need = _CONFIRM_SIZE
                     return off

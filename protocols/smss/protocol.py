@@ -55,6 +55,7 @@ MAX_PIPELINE = 256
 
 
 _OK = codec.ok()
+_Ack, _Sub = m.Ack, m.Sub  # tested on every request
 
 
 class SmssServerProtocol(IdleWatch, Protocol):
@@ -151,13 +152,13 @@ class SmssServerProtocol(IdleWatch, Protocol):
 
     def _event(self, ev):
         kind = type(ev)
-        if kind is m.Ack:
+        if kind is _Ack:
             if self.subscription is not None:
                 self.subscription.ack(ev.value)
             return
         if self.tap.active and ev is not self.looked and self._tapped(ev):
             pass  # a fault rule took it
-        elif kind is m.Sub and self._answers:
+        elif kind is _Sub and self._answers:
             # The decoder pauses after a SUB, so nothing can queue up behind it.
             self._held_sub = ev
             return
