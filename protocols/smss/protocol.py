@@ -313,8 +313,10 @@ class SmssServerProtocol(IdleWatch, Protocol):
     def _send_ok(self, result):
         """Answer a publish the broker has written with OK, at once: after what this
         read gathered before it (the cork), before the broker's bookkeeping."""
-        self.write(_OK)
-        self._cork.flush(self.transport)
+        if self.tap.active:
+            self.trace_out(_OK)
+        self._cork.flush(self.transport)  # usually nothing: the PUB is alone in its read
+        send_now(self.transport, _OK)
 
     def do_Delay(self, ev):
         if not self.broker.is_master:
