@@ -158,6 +158,9 @@ class RemotingProtocol(IdleWatch, Protocol):
     handlers = {}
     door_name = None
     tap = OFF
+    #: a check every request passes before it is handled (or traced), or None: called
+    #: with the request, it returns None to let it run, or the answer refusing it
+    admit = None
     _opaques = itertools.count(1 << 30)
 
     def __init__(self):
@@ -269,6 +272,11 @@ class RemotingProtocol(IdleWatch, Protocol):
             if d is not None:
                 d.callback(cmd)
             return
+        if self.admit is not None:
+            refusal = self.admit(cmd)
+            if refusal is not None:
+                self._reply(refusal, cmd)
+                return
         if self.tap.active:
             self._tapped(cmd)
             return
