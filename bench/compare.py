@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """mqserver side by side with the reference servers, in one run, alternating A B A B.
 
-For each figure of issue 17 a fresh server of each system is started in turn (mqserver,
+For each figure of docs/performance.md a fresh server of each system is started in turn (mqserver,
 then the reference, once per round), measured the same way, and stopped; the table gives
 every run and the ratio of the medians (mqserver / reference; for CPU per message lower
 is better). Reference servers are optional: with a binary absent its column says why.
@@ -14,7 +14,7 @@ is better). Reference servers are optional: with a binary absent its column says
 The paths can also come from SMSS_BIN, NSQD_BIN, NSQ_BENCH_WRITER, NSQ_BENCH_READER.
 C{--variant} adds a second mqserver column with other configuration (e.g.
 C{--variant spin0:server.spinMicros=0}), C{--tree NAME:PATH} one run from another source
-tree (e.g. C{--tree main:/work/main}); see bench/README.md.
+tree (e.g. C{--tree main:../main}); see bench/README.md.
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""The RocketMQ rows of bench/compare.py (issue 17): mqserver alone, no reference broker.
+"""The RocketMQ rows of bench/compare.py: mqserver alone, no reference broker.
 
 - C{client_rows}: the PyPI C++ client (C{rocketmq}) sends C{--rmq-sends} messages with one
   synchronous producer, then a C++ push consumer reads a C{--backlog} filled by pipelined

@@ -7,7 +7,7 @@ and then ``--wait`` seconds, and prints VmRSS with its anonymous and file-backed
 ``--maps N`` also prints the N mappings holding the most resident memory (shared
 libraries such as the TLS stack show here), from the last run of each tree.
 
-    PYTHONPATH=. .venv/bin/python bench/idle_rss.py [--tree /work/main --tree .]
+    PYTHONPATH=. .venv/bin/python bench/idle_rss.py [--tree ../main --tree .]
         [--rounds 3] [--doors smss,nsqd_tcp] [--maps 8]
 
 Every tree runs with this interpreter (its C extensions must be built in place).

@@ -40,9 +40,9 @@ from protocols.smss import client_codec as cc  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 
 BODY_SIZE = 200
-#: One 200-byte message with no headers, as a PUB payload record (spec §5): S, H, body.
+#: One 200-byte message with no headers, as a PUB payload record: S, H, body.
 RECORD = struct.pack("<II", BODY_SIZE, 0) + b"x" * BODY_SIZE
-#: Bytes one such record takes in a pushed batch (spec §7.3): 32-byte prefix + record.
+#: Bytes one such record takes in a pushed batch: 32-byte prefix + record.
 PUSHED_RECORD_SIZE = 32 + len(RECORD)
 OK_HEADER = b"\xc8\x00" + b"\x00" * 8
 ACK = b"\x00\x00"

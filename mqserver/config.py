@@ -1,6 +1,6 @@
 """config.yaml -> typed settings.
 
-Key names follow smss's config.yaml (spec §13) where smss has them; ``listen:`` holds one
+Key names follow smss's config.yaml where smss has them; ``listen:`` holds one
 Twisted endpoint string (or ``off``) per front door. Unknown keys, wrong types and values
 out of range are errors that name the key, so a typo never silently becomes a default.
 

@@ -1,6 +1,6 @@
 """The broker wire protocol: one client connection (producer, consumer or admin tool).
 
-Handlers map remoting requests (spec section 4) onto the core broker, the consumer
+Handlers map remoting requests onto the core broker, the consumer
 offsets table and the door's L{ConsumerManager}; shared state lives on the factory
 (L{protocols.remoting.broker_door.BrokerDoor}).
 """

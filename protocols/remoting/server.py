@@ -61,7 +61,7 @@ def command_fields(cmd):
 
 def response_code(value):
     """Return the response code a fault rule's C{respond} value names: a number, or a
-    name of spec 2.2 (C{SYSTEM_BUSY}); raise ValueError for anything else."""
+    name in ResponseCode (C{SYSTEM_BUSY}); raise ValueError for anything else."""
     if value.lstrip("-").isdigit():
         code = int(value)
         if -(1 << 31) <= code < 1 << 31:
@@ -361,7 +361,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         self._send(response if type(response) is bytes else encode(response))
 
     def unsupported(self, cmd):
-        """Answer an unknown request code (spec 2.1)."""
+        """Answer an unknown request code, as RocketMQ 4.9.4's NettyRemotingAbstract does."""
         return error(cmd, codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
 
     # -- output ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Registering with lookupds (issue 19.6 and 19.8), with real processes: a broker that
+"""Registering with lookupds, with real processes: a broker that
 names its own embedded lookupd is listed once, and topics NSQ cannot name (RocketMQ's
 %RETRY%group) are never sent, so a standalone mqlookupd learns every other topic; and
 deleting a channel as nsqadmin does (the lookupd first, then the nsqd)."""

@@ -14,7 +14,7 @@ from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.server import RemotingProtocol, error
 from tests.support.inprocess import Connection, running
 
-# C++ client 2.x frames from the spec (section 10): empty credentials still sign.
+# C++ client frames: empty credentials still sign.
 SEND_HEADER = (
     '{"code":10,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":"Rwo1VMtUh7Uja96UGKQ1zzxnyqk=",'
     '"batch":"0","bornTimestamp":"1795267749004","defaultTopic":"TBW102","defaultTopicQueueNums":4,"flag":0,'
