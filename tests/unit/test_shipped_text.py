@@ -26,6 +26,8 @@ FORBIDDEN = [
     (r"\bissues?\s+#?\d", "a work item"),
     (r"\bwaves?\s+\d", "a work period"),
     (r"\bsessions?\s+\d", "a work period"),
+    (r"\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last|previous)"
+     r"\s+(?:session|wave)\b", "a work period"),
 ]
 _PATTERN = re.compile("|".join(f"(?:{p})" for p, _ in FORBIDDEN), re.IGNORECASE)
 
@@ -66,7 +68,7 @@ def findings(text):
 @pytest.mark.parametrize("text", [
     "Frames follow spec §1.2.", "(spec 4.1, 4.2)", "Spec 10.1's hex", "the spec section 15 vectors",
     "see specs/rocketmq-remoting.md", "../shared/vectors", "the seeds/ tree", "cd /work/main",
-    "docs/benchmarks.md", "(issue 16.3)", "issue #19.4", "wave 3", "Session 12",
+    "docs/benchmarks.md", "(issue 16.3)", "issue #19.4", "wave 3", "Session 12", "(fourth session)",
 ])
 def test_each_kind_of_reference_is_found(text):
     assert findings(text) == [(1, text)]
