@@ -16,12 +16,13 @@ The C++ client runs in subprocesses of bench/rocketmq_bench.py (it can hang at s
 import os
 import time
 
+from harness import RemotingClient
+
 import rocketmq_bench as rb
 from procstat import cpu_seconds
 from protocols.remoting import codes
 from protocols.remoting.codec import encode
 from protocols.remoting.messages import RemotingCommand
-from tests.support.remoting_client import RemotingClient
 
 
 def _home(sysm):

@@ -17,14 +17,10 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import tests.support.server as support  # noqa: E402
+from harness import ROOT, ServerProcess
 
 
 def status(pid):
@@ -53,9 +49,8 @@ def mappings(pid, top):
 
 def one(tree, doors, wait, tmp):
     data = os.path.join(tmp, f"idle-{time.monotonic_ns()}")
-    support.ROOT = tree  # the tree the server process imports from (its PYTHONPATH)
-    server = support.ServerProcess(data, config={"store": {"flushLevel": 1}},
-                                   listen={d: "tcp:0:interface=127.0.0.1" for d in doors})
+    server = ServerProcess(data, config={"store": {"flushLevel": 1}}, root=tree,
+                           listen={d: "tcp:0:interface=127.0.0.1" for d in doors})
     server.start(timeout=60)
     try:
         time.sleep(wait)

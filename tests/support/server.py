@@ -82,8 +82,10 @@ class ServerProcess:
     """
 
     def __init__(self, data, config=None, listen=None, extra_args=(), env=None,
-                 command_prefix=()):
+                 command_prefix=(), root=None):
         self.data = str(data)
+        #: the source tree the broker runs from (benchmarks compare trees)
+        self.root = root or ROOT
         self.env = dict(env or {})
         self.config = dict(config or {})
         self.listen = dict(listen or {"smss": "tcp:0:interface=127.0.0.1"})
@@ -152,17 +154,17 @@ class ServerProcess:
         cfg["listen"] = dict({name: "off" for name in _door_names()}, **self.listen)
         with open(cfg_path, "w") as f:
             yaml.safe_dump(cfg, f)
-        env = dict(os.environ, PYTHONPATH=ROOT, **self.env)
+        env = dict(os.environ, PYTHONPATH=self.root, **self.env)
         if getattr(self, "_log", None):
             self._log.close()  # a restart of the same object: one handle per run
         self._log = open(self.log_path, "ab")
         self._log_start = os.path.getsize(self.log_path)
-        self._ready_file = has_ready_file()
+        self._ready_file = has_ready_file(self.root)
         ready = ["--ready-file", self.ready_path] if self._ready_file else []
         self.proc = subprocess.Popen(
-            [*self.command_prefix, *twistd_command(), "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path,
+            [*self.command_prefix, *twistd_command(self.root), "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path,
              *ready, *self.extra_args],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=self.root, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
 
     def start_and_wait_exit(self, timeout=20.0):
