@@ -50,9 +50,10 @@ class Checkpoints:
     def write(self, snap, cq_paths, log_fds=()):
         """Write C{snap} after fsyncing C{log_fds} and the queue files C{cq_paths}
         (synchronously)."""
-        fsync_fds(list(log_fds))
-        fsync_paths(cq_paths)
-        write_json_atomic(self.path, snap)
+        fsync = self._store.io.fsync
+        fsync_fds(list(log_fds), fsync)
+        fsync_paths(cq_paths, fsync)
+        write_json_atomic(self.path, snap, fsync)
 
     def checkpoint(self):
         """Write a checkpoint on the disk thread if anything changed since the last one.

@@ -1,0 +1,84 @@
+"""Publish latency at flush level 2 on a slow disk: every fsync of the store takes
+``--fsync-ms`` longer (the store's test-only fault injection, ``MQSERVER_FAULT_INJECT``
+with a ``fsync-slow`` file; see mqserver/store/fileio.py).
+
+One real broker process on loopback (``store.flushLevel: 2``, so each publish is
+answered once a group commit's fsync covers it); ``--conns`` smss clients each publish
+one 200-byte message and wait for its answer, for ``--seconds``. The checkpoint (once a
+second) and the consumer-offset saves fsync files of their own on the same disk; what
+the publishes wait for beyond the group commit shows in the median.
+
+    PYTHONPATH=. .venv/bin/python bench/slow_fsync.py [--fsync-ms 100] [--seconds 10] [--conns 1]
+"""
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mqserver.store.fileio import FAULT_ENV  # noqa: E402
+from protocols.smss.client import SmssClient  # noqa: E402
+from tests.support.server import ServerProcess  # noqa: E402
+
+BODY = b"x" * 200
+
+
+def publisher(port, seconds, out):
+    lat = []
+    with SmssClient("127.0.0.1", port) as c:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t = time.perf_counter()
+            c.publish("slowdisk", [BODY])
+            lat.append(time.perf_counter() - t)
+    out.extend(lat)
+
+
+def pct(values, p):
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p / 100))] if s else 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fsync-ms", type=int, default=100)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--conns", type=int, default=1)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="mq-slow-fsync-")
+    control = os.path.join(work, "faults")
+    os.makedirs(control)
+    srv = ServerProcess(os.path.join(work, "data"), config={"store": {"flushLevel": 2}},
+                        env={FAULT_ENV: control})
+    try:
+        srv.start()
+        with SmssClient("127.0.0.1", srv.smss_port) as c:
+            c.create("slowdisk")
+        with open(os.path.join(control, "fsync-slow"), "w") as f:
+            f.write(str(args.fsync_ms))
+        lat = []
+        threads = [threading.Thread(target=publisher, args=(srv.smss_port, args.seconds, lat))
+                   for _ in range(args.conns)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        os.remove(os.path.join(control, "fsync-slow"))
+    finally:
+        srv.stop()
+        srv.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"flush level 2, every fsync {args.fsync_ms} ms longer, {args.conns} publisher(s),"
+          f" {args.seconds:g} s: {len(lat)} publishes")
+    print(f"publish latency ms: p50 {pct(lat, 50) * 1000:.0f}  p90 {pct(lat, 90) * 1000:.0f}"
+          f"  max {max(lat, default=0) * 1000:.0f}")
+
+
+if __name__ == "__main__":
+    main()
