@@ -6,42 +6,25 @@ One real broker process on loopback (``store.flushLevel: 2``, so each publish is
 answered once a group commit's fsync covers it); ``--conns`` smss clients each publish
 one 200-byte message and wait for its answer, for ``--seconds``. The checkpoint (once a
 second) and the consumer-offset saves fsync files of their own on the same disk; what
-the publishes wait for beyond the group commit shows in the median.
+the publishes wait for beyond the group commit shows in the p90 and the max.
 
     PYTHONPATH=. .venv/bin/python bench/slow_fsync.py [--fsync-ms 100] [--seconds 10] [--conns 1]
 """
 
 import argparse
 import os
+import queue
 import shutil
 import sys
 import tempfile
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.sync_cost import _smss as publisher, pct  # noqa: E402
 from mqserver.store.fileio import FAULT_ENV  # noqa: E402
 from protocols.smss.client import SmssClient  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
-
-BODY = b"x" * 200
-
-
-def publisher(port, seconds, out):
-    lat = []
-    with SmssClient("127.0.0.1", port) as c:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            t = time.perf_counter()
-            c.publish("slowdisk", [BODY])
-            lat.append(time.perf_counter() - t)
-    out.extend(lat)
-
-
-def pct(values, p):
-    s = sorted(values)
-    return s[min(len(s) - 1, int(len(s) * p / 100))] if s else 0.0
 
 
 def main():
@@ -59,16 +42,17 @@ def main():
     try:
         srv.start()
         with SmssClient("127.0.0.1", srv.smss_port) as c:
-            c.create("slowdisk")
+            c.create("bench")
         with open(os.path.join(control, "fsync-slow"), "w") as f:
             f.write(str(args.fsync_ms))
-        lat = []
-        threads = [threading.Thread(target=publisher, args=(srv.smss_port, args.seconds, lat))
+        out = queue.Queue()
+        threads = [threading.Thread(target=publisher, args=(srv.smss_port, args.seconds, out))
                    for _ in range(args.conns)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        lat = [x for _ in threads for x in out.get()[1]]
         os.remove(os.path.join(control, "fsync-slow"))
     finally:
         srv.stop()
