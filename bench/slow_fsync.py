@@ -7,24 +7,23 @@ answered once a group commit's fsync covers it); ``--conns`` smss clients each p
 one 200-byte message and wait for its answer, for ``--seconds``. The checkpoint (once a
 second) and the consumer-offset saves fsync files of their own on the same disk; what
 the publishes wait for beyond the group commit shows in the p90 and the max.
+``--tree DIR`` runs the broker from another source tree (a checkout before a change).
 
-    PYTHONPATH=. .venv/bin/python bench/slow_fsync.py [--fsync-ms 100] [--seconds 10] [--conns 1]
+    python bench/slow_fsync.py [--fsync-ms 100] [--seconds 10] [--conns 1] [--tree DIR]
 """
 
 import argparse
 import os
 import queue
-import shutil
-import sys
 import tempfile
 import threading
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # the source tree on the import path
+from harness import LOOPBACK, broker
+from sync_cost import _smss as publisher, pct
 
-from bench.sync_cost import _smss as publisher, pct  # noqa: E402
-from mqserver.store.fileio import FAULT_ENV  # noqa: E402
-from protocols.smss.client import SmssClient  # noqa: E402
-from tests.support.server import ServerProcess  # noqa: E402
+from mqserver.store.fileio import FAULT_ENV
+from protocols.smss.client import SmssClient
 
 
 def main():
@@ -33,31 +32,25 @@ def main():
     ap.add_argument("--fsync-ms", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--conns", type=int, default=1)
+    ap.add_argument("--tree", default=harness.ROOT)
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="mq-slow-fsync-")
-    control = os.path.join(work, "faults")
-    os.makedirs(control)
-    srv = ServerProcess(os.path.join(work, "data"), config={"store": {"flushLevel": 2}},
-                        env={FAULT_ENV: control})
-    try:
-        srv.start()
-        with SmssClient("127.0.0.1", srv.smss_port) as c:
-            c.create("bench")
-        with open(os.path.join(control, "fsync-slow"), "w") as f:
-            f.write(str(args.fsync_ms))
-        out = queue.Queue()
-        threads = [threading.Thread(target=publisher, args=(srv.smss_port, args.seconds, out))
-                   for _ in range(args.conns)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        lat = [x for _ in threads for x in out.get()[1]]
-        os.remove(os.path.join(control, "fsync-slow"))
-    finally:
-        srv.stop()
-        srv.close()
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="mq-slow-fsync-") as control:
+        with broker({"smss": LOOPBACK}, {"store": {"flushLevel": 2}}, tree=args.tree,
+                    env={FAULT_ENV: control}) as srv:
+            with SmssClient("127.0.0.1", srv.smss_port) as c:
+                c.create("bench")
+            with open(os.path.join(control, "fsync-slow"), "w") as f:
+                f.write(str(args.fsync_ms))
+            out = queue.Queue()
+            threads = [threading.Thread(target=publisher,
+                                        args=(srv.smss_port, args.seconds, out))
+                       for _ in range(args.conns)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            os.remove(os.path.join(control, "fsync-slow"))  # a quick stop
+    lat = [x for _ in threads for x in out.get()[1]]
     print(f"flush level 2, every fsync {args.fsync_ms} ms longer, {args.conns} publisher(s),"
           f" {args.seconds:g} s: {len(lat)} publishes")
     print(f"publish latency ms: p50 {pct(lat, 50) * 1000:.0f}  p90 {pct(lat, 90) * 1000:.0f}"
