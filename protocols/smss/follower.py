@@ -23,6 +23,8 @@ from mqserver.broker.cursor import EventNotFound
 from mqserver.replication.applier import Applier
 from mqserver.replication.epochs import EpochError, truncation_point
 from mqserver.replication.logreader import LogReader
+from mqserver.sendnow import send_now
+from mqserver.soon import call_soon
 from mqserver.store import format as fmt
 
 from protocols.smss import binlog, wire
@@ -221,17 +223,18 @@ class FollowerProtocol(Protocol):
         d.addCallbacks(lambda _: self._confirm(event_id), self._store_failed)
 
     def _confirm(self, event_id):
-        # Confirmations of one turn of the reactor go out as one frame.
+        # Confirmations of one turn of the reactor go out as one frame, at the end of
+        # that turn and straight to the socket: the master's writers wait for it.
         if self._failed or self.transport is None or event_id <= self._to_confirm:
             return
         self._to_confirm = event_id
         if self._confirm_call is None:
-            self._confirm_call = self.factory.reactor.callLater(0, self._send_confirm)
+            self._confirm_call = call_soon(self.factory.reactor, self._send_confirm)
 
     def _send_confirm(self):
         self._confirm_call = None
         if not self._failed and self.transport is not None:
-            self.transport.write(encode_replica(self._to_confirm))
+            send_now(self.transport, encode_replica(self._to_confirm))
 
     def _store_failed(self, f):
         self.log.failure("storing a replicated record failed", f)
