@@ -16,7 +16,6 @@ from zope.interface import Attribute, Interface
 class IBroker(Interface):
     """What every protocol may ask of the broker core."""
 
-    store = Attribute("The MessageStore holding every record.")
     messages = Attribute("The IMessageLog: stored messages read by queue offset or "
                          "commit-log offset, and the log's bounds.")
     replication_log = Attribute("The IReplicationLog: the whole log in eventId order, for "
@@ -93,15 +92,20 @@ class IBroker(Interface):
         """Stop telling watcher."""
 
 
-class IMessageLog(Interface):
+class ILogBounds(Interface):
+    """Where the commit log stands."""
+
+    next_event_id = Attribute("The eventId the next record gets.")
+    min_offset = Attribute("Commit-log offset of the oldest retained record.")
+    end = Attribute("Commit-log offset after the last record written.")
+
+
+class IMessageLog(ILogBounds):
     """Reading stored messages: by (topic, queue) and consume-queue offset, by commit-log
     offset, or from an eventId; the log's bounds. Records are returned as stored (the
     layout of L{mqserver.message}); a damaged record is never returned (it is reported
     and counted once)."""
 
-    next_event_id = Attribute("The eventId the next record gets.")
-    min_offset = Attribute("Commit-log offset of the oldest retained record.")
-    end = Attribute("Commit-log offset after the last record written.")
     visible_end = Attribute("Commit-log offset below which records may be read "
                             "(the written ones not yet durable or confirmed are above it).")
     max_message_size = Attribute("The largest message body a write takes, bytes.")
@@ -155,12 +159,9 @@ class IMessageLog(Interface):
         close() (the caller closes it)."""
 
 
-class IReplicationLog(Interface):
+class IReplicationLog(ILogBounds):
     """The whole commit log in eventId order, every record (messages and admin records):
     what a master feeds its followers, and what a follower asks of its own log."""
-
-    next_event_id = Attribute("The eventId the next record gets.")
-    end = Attribute("Commit-log offset after the last record written.")
 
     def reader_after(event_id):
         """Return a reader just after the write holding event_id (0: from the oldest
@@ -183,13 +184,10 @@ class IReplicationLog(Interface):
         when this returns."""
 
 
-class IStoreStats(Interface):
+class IStoreStats(ILogBounds):
     """Read-only figures of the store (metrics, runtime information)."""
 
     path = Attribute("The data directory.")
-    next_event_id = Attribute("The eventId the next record gets.")
-    min_offset = Attribute("Commit-log offset of the oldest retained record.")
-    end = Attribute("Commit-log offset after the last record written.")
     segments = Attribute("How many commit-log segment files there are.")
     write_latency = Attribute("The Latency of writes (one in 64 timed).")
     fsync_latency = Attribute("The Latency of commit-log fsyncs, or None before the "

@@ -30,17 +30,11 @@ def _store_ts_at(log, offset):
         return 0
 
 
-@implementer(IMessageLog)
-class MessageLog:
-    """Stored messages read by queue offset, commit-log offset or eventId."""
+class _LogBounds:
+    """Where the commit log stands (L{mqserver.interfaces.ILogBounds})."""
 
     def __init__(self, store):
         self._store = store
-        # Called on every pull and delivery: straight to the store's part (one call, not two).
-        self.read_entries = store.read_entries
-        self.read_records = store.read_records
-        self.newest_record = store.newest_record
-        self.find_queue = store.find_queue
 
     @property
     def next_event_id(self):
@@ -53,6 +47,19 @@ class MessageLog:
     @property
     def end(self):
         return self._store.commitlog.end
+
+
+@implementer(IMessageLog)
+class MessageLog(_LogBounds):
+    """Stored messages read by queue offset, commit-log offset or eventId."""
+
+    def __init__(self, store):
+        super().__init__(store)
+        # Called on every pull and delivery: straight to the store's part (one call, not two).
+        self.read_entries = store.read_entries
+        self.read_records = store.read_records
+        self.newest_record = store.newest_record
+        self.find_queue = store.find_queue
 
     @property
     def visible_end(self):
@@ -111,19 +118,8 @@ class MessageLog:
 
 
 @implementer(IReplicationLog)
-class ReplicationLog:
+class ReplicationLog(_LogBounds):
     """The whole log in eventId order, for replication's feed and follower."""
-
-    def __init__(self, store):
-        self._store = store
-
-    @property
-    def next_event_id(self):
-        return self._store.next_event_id
-
-    @property
-    def end(self):
-        return self._store.commitlog.end
 
     def reader_after(self, event_id):
         return LogReader.after_event(self._store, event_id)
@@ -147,27 +143,12 @@ class ReplicationLog:
 
 
 @implementer(IStoreStats)
-class StoreStats:
+class StoreStats(_LogBounds):
     """Read-only figures of the store."""
-
-    def __init__(self, store):
-        self._store = store
 
     @property
     def path(self):
         return self._store.path
-
-    @property
-    def next_event_id(self):
-        return self._store.next_event_id
-
-    @property
-    def min_offset(self):
-        return self._store.commitlog.min_offset
-
-    @property
-    def end(self):
-        return self._store.commitlog.end
 
     @property
     def segments(self):

@@ -38,6 +38,7 @@ def test_the_broker_provides_ibroker(built):
 
 def test_the_broker_gives_doors_the_store_only_through_interfaces(built):
     broker, _, _ = built
+    assert "store" not in IBroker.names()
     broker.store.open()  # the figures of an open store
     try:
         assert verifyObject(IMessageLog, broker.messages)
