@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass
 
 from mqserver.broker.topics import create_body
-from mqserver.store import format as fmt
-from mqserver.store.store import Message
+from mqserver import message as fmt
+from mqserver.message import Message
 
 from protocols.smss import wire
 from protocols.smss.errors import InvalidPayload

@@ -19,13 +19,11 @@ from twisted.logger import Logger
 from mqserver import exitstatus
 from mqserver.broker.topics import Topic
 from mqserver.config import MASTER_ENDPOINT_PREFIXES
-from mqserver.broker.cursor import EventNotFound
 from mqserver.replication.applier import Applier
 from mqserver.replication.epochs import EpochError, truncation_point
-from mqserver.replication.logreader import LogReader
 from mqserver.sendnow import send_now
 from mqserver.soon import call_soon
-from mqserver.store import format as fmt
+from mqserver import message as fmt
 
 from protocols.smss import binlog, wire
 from protocols.smss.client_codec import (
@@ -139,16 +137,12 @@ class FollowerProtocol(Protocol):
             self._replica()
 
     def _diverged(self, after):
-        store = self.applier.store
-        try:
-            offset = LogReader.after_event(store, after).offset
-        except EventNotFound:
-            offset = store.commitlog.min_offset
-        store.request_truncation(after, offset)
+        log = self.applier.broker.replication_log
+        log.request_truncation(after)
         self.log.error(
             "our log goes on for {n} records after eventId {eid}, where the master's term"
             " ended: no master confirmed them; they are cut at the next start. Stopping.",
-            n=store.next_event_id - 1 - after, eid=after)
+            n=log.next_event_id - 1 - after, eid=after)
         self._fail()
         self.factory.diverged()
 
@@ -219,7 +213,7 @@ class FollowerProtocol(Protocol):
         # a record already held (d None) may still wait for the group commit.
         event_id = self.applier.applied_event_id
         if d is None:
-            d = self.applier.store.durable_now()
+            d = self.applier.broker.replication_log.durable_now()
         d.addCallbacks(lambda _: self._confirm(event_id), self._store_failed)
 
     def _confirm(self, event_id):

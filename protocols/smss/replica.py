@@ -40,7 +40,7 @@ class ReplicaFeed:
         self._gate = proto.broker.sync_gate if confirms else None
         self.confirmed_event_id = None
         self._reader = reader
-        self._store = proto.broker.store
+        self._replication_log = proto.broker.replication_log
         self._reactor = proto.factory.reactor
         self._paused = False
         self._active = False
@@ -65,7 +65,7 @@ class ReplicaFeed:
             if self._gate is not None:
                 self._gate.attach(self)
         self._proto.transport.registerProducer(self, True)
-        self._store.add_append_listener(self._wake)
+        self._replication_log.add_append_listener(self._wake)
         self._alive.start()
         self._pump()
 
@@ -127,7 +127,7 @@ class ReplicaFeed:
 
     def behind_bytes(self):
         """Return how many bytes of the log this follower has not been sent yet."""
-        return max(0, self._store.commitlog.end - self._reader.offset)
+        return max(0, self._replication_log.end - self._reader.offset)
 
     def _send_alive(self):
         if not self._active:
@@ -153,7 +153,7 @@ class ReplicaFeed:
         self._proto.broker.stats.remove_replica(self)
         if self._gate is not None:
             self._gate.detach(self)
-        self._store.remove_append_listener(self._wake)
+        self._replication_log.remove_append_listener(self._wake)
         self._alive.stop()
         if self._pump_call is not None and self._pump_call.active():
             self._pump_call.cancel()
