@@ -151,6 +151,15 @@ class Applier:
         self._note(event_id, write_time)
         return d
 
+    def committed(self, event_id):
+        """The master committed every write up to C{event_id}: consumers here see the
+        writes up to it, and later ones once it commits them too. None: the master
+        holds nothing back (no synchronous replication), so neither do we."""
+        if event_id is None:
+            self.store.stop_following_commits()
+        else:
+            self.store.follow_commits(event_id)
+
     def copy_topics(self, topics):
         """Copy topic metadata from the master's VALID LIST (a slave starting in the
         middle of the master's log): they enter the registry as the master has them."""
@@ -173,6 +182,7 @@ class Applier:
             "stalled": self.stalled,
             "masterEventId": self.master_event_id,
             "sinceProgressMs": self.since_progress_ms(self.broker.now_ms()),
+            "committedEventId": self.store.commit_point,
         }
 
     # broker extension state (the checkpoint)
