@@ -110,8 +110,11 @@ class Applier:
                 first=expected, last=first_id - 1, next=first_id,
             )
 
-    def _note(self, first_id, write_time):
-        self.last_record_event_id = first_id
+    def _note(self, first_id, last_id, write_time):
+        # Resume after this record only once the store holds it whole: one whose write
+        # failed (a full disk) must be sent again.
+        if self.store.next_event_id > last_id:
+            self.last_record_event_id = first_id
         self.master_write_time = write_time
         self.lag_ms = max(0, self.broker.now_ms() - write_time)
         self.records += 1
@@ -138,17 +141,17 @@ class Applier:
         if delay_event_id is not None and todo:
             self.broker.delays.remove(delay_event_id)
             self.broker.store.mark_dirty()
-        self._note(first_id, write_time)
+        self._note(first_id, first_id + len(items) - 1, write_time)
         return last
 
     def admin(self, event_id, op, topic, body, write_time):
         """Apply one admin record. Returns a Deferred, or None if already held."""
         if event_id < self.store.next_event_id:
-            self._note(event_id, write_time)
+            self._note(event_id, event_id, write_time)
             return None
         self._check_gap(event_id)
         d = self.store.put_admin(op, topic, body, now_ms=write_time, event_id=event_id)
-        self._note(event_id, write_time)
+        self._note(event_id, event_id, write_time)
         return d
 
     def committed(self, event_id):
