@@ -115,8 +115,11 @@ class Notifier:
     @property
     def replicable_end(self):
         """Commit-log offset below which records may be sent to followers: what is as
-        durable here as the flush level asks (readers see the same without a gate)."""
-        return self.visible_end if self.gate is None else self._replicable_end
+        durable here as the flush level asks (readers see the same without a gate, or
+        on a follower that does not follow its master's commit point)."""
+        if self.gate is None and self.commit_point is None:
+            return self.visible_end
+        return self._replicable_end
 
     def after_write(self, result, topic, queue_id):
         """Return C{result} when the write that ended the log is already as durable as

@@ -8,6 +8,7 @@ from twisted.internet.testing import StringTransport
 
 from mqserver.errors import ReplicasUnavailable, ReplicationTimeout
 from mqserver.replication.applier import Applier
+from mqserver.replication.logreader import LogReader
 from mqserver.replication.sync import SyncGate
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
@@ -403,5 +404,22 @@ def test_a_follower_promoted_with_synchronous_replication_shows_them_once_confir
         n.broker.sync_gate.attach(f)
         n.broker.sync_gate.confirm(f, n.store.next_event_id - 1)  # the term's epoch record
         assert readable(n.store, "t") == [b"held"]
+    finally:
+        n.close()
+
+
+def test_a_follower_reads_its_whole_log_whatever_its_consumers_see(tmp_path):
+    """The writes a follower holds back from its consumers are in its log for everything
+    else: finding where to cut it (its terms against a new master's), feeding it on."""
+    n = Node(tmp_path / "follower")
+    try:
+        n.broker.is_master = False
+        n.store.follow_commits(0)
+        for eid in (1, 2, 3):
+            n.store.put_messages("t", 0, [Message(body=b"m%d" % eid)], event_id=eid)
+        assert readable(n.store, "t") == []
+        third = LogReader.after_event(n.store, 2)
+        assert [v.event_id for v in third.read()] == [3]
+        assert [v.event_id for v in LogReader(n.store, 0).read()] == [1, 2, 3]
     finally:
         n.close()
