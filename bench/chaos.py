@@ -38,12 +38,21 @@ publish is acknowledged again). Exits 1 on any lost message or divergence.
 L{chaos} runs the same from Python and returns the results (the short run of the test
 suite calls it).
 
+With C{--rate} it injects no faults and measures instead what a group costs: the smss
+publish rate (C{--connections} processes, each sending one 200-byte message a request
+and waiting for its answer, for C{--seconds}) of a single broker against the leader of a
+group of three with C{syncReplicas: 1}, in C{--rounds} rounds that alternate the two
+(each on a fresh broker or group), and the ratio of the medians.
+
+    python bench/chaos.py --rate [--seconds 5] [--rounds 3] [--connections 4]
+
     python bench/chaos.py [--runs 1] [--faults 6] [--seed N] [--lease-ms 2000]
                           [--kinds kill,pause,etcd,wipe,diskfull] [--netns] [--keep]
 """
 
 import argparse
 import dataclasses
+import multiprocessing as mp
 import os
 import random
 import shutil
@@ -55,8 +64,9 @@ import threading
 import time
 
 from harness import (
-    SKIP_REASON, EtcdProcess, RemotingClient, V2, etcd_binary, read_topic, rocketmq_send,
-    wait_until, Member, leader_of, member_config, wait_converged, writable_leader)
+    SKIP_REASON, EtcdProcess, RemotingClient, ServerProcess, V2, etcd_binary, read_topic,
+    rocketmq_send, wait_until, Member, leader_of, member_config, wait_converged,
+    writable_leader)
 
 from protocols.remoting import codes
 from protocols.smss.client import SmssClient, SmssError
@@ -464,6 +474,70 @@ def chaos(out=sys.stdout, **settings):
     return results
 
 
+def rate_round(work, group, seconds, connections, lease_ms):
+    """Return the smss publishes a second to a single broker (C{group} False) or to the
+    leader of a group of three with C{syncReplicas: 1}, each fresh in C{work}."""
+    from sync_cost import _smss as publisher  # one request at a time, 200 bytes
+
+    etcd, servers = None, []
+    try:
+        if group:
+            etcd = EtcdProcess(os.path.join(work, "etcd"))
+            etcd.start()
+            servers = [Member(os.path.join(work, name), name,
+                              member_config(etcd, name, lease_ms))
+                       for name in ("m1", "m2", "m3")]
+            for m in servers:
+                m.start()
+            lead = leader_of(servers, SETTLE)
+            wait_until(lambda: lead.status().get("sync", {}).get("available"), SETTLE,
+                       "a follower confirming to the leader", interval=0.1)
+            port = lead.port
+        else:
+            single = ServerProcess(os.path.join(work, "single"),
+                                   config={"timeout": {"server": {"alive": 300}}})
+            servers = [single]
+            single.start()
+            port = single.smss_port
+        with SmssClient("127.0.0.1", port) as c:
+            c.create("bench")
+        queue = mp.Queue()
+        procs = [mp.Process(target=publisher, args=(port, seconds, queue))
+                 for _ in range(connections)]
+        for p in procs:
+            p.start()
+        sent = sum(queue.get(timeout=seconds + 60)[0] for _ in procs)
+        for p in procs:
+            p.join()
+        return sent / seconds
+    finally:
+        for s in servers:
+            s.stop()
+            if isinstance(s, ServerProcess):
+                s.close()
+        if etcd is not None:
+            etcd.stop()
+
+
+def rate(seconds=5.0, rounds=3, connections=4, lease_ms=2000, out=sys.stdout):
+    """Measure (see the module docstring) and print the rates; return
+    C{{"single": [msgs/s...], "group": [msgs/s...]}}."""
+    got = {"single": [], "group": []}
+    for r in range(rounds):
+        for kind in ("single", "group"):
+            with tempfile.TemporaryDirectory(prefix="mq-chaos-rate-") as work:
+                got[kind].append(rate_round(work, kind == "group", seconds, connections,
+                                            lease_ms))
+            print(f"round {r + 1}: {kind:6s} {got[kind][-1]:10,.0f} msgs/s", file=out,
+                  flush=True)
+    med = {k: sorted(v)[len(v) // 2] for k, v in got.items()}
+    print(f"smss publish, {connections} connections, one request at a time, median of"
+          f" {rounds}: single broker {med['single']:,.0f} msgs/s, group of three"
+          f" (syncReplicas 1) {med['group']:,.0f} msgs/s: {med['group'] / med['single']:.2f}"
+          f" of the single broker's rate", file=out, flush=True)
+    return got
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1)
@@ -477,6 +551,11 @@ def main(argv=None):
                          "add the partition fault")
     ap.add_argument("--keep", action="store_true",
                     help="keep each run's directory (data and logs) and print where")
+    ap.add_argument("--rate", action="store_true",
+                    help="no faults: the publish rate of a single broker against a group")
+    ap.add_argument("--seconds", type=float, default=5.0, help="with --rate: per round")
+    ap.add_argument("--rounds", type=int, default=3, help="with --rate: rounds of each")
+    ap.add_argument("--connections", type=int, default=4, help="with --rate: publishers")
     args = ap.parse_args(argv)
     known = NETNS_FAULTS if args.netns else FAULTS
     args.kinds = [k for k in (args.kinds or ",".join(known)).split(",") if k]
@@ -485,6 +564,9 @@ def main(argv=None):
     if etcd_binary() is None:
         print(SKIP_REASON, file=sys.stderr)
         return 2
+    if args.rate:
+        rate(args.seconds, args.rounds, args.connections, args.lease_ms)
+        return 0
     results = chaos(runs=args.runs, faults=args.faults, seed=args.seed,
                     lease_ms=args.lease_ms, kinds=tuple(args.kinds), netns=args.netns,
                     keep=args.keep)
