@@ -42,6 +42,7 @@ class SyncGate:
         #: the commit point the last checkpoint held (None: none was kept)
         self.restored_event_id = None
         self.on_commit = None
+        self._commit_listeners = []
         self.timeouts = 0
         self.unavailable = 0
         self._confirmed = {}  # follower -> the highest eventId it confirmed
@@ -76,6 +77,15 @@ class SyncGate:
     def confirmed(self, follower):
         """Return the highest eventId C{follower} confirmed, or None if not attached."""
         return self._confirmed.get(follower)
+
+    def add_commit_listener(self, callback):
+        """Call C{callback()} whenever the commit point moves (after L{on_commit})."""
+        self._commit_listeners.append(callback)
+
+    def remove_commit_listener(self, callback):
+        """Stop calling C{callback}."""
+        if callback in self._commit_listeners:
+            self._commit_listeners.remove(callback)
 
     def followers(self):
         """Return the attached followers."""
@@ -166,6 +176,8 @@ class SyncGate:
         self.committed_event_id = point
         if self.on_commit is not None:
             self.on_commit(point)
+        for cb in self._commit_listeners:
+            cb()
         waiting = self._waiting
         while waiting and waiting[0][0] <= point:
             entry = heapq.heappop(waiting)

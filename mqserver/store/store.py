@@ -147,6 +147,21 @@ class MessageStore:
         C{writes} after it (see L{Notifier.hide_after})."""
         self.notifier.hide_after(offset, writes)
 
+    def follow_commits(self, event_id):
+        """Show readers only what the master followed committed, up to C{event_id} now
+        (see L{Notifier.follow_commits})."""
+        self.notifier.follow_commits(event_id)
+
+    def stop_following_commits(self):
+        """Show readers every write once durable here (see
+        L{Notifier.stop_following_commits})."""
+        self.notifier.stop_following_commits()
+
+    @property
+    def commit_point(self):
+        """The master's commit point this follower shows readers up to, or None."""
+        return self.notifier.commit_point
+
     # -- truncation ----------------------------------------------------------------------
     # A follower whose log goes on past where its new master's parts from it asks for its
     # tail to be cut (request_truncation): the cut is done at the next open, before

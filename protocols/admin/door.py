@@ -31,7 +31,7 @@ from twisted.logger import Logger
 from twisted.web import resource, server
 from zope.interface import implementer
 
-from mqserver.errors import BrokerError, TopicExists, TopicNotFound
+from mqserver.errors import BrokerError, NotMaster, TopicExists, TopicNotFound
 from mqserver import webrequest
 from mqserver.replication.status import replication_status
 from mqserver.security import BearerTokenResource
@@ -43,6 +43,8 @@ _KINDS = ("channel", "rocketmq", "smss", "msgout")
 
 #: the largest request body (JSON) the admin API takes
 MAX_BODY = 1 << 20
+#: this door's name under C{listen:} (what a replica group's members publish it as)
+ADMIN_DOOR = "admin"
 
 
 class ApiError(Exception):
@@ -164,12 +166,27 @@ class AdminResource(resource.Resource):
             status, text = 404, f"topic {f.value} not found"
         elif f.check(TopicExists):
             status, text = 409, f"topic {f.value} exists"
+        elif f.check(NotMaster):
+            self._finish(request, 400, self._not_master(f.value), gone)
+            return
         elif f.check(BrokerError):
             status, text = 400, str(f.value) or type(f.value).__name__
         else:
             self.log.failure("admin request failed", f)
             status, text = 500, "internal error"
         self._finish(request, status, {"error": text}, gone)
+
+    def _not_master(self, error):
+        # A write a follower refuses: the master's smss address, and in a replica group
+        # the leader's admin door, where mqctl sends the request again.
+        body = {"error": str(error)}
+        if error.master:
+            body["master"] = error.master
+        group = self.broker.group
+        admin = group.leader_address(ADMIN_DOOR) if group is not None else None
+        if admin:
+            body["masterAdmin"] = admin
+        return body
 
     # -- topics --------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from protocols.smss.views import message_record
 CMD_PUB, CMD_CREATE, CMD_DELETE = wire.CMD_PUB, wire.CMD_CREATE, wire.CMD_DELETE
 CMD_DELAY, CMD_DELAY_APPLY = wire.CMD_DELAY, wire.CMD_DELAY_APPLY
 CMD_EPOCH = wire.CMD_EPOCH
+CMD_COMMIT = wire.CMD_COMMIT
 REC_HEADER = b"MQ_REC"
 _I64 = wire.BINLOG_CREATE_STRUCT  # expireAt
 _DELAY_PREFIX = wire.BINLOG_DELAY_STRUCT  # trigger time, delay eventId
@@ -140,6 +141,11 @@ def record_to_block(view):
     if op == fmt.OP_EPOCH:
         return _block(view.store_ts, CMD_EPOCH, view.event_id, view.store_ts, topic, bytes(view.body))
     raise ValueError(f"unknown admin operation {op}")
+
+
+def commit_block(event_id, now_ms):
+    """Return the block that tells a follower the master's commit point C{event_id}."""
+    return _block(now_ms, CMD_COMMIT, event_id, now_ms, b"", None)
 
 
 def is_epoch(view):

@@ -55,7 +55,11 @@ def topic_from_json(d):
 
 def apply_block(applier, raw):
     """Parse one binlog block and apply it. Returns the store's Deferred or None."""
-    rec = binlog.parse_block(raw)
+    return apply_record(applier, binlog.parse_block(raw))
+
+
+def apply_record(applier, rec):
+    """Apply one parsed binlog block. Returns the store's Deferred or None."""
     if rec.cmd == binlog.CMD_PUB:
         items = binlog.messages_of(rec.payload, rec.timestamp)
         return applier.messages(rec.event_id, rec.topic, items, rec.write_time)
@@ -95,6 +99,8 @@ class FollowerProtocol(Protocol):
         self._failed = False
         # confirming what it holds (an mqserver master asked for it with an empty block)
         self._confirming = False
+        # whether the master sends its commit point (known at the stream's first frame)
+        self._commits_known = False
         self._to_confirm = 0
         self._confirm_call = None
 
@@ -185,7 +191,10 @@ class FollowerProtocol(Protocol):
                     self._confirm_when_durable(None)
                     continue
                 try:
-                    d = apply_block(self.applier, ev.raw)
+                    rec = binlog.parse_block(ev.raw)
+                    if self._commit_point(rec):
+                        continue
+                    d = apply_record(self.applier, rec)
                 except Exception:
                     self.log.failure("cannot apply a replicated record")
                     self._fail()
@@ -205,8 +214,21 @@ class FollowerProtocol(Protocol):
             elif isinstance(ev, ErrResponse):
                 self.log.error("master refused replication: {text}", text=ev.text)
                 self._fail()
-            elif isinstance(ev, AliveResponse):
-                pass
+            elif isinstance(ev, AliveResponse) and self._phase == "replica":
+                self._commit_point(None)
+
+    def _commit_point(self, rec):
+        # A master with synchronous replication sends its commit point first, before
+        # any record, and again as it moves: consumers here see only what it covers. A
+        # stream that starts otherwise comes from a master that holds nothing back.
+        if rec is not None and rec.cmd == binlog.CMD_COMMIT:
+            self._commits_known = True
+            self.applier.committed(rec.event_id)
+            return True
+        if not self._commits_known:
+            self._commits_known = True
+            self.applier.committed(None)
+        return False
 
     def _confirm_when_durable(self, d):
         # Confirm what the store holds once it is as durable as our flush level asks:

@@ -16,7 +16,8 @@ from zope.interface import implementer
 from mqserver.soon import call_soon
 
 from protocols.smss import codec, wire
-from protocols.smss.binlog import continues, is_epoch, record_to_block, records_to_block
+from protocols.smss.binlog import (
+    commit_block, continues, is_epoch, record_to_block, records_to_block)
 from protocols.smss.keepalive import IdleAlive
 
 _READS_PER_TURN = 8
@@ -47,6 +48,8 @@ class ReplicaFeed:
         self._pump_call = None
         self._alive = IdleAlive(self._reactor, proto.factory.alive_interval, self._send_alive)
         self._write = []  # message records of a write whose last record is not read yet
+        self._commit_sent = None  # the commit point last sent to the follower
+        self._commit_call = None
         self.sent = 0
         self.last_event_id = after_event_id
         peer = proto.transport.getPeer()
@@ -64,6 +67,10 @@ class ReplicaFeed:
             self.confirmed_event_id = 0
             if self._gate is not None:
                 self._gate.attach(self)
+                # before any record: the follower shows its consumers only what the
+                # commit points cover
+                self._send_commit()
+                self._gate.add_commit_listener(self._committed)
         self._proto.transport.registerProducer(self, True)
         self._replication_log.add_append_listener(self._wake)
         self._alive.start()
@@ -125,6 +132,21 @@ class ReplicaFeed:
             if self._gate is not None:
                 self._gate.confirm(self, event_id)
 
+    def _committed(self):
+        # The commit points of one turn of the reactor go out as one block.
+        if self._active and self._commit_call is None:
+            self._commit_call = call_soon(self._reactor, self._send_commit)
+
+    def _send_commit(self):
+        self._commit_call = None
+        point = self._gate.committed_event_id
+        if not self._active or point == self._commit_sent:
+            return
+        self._commit_sent = point
+        block = commit_block(point, self._proto.broker.now_ms())
+        self._proto.transport.write(
+            wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)) + block)
+
     def behind_bytes(self):
         """Return how many bytes of the log this follower has not been sent yet."""
         return max(0, self._replication_log.end - self._reader.offset)
@@ -153,6 +175,10 @@ class ReplicaFeed:
         self._proto.broker.stats.remove_replica(self)
         if self._gate is not None:
             self._gate.detach(self)
+            self._gate.remove_commit_listener(self._committed)
+        if self._commit_call is not None and self._commit_call.active():
+            self._commit_call.cancel()
+        self._commit_call = None
         self._replication_log.remove_append_listener(self._wake)
         self._alive.stop()
         if self._pump_call is not None and self._pump_call.active():
