@@ -137,8 +137,10 @@ class ReplicationLog(_LogBounds):
         store = self._store
         try:
             offset = LogReader.after_event(store, after_event_id).offset
-        except EventNotFound:
-            offset = store.commitlog.min_offset
+        except EventNotFound as e:
+            # below the oldest retained record: every retained record comes after it, so
+            # all of them go; at or past the log's end: nothing comes after it to cut
+            offset = store.commitlog.min_offset if e.below else store.commitlog.end
         store.request_truncation(after_event_id, offset)
 
 
