@@ -46,7 +46,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mqserver.reactor import install  # noqa: E402
+from mqserver.runtime.reactor import install  # noqa: E402
 
 reactor = install(spin=0)
 

@@ -1,14 +1,14 @@
 """C{python -m mqserver ARGS} is C{twistd ARGS} with a leaner start-up.
 
 It defers the standard-library modules twistd imports but an idle broker does not use
-(L{mqserver.leanstart}), then runs twistd as its own script does: C{python -m mqserver
+(L{mqserver.runtime.leanstart}), then runs twistd as its own script does: C{python -m mqserver
 -n mqserver --config config.yaml} serves as C{twistd -n mqserver --config config.yaml},
 in about 7 MB less resident memory.
 """
 
 import sys
 
-from mqserver.leanstart import defer_imports
+from mqserver.runtime.leanstart import defer_imports
 
 
 def main():

@@ -1,9 +1,9 @@
 """twistd options and service construction for C{twistd mqserver}."""
 
-from mqserver.lazytls import defer_tls_import
+from mqserver.runtime.lazytls import defer_tls_import
 
 # first: whichever of the imports below brings in Twisted's reactor modules, they come
-# without the TLS stack (mqserver/lazytls.py)
+# without the TLS stack (mqserver/runtime/lazytls.py)
 defer_tls_import()
 
 import os  # noqa: E402
@@ -13,7 +13,7 @@ from twisted.python import usage  # noqa: E402
 
 from mqserver.config import ConfigError, etcd_endpoints, load_config  # noqa: E402
 from mqserver.errors import StartupError  # noqa: E402
-from mqserver.fastpath import service_reactor  # noqa: E402
+from mqserver.runtime.fastpath import service_reactor  # noqa: E402
 from mqserver.frontdoor import front_doors  # noqa: E402
 from mqserver.listen import check_description, probe_bind  # noqa: E402
 from mqserver.replication.roles import Roles  # noqa: E402

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from twisted.internet.interfaces import ISSLTransport
 
-from mqserver.sendnow import WriteCork
+from mqserver.runtime.output import WriteCork
 
 from protocols.nsq import errors as E
 from protocols.nsq.codec import response

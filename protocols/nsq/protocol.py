@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqserver.interfaces import IChannelConsumer
-from mqserver.sendnow import Cork
+from mqserver.runtime.output import Cork
 
 from protocols.nsq import errors as E
 from protocols.nsq.codec import OK, CommandDecoder, response

@@ -17,7 +17,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqserver.idle import IdleWatch
-from mqserver.sendnow import Cork
+from mqserver.runtime.output import Cork
 from mqserver.wiretap import OFF, tamper_output
 
 from protocols.remoting import codes

@@ -24,7 +24,7 @@ from mqserver.errors import (
 )
 from mqserver.broker.topics import validate_topic_name
 from mqserver.idle import IdleWatch
-from mqserver.sendnow import Cork, send_now
+from mqserver.runtime.output import Cork, send_now
 from mqserver.store.message import PutResult
 
 from protocols.smss import codec, messages as m, wire

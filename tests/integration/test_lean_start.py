@@ -1,5 +1,5 @@
 """``python -m mqserver`` (what ``make run`` and the test harness start): twistd with the
-modules an idle broker does not use deferred (mqserver/leanstart.py)."""
+modules an idle broker does not use deferred (mqserver/runtime/leanstart.py)."""
 
 import os
 import signal

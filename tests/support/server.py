@@ -58,7 +58,7 @@ def read_log_file(path):
 def twistd_command(root=None):
     """The command starting twistd from source tree C{root} (default L{ROOT}):
     C{python -m mqserver}, twistd with the lean start-up of the broker's own C{make run}
-    (mqserver/leanstart.py), or, for a tree from before it (benchmarks compare trees),
+    (mqserver/runtime/leanstart.py), or, for a tree from before it (benchmarks compare trees),
     twistd as its script starts."""
     if os.path.exists(os.path.join(root or ROOT, "mqserver", "__main__.py")):
         return [sys.executable, "-m", "mqserver"]

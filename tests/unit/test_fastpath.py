@@ -14,9 +14,9 @@ from twisted.internet import abstract, posixbase, protocol
 from twisted.internet.epollreactor import EPollReactor
 from twisted.logger import LogLevel, globalLogPublisher
 
-from mqserver import fastpath, sendnow
-from mqserver.reactor import SpinningEPollReactor
-from mqserver.sendnow import send_now
+from mqserver.runtime import fastpath, output as sendnow
+from mqserver.runtime.reactor import SpinningEPollReactor
+from mqserver.runtime.output import send_now
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,7 @@ def warnings():
     seen = []
 
     def observe(event):
-        if event.get("log_namespace") == "mqserver.fastpath" and event["log_level"] >= LogLevel.warn:
+        if event.get("log_namespace") == "mqserver.runtime.fastpath" and event["log_level"] >= LogLevel.warn:
             seen.append(event)
 
     globalLogPublisher.addObserver(observe)

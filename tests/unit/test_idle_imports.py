@@ -53,13 +53,13 @@ def test_broker_start_leaves_the_tls_stack_unloaded():
 
 
 def test_deferred_tls_stack_loads_at_first_start_tls():
-    """After L{mqserver.lazytls.defer_tls_import} the reactor's TCP connections can still
+    """After L{mqserver.runtime.lazytls.defer_tls_import} the reactor's TCP connections can still
     start TLS: a server listening with listenSSL and a client doing startTLS on a plain
     connection complete a TLS exchange over loopback (both go through the stand-ins:
     C{posixbase.tls} and C{_newtls.TLSMemoryBIOFactory})."""
     _run(
         "import sys\n"
-        "from mqserver.lazytls import defer_tls_import\n"
+        "from mqserver.runtime.lazytls import defer_tls_import\n"
         "assert defer_tls_import()\n"
         "assert 'OpenSSL' not in sys.modules\n"
         "from twisted.internet import reactor, protocol, tcp, interfaces\n"
@@ -108,7 +108,7 @@ def test_deferred_tls_fallback_puts_the_real_modules_back():
     Twisted's own import would have."""
     _run(
         "import sys\n"
-        "from mqserver import lazytls\n"
+        "from mqserver.runtime import lazytls\n"
         "assert lazytls.defer_tls_import()\n"
         "from twisted.internet import _newtls, posixbase\n"
         "lazytls._restore(posixbase, _newtls)\n"

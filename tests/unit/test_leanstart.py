@@ -1,4 +1,4 @@
-"""mqserver.leanstart: modules twistd imports at start-up load at their first use
+"""mqserver.runtime.leanstart: modules twistd imports at start-up load at their first use
 (python -m mqserver), and work as before when used. Each test runs in a fresh
 interpreter, since deferring changes that process's sys.modules."""
 
@@ -25,7 +25,7 @@ def test_broker_start_leaves_the_deferred_modules_unloaded():
     email, _ssl or _hashlib, and no libcrypto mapped (about 7 MB resident)."""
     _run("""
         import sys, tempfile
-        from mqserver.leanstart import DEFERRED, LazyModule, defer_imports
+        from mqserver.runtime.leanstart import DEFERRED, LazyModule, defer_imports
         assert defer_imports() == list(DEFERRED)
         import twisted.scripts.twistd
         from mqserver import tap
@@ -53,7 +53,7 @@ def test_deferred_modules_work_at_first_use():
     jars, asyncio's SSL protocol and pdb all work; ``from ... import`` works too."""
     _run("""
         import sys, types
-        from mqserver.leanstart import LazyModule, defer_imports
+        from mqserver.runtime.leanstart import LazyModule, defer_imports
         defer_imports()
         import asyncio, hashlib, hmac, pdb, ssl
         from http import cookiejar
@@ -83,7 +83,7 @@ def test_asyncio_tls_works_after_deferral():
     """asyncio imported its ssl as a stand-in; a TLS connection through asyncio over
     loopback still completes (the stand-in runs at asyncio's first use of it)."""
     _run("""
-        from mqserver.leanstart import defer_imports
+        from mqserver.runtime.leanstart import defer_imports
         defer_imports()
         import asyncio, ssl, tempfile
         from tests.support.tls import Certs
@@ -117,7 +117,7 @@ def test_modules_that_cannot_be_deferred_import_as_before():
     ImportError at import time, as without deferral)."""
     _run("""
         import sys, json
-        from mqserver.leanstart import LazyModule, defer_imports
+        from mqserver.runtime.leanstart import LazyModule, defer_imports
         got = defer_imports({'json': (), 'no_such_module_here': (),
                              'ssl': ('_no_such_extension_here',), 'pdb': ()})
         assert got == ['pdb'], got
@@ -143,7 +143,7 @@ def test_a_module_failing_at_first_use_fails_as_its_import_would(tmp_path):
         "value = 1\n")
     _run("""
         import builtins, sys
-        from mqserver.leanstart import defer_imports
+        from mqserver.runtime.leanstart import defer_imports
         assert defer_imports({'lean_fails': ()}) == ['lean_fails']
         import lean_fails
         try:
@@ -172,7 +172,7 @@ def test_concurrent_first_uses_run_the_module_once(tmp_path):
         "value = 42\n")
     _run("""
         import builtins, threading
-        from mqserver.leanstart import defer_imports
+        from mqserver.runtime.leanstart import defer_imports
         builtins.lean_started, builtins.lean_gate = threading.Event(), threading.Event()
         assert defer_imports({'lean_slow': ()}) == ['lean_slow']
         import lean_slow

@@ -1,9 +1,9 @@
 """The one checked adapter between mqserver's fast paths and Twisted's internals.
 
 Two fast paths read attributes Twisted does not promise to keep:
-L{mqserver.reactor.SpinningEPollReactor} (the epoll reactor's poller, selectables,
-dispatch helpers and timed-call queues) and L{mqserver.sendnow.send_now} (a TCP
-connection's socket and write buffers; L{mqserver.sendnow.TRANSPORT_ATTRIBUTES} lists
+L{mqserver.runtime.reactor.SpinningEPollReactor} (the epoll reactor's poller, selectables,
+dispatch helpers and timed-call queues) and L{mqserver.runtime.output.send_now} (a TCP
+connection's socket and write buffers; L{mqserver.runtime.output.TRANSPORT_ATTRIBUTES} lists
 them next to the code that reads them). L{choose} checks, on real instances, that every
 one of them is there before the broker uses either; if any is missing (a Twisted
 release renamed it) it logs one warning and the broker runs on Twisted's standard epoll
@@ -19,10 +19,10 @@ import sys
 from twisted.internet.main import installReactor
 from twisted.logger import Logger
 
-from mqserver import sendnow
+from mqserver.runtime import output as sendnow
 # send_now lists the transport internals it reads (TRANSPORT_ATTRIBUTES) next to the
 # code reading them, and how to check them on a real connection
-from mqserver.sendnow import missing_transport_internals
+from mqserver.runtime.output import missing_transport_internals
 
 log = Logger()
 
@@ -74,7 +74,7 @@ def missing_reactor_internals(reactor):
 
 def choose(spin, standard=False, probe=True):
     """Build the reactor twistd should install, and decide whether L{send_now} writes
-    directly (L{mqserver.sendnow.enable}). Returns a L{Choice}; logs one warning when
+    directly (L{mqserver.runtime.output.enable}). Returns a L{Choice}; logs one warning when
     a fast path's Twisted internals are missing.
 
     @param spin: seconds of busy polling for the spinning reactor.
@@ -87,7 +87,7 @@ def choose(spin, standard=False, probe=True):
         sendnow.enable(False)
         return Choice(EPollReactor(), False, False, reason="server.reactor is standard")
     try:
-        from mqserver.reactor import SpinningEPollReactor
+        from mqserver.runtime.reactor import SpinningEPollReactor
 
         fast = SpinningEPollReactor(spin, probe)
     except Exception as e:  # an import or constructor that no longer fits Twisted

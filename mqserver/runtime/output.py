@@ -6,7 +6,7 @@ a whole reactor iteration per reply.  For request/reply protocols answering one 
 request at a time that is most of the server's CPU.  L{send_now} sends at once when
 nothing is queued ahead, and falls back to C{transport.write} otherwise, so the byte
 order on the connection is the one the caller wrote in. Where Twisted's internals do not
-fit (L{mqserver.fastpath}) or the operator chose the standard path, it is always
+fit (L{mqserver.runtime.fastpath}) or the operator chose the standard path, it is always
 C{transport.write}.
 """
 
@@ -19,7 +19,7 @@ __all__ = ["send_now", "Cork", "WriteCork"]
 
 def enable(on):
     """Let L{send_now} write to sockets directly (C{on}), or make it plain
-    C{transport.write} (Twisted's standard path; L{mqserver.fastpath.choose} decides)."""
+    C{transport.write} (Twisted's standard path; L{mqserver.runtime.fastpath.choose} decides)."""
     global _SUPPORTED
     _SUPPORTED = bool(on)
 
@@ -52,7 +52,7 @@ def missing_transport_internals():
 def _fast_path_supported():
     # send_now reads a TCP connection's socket and buffer attributes; when a Twisted
     # release renames them it must degrade to plain transport.write, never to reordered
-    # bytes or an AttributeError. mqserver.fastpath runs the same check when it chooses
+    # bytes or an AttributeError. mqserver.runtime.fastpath runs the same check when it chooses
     # the paths (and may turn send_now off); here it sets the default at import.
     return not missing_transport_internals()
 
