@@ -53,7 +53,7 @@ class ReplicaFeed:
         if self.confirms:
             # an empty block: "send your confirmations" (a reference smss master never
             # sends one, so a follower that sees none keeps quiet)
-            self._proto.transport.write(
+            self._proto.output.send(
                 wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, 0))
             self.confirmed_event_id = 0
             if self._gate is not None:
@@ -83,7 +83,7 @@ class ReplicaFeed:
             # the last eventId sent (a write still open waits in _write, unsent)
             self.last_event_id = self._write[0].event_id - 1 if self._write else views[-1].event_id
             if frames:
-                self._proto.transport.write(b"".join(frames))
+                self._proto.output.send(b"".join(frames))
                 self._alive.wrote()
         # More may be waiting: yield to the reactor between rounds.
         self._wake()
@@ -126,7 +126,7 @@ class ReplicaFeed:
     def _send_alive(self):
         if not self._active:
             return False
-        self._proto.transport.write(codec.alive())
+        self._proto.output.send(codec.alive())
         return True
 
     # IPushProducer
