@@ -70,16 +70,12 @@ from select import EPOLLIN
 from termios import FIONREAD
 from time import monotonic, thread_time
 
-from mqserver.runtime.lazytls import defer_tls_import
+from twisted.internet import posixbase
+from twisted.internet.epollreactor import EPollReactor
+from twisted.internet.main import installReactor
+from twisted.python import log
+
 from mqserver.runtime.soon import SoonCall
-
-# before Twisted's reactor modules are imported, so they leave the TLS stack for later
-defer_tls_import()
-
-from twisted.internet.epollreactor import EPollReactor  # noqa: E402
-from twisted.internet.main import installReactor  # noqa: E402
-from twisted.internet import posixbase  # noqa: E402
-from twisted.python import log  # noqa: E402
 
 __all__ = ["SpinningEPollReactor", "install", "DEFAULT_SPIN"]
 

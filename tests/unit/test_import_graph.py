@@ -151,8 +151,6 @@ RUNTIME_PUBLIC = {
     "mqserver.runtime.output": None,
     "mqserver.runtime.soon": None,
     "mqserver.runtime.fastpath": ("mqserver.tap", "mqserver.service"),
-    "mqserver.runtime.leanstart": ("mqserver.__main__",),
-    "mqserver.runtime.lazytls": ("mqserver.tap",),
 }
 #: Twisted's modules whose internals the tuned paths read: only mqserver.runtime imports them.
 TWISTED_INTERNALS = ("twisted.internet.epollreactor", "twisted.internet.posixbase",
