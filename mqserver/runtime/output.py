@@ -128,14 +128,19 @@ class Output:
         finally:
             self._parts = None
             if parts:
-                self._send(parts[0] if len(parts) == 1 else b"".join(parts))
+                transport = self._protocol.transport
+                if transport is not None:
+                    send_now(transport, parts[0] if len(parts) == 1 else b"".join(parts))
 
     def write(self, data):
         """Write C{data}: gathered during L{received}, else sent at once."""
         if self._parts is not None:
             self._parts.append(data)
         else:
-            self._send(data)
+            # _send, inlined: this is every reply's path outside a read
+            transport = self._protocol.transport
+            if transport is not None:
+                send_now(transport, data)
 
     def write_sequence(self, parts):
         """Write the bytes of C{parts} one after the other, as one L{write}."""

@@ -1,6 +1,6 @@
 """The output side of an nsqd V2 connection, mixed into L{NsqdProtocol}: frames through
-the compressor and the connection's output, the buffer of delivery frames, replies in command order and
-errors (a fatal one is sent, then the socket closes).
+the compressor and the connection's output, the buffer of delivery frames, replies in
+command order and errors (a fatal one is sent, then the socket closes).
 
 Replies go out in command order: a PUB answers when the store has the message, so
 pipelined PUBs share a group commit, and a reply that is not ready yet holds back the
