@@ -10,8 +10,9 @@ release renamed it) it logs one warning and the broker runs on Twisted's standar
 reactor and plain C{transport.write}, which are slower but rely on public API only.
 The operator can ask for the standard path too (C{server.reactor: standard}).
 
-C{setup.cfg} pins the Twisted releases this was tested with; the check is what keeps a
-release outside that range from breaking start-up.
+C{setup.cfg} admits the Twisted releases the tests run on (the oldest and the newest
+of its range); the check is what keeps a release outside that range from breaking
+start-up.
 """
 
 import sys
@@ -19,7 +20,7 @@ import sys
 from twisted.internet.main import installReactor
 from twisted.logger import Logger
 
-from mqserver.runtime import output as sendnow
+from mqserver.runtime import output
 # send_now lists the transport internals it reads (TRANSPORT_ATTRIBUTES) next to the
 # code reading them, and how to check them on a real connection
 from mqserver.runtime.output import missing_transport_internals
@@ -84,7 +85,7 @@ def choose(spin, standard=False, probe=True):
     from twisted.internet.epollreactor import EPollReactor
 
     if standard:
-        sendnow.enable(False)
+        output.enable(False)
         return Choice(EPollReactor(), False, False, reason="server.reactor is standard")
     try:
         from mqserver.runtime.reactor import SpinningEPollReactor
@@ -96,9 +97,9 @@ def choose(spin, standard=False, probe=True):
         missing = missing_reactor_internals(fast)
     missing += missing_transport_internals()
     if not missing:
-        sendnow.enable(True)
+        output.enable(True)
         return Choice(fast, True, True)
-    sendnow.enable(False)
+    output.enable(False)
     log.warn(
         "this Twisted ({version}) lacks internals mqserver's fast paths read ({missing}); "
         "running on Twisted's standard epoll reactor and transport.write",
@@ -132,7 +133,7 @@ def service_reactor(spin, standard=False, probe=True):
             service_reactor.choice = choice
             return choice.reactor
     elif standard:
-        sendnow.enable(False)
+        output.enable(False)
     from twisted.internet import reactor
 
     return reactor
