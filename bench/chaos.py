@@ -46,20 +46,12 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from harness import (
+    SKIP_REASON, EtcdProcess, RemotingClient, V2, etcd_binary, read_topic, rocketmq_send,
+    wait_until, Member, leader_of, member_config, wait_converged, writable_leader)
 
-from protocols.remoting import codes  # noqa: E402
-from protocols.smss.client import SmssClient, SmssError  # noqa: E402
-from tests.integration.test_replication_sync import _send as rocketmq_send  # noqa: E402
-from tests.support.etcd import SKIP_REASON, EtcdProcess, etcd_binary  # noqa: E402
-from tests.support.group import (  # noqa: E402
-    Member, leader_of, member_config, wait_converged, writable_leader)
-from tests.support.nsq import V2  # noqa: E402
-from tests.support.remoting_client import RemotingClient  # noqa: E402
-from tests.support.smss import read_topic  # noqa: E402
-from tests.support.wait import wait_until  # noqa: E402
+from protocols.remoting import codes
+from protocols.smss.client import SmssClient, SmssError
 
 DOORS = ("smss", "nsqd_tcp", "broker")
 #: each protocol's topic (created on smss before the producers start)

@@ -18,13 +18,11 @@ spin is kept or dropped on this machine; asserts nothing.
 
 import argparse
 import multiprocessing as mp
-import os
 import socket
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: F401 (the source tree on the import path)
 
 MP = mp.get_context("fork")
 SIZE = 200

@@ -1,9 +1,9 @@
-"""The broker's answers to mqadmin's everyday requests (spec 4.11), with the bodies the
+"""The broker's answers to mqadmin's everyday requests (AdminBrokerProcessor), with the bodies the
 4.9.4 broker sends: topic and consume stats, connections, broker config, who consumes a
 topic, resetting a group's offsets by time, BrokerStatsData and the runtime info.
 
 Maps keyed by a MessageQueue are written as fastjson writes them (an object as the key,
-spec 5.8), so the Java admin tools read them back."""
+as fastjson writes them), so the Java admin tools read them back."""
 
 import json
 

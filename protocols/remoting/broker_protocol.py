@@ -1,12 +1,13 @@
 """The broker wire protocol: one client connection (producer, consumer or admin tool).
 
-Handlers map remoting requests (spec section 4) onto the core broker, the consumer
+Handlers map remoting requests onto the core broker, the consumer
 offsets table and the door's L{ConsumerManager}; shared state lives on the factory
 (L{protocols.remoting.broker_door.BrokerDoor}).
 """
 
 import random
 import struct
+from functools import partial
 
 from twisted.internet import defer
 
@@ -92,7 +93,8 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
     def connectionMade(self):
         self.born_host = host_bytes(self.transport.getPeer())
         if self.door.acl is not None:
-            self.door.acl.guard(self)  # RocketMQ plain ACL: every request is checked first
+            # RocketMQ plain ACL: every request is checked first
+            self.admit = partial(self.door.acl.refusal, ip=getattr(self.transport.getPeer(), "host", ""))
 
     def connectionLost(self, reason):
         super().connectionLost(reason)

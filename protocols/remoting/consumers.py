@@ -16,7 +16,7 @@ CLIENT_EXPIRE_MS = 120_000
 def parse_subscription(expression):
     """Return C{(tags, codes)} of a tag expression; C{(None, None)} for ``*``/empty.
 
-    Hash codes are recomputed here: the C++ client's codeSet is garbage (spec 5.2).
+    Hash codes are recomputed here: the C++ client's codeSet is garbage.
     """
     expression = (expression or "").strip()
     if not expression or expression == "*":

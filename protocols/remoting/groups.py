@@ -144,7 +144,7 @@ class Groups:
 
 def reset_offset_body(broker_name, topic, positions, for_c):
     """The body of RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetBodyForC (a list) for C++
-    clients, ResetOffsetBody (a map keyed by MessageQueue, spec 5.8) for the others."""
+    clients, ResetOffsetBody (a map keyed by MessageQueue, as fastjson writes it) for the others."""
     mqs = [({"brokerName": broker_name, "queueId": q, "topic": topic}, o)
            for q, o in sorted(positions.items())]
     if for_c:

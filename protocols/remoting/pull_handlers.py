@@ -117,7 +117,7 @@ class PullHandlers:
         if sys_flag & codes.PULL_FLAG_SUBSCRIPTION:
             expr = field(cmd, "subscription", "*")
         else:
-            # Java and Go push consumers leave the subscription to their heartbeat (spec 4.3)
+            # Java and Go push consumers leave the subscription to their heartbeat
             sub = self.door.consumers.subscription(group, topic)
             if sub is None:
                 return error(cmd, codes.SUBSCRIPTION_NOT_EXIST,

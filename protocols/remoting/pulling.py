@@ -1,4 +1,4 @@
-"""PULL_MESSAGE (11): reading a consume queue with tag filtering (spec 4.3; the pulls
+"""PULL_MESSAGE (11): reading a consume queue with tag filtering (the pulls
 parked for long polling are L{protocols.remoting.longpolls}'). The response body is the
 stored records as they are: the store writes the RocketMQ 4.x MessageExt layout, so only
 STOREHOST is patched (to the address the broker listens on now, in case it moved since

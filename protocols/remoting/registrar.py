@@ -1,5 +1,5 @@
 """The broker's registration with its nameservers (REGISTER_BROKER every 30 s and when
-topics change, UNREGISTER_BROKER at stop; spec 3.2, 3.3).
+topics change, UNREGISTER_BROKER at stop; as RocketMQ 4.9.4's BrokerOuterAPI).
 
 With no C{rocketmq.namesrvAddr} configured, the broker registers in-process with the
 nameserver embedded in the same process (if its door is on); otherwise it connects to

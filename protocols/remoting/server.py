@@ -61,7 +61,7 @@ def command_fields(cmd):
 
 def response_code(value):
     """Return the response code a fault rule's C{respond} value names: a number, or a
-    name of spec 2.2 (C{SYSTEM_BUSY}); raise ValueError for anything else."""
+    name in ResponseCode (C{SYSTEM_BUSY}); raise ValueError for anything else."""
     if value.lstrip("-").isdigit():
         code = int(value)
         if -(1 << 31) <= code < 1 << 31:
@@ -158,6 +158,9 @@ class RemotingProtocol(IdleWatch, Protocol):
     handlers = {}
     door_name = None
     tap = OFF
+    #: a check every request passes before it is handled (or traced), or None: called
+    #: with the request, it returns None to let it run, or the answer refusing it
+    admit = None
     _opaques = itertools.count(1 << 30)
 
     def __init__(self):
@@ -269,6 +272,11 @@ class RemotingProtocol(IdleWatch, Protocol):
             if d is not None:
                 d.callback(cmd)
             return
+        if self.admit is not None:
+            refusal = self.admit(cmd)
+            if refusal is not None:
+                self._reply(refusal, cmd)
+                return
         if self.tap.active:
             self._tapped(cmd)
             return
@@ -353,7 +361,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         self._send(response if type(response) is bytes else encode(response))
 
     def unsupported(self, cmd):
-        """Answer an unknown request code (spec 2.1)."""
+        """Answer an unknown request code, as RocketMQ 4.9.4's NettyRemotingAbstract does."""
         return error(cmd, codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
 
     # -- output ----------------------------------------------------------------------

@@ -150,7 +150,7 @@ class TopicTable:
 
     def auto_create(self, name, default_topic, queue_nums):
         """Create an unknown topic a producer sends to, or return None when not allowed
-        (spec 4.1 step 2)."""
+        (as SendMessageProcessor checks it)."""
         if name.startswith(RETRY_PREFIX) or name.startswith(DLQ_PREFIX):
             return self.ensure_topic(name, 1)
         if not self.auto_create_enabled:

@@ -1,4 +1,4 @@
-"""RocketMQ 4.x transactional messages (spec 4.12), as the 4.9 broker keeps them.
+"""RocketMQ 4.x transactional messages, as the 4.9 broker keeps them.
 
 A SEND with ``TRAN_MSG=true`` stores a *half message*: the message with ``REAL_TOPIC``
 and ``REAL_QID`` added, transaction bits cleared, on ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0,

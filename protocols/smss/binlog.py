@@ -1,10 +1,10 @@
-"""Translation between mqserver's commit-log records and smss binlog records (spec §11.4).
+"""Translation between mqserver's commit-log records and smss binlog records.
 
 The replication stream is smss's, so a reference smss slave can follow an mqserver master
 and the reverse. Our log keeps one message per record; the records of one write (a PUB,
 MPUB or batch send of several messages, marked by ``SYSFLAG_BATCH_MORE`` on all but the
 last) become one PUB block whose eventId is the first message's, as smss writes it
-(spec §8, §11.4). DelayApply (101) blocks are built from messages carrying the
+(as the smss server replicates them). DelayApply (101) blocks are built from messages carrying the
 ``MQ_DELAY_ID`` property, one block per firing write too.
 
 What smss has no field for travels where smss keeps opaque bytes, so a reference smss

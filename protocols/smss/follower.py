@@ -1,4 +1,4 @@
-"""The slave side of smss replication (spec §8.1, §8.3).
+"""The slave side of smss replication.
 
 The follower connects to the master, copies topics with VALID LIST when it starts in the
 middle of the master's log, sends REPLICA with its resume point, and applies every binlog

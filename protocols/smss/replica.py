@@ -1,4 +1,4 @@
-"""The master side of smss replication: a REPLICA stream of binlog blocks (spec §8.2).
+"""The master side of smss replication: a REPLICA stream of binlog blocks.
 
 The feed is a push producer on the connection: it stops reading the log while the
 socket's buffer is full, so a slow slave costs a bounded amount of memory. When it has

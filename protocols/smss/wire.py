@@ -1,4 +1,4 @@
-"""Byte layouts of the smss protocol (spec: shared/specs/smss-protocol.md).
+"""Byte layouts of the smss protocol, as the smss server reads and writes them.
 
 The ``construct`` schemas below are the single written definition of every smss
 format we handle: the 20-byte request header (section 3), the 10-byte response

@@ -1,7 +1,7 @@
 """The compact audit (partial aggregates decoded per range, the default) against the
 reference: the same job with C{--full}, today's implementation, one row per record
 through every check. On every test directory, the summary.json files are byte for byte
-the same and so are the rows of every Parquet table (issue #20.2)."""
+the same and so are the rows of every Parquet table."""
 
 import glob
 import os

@@ -1,4 +1,4 @@
-"""The checked adapter between the fast paths and Twisted's internals (issue 13.6).
+"""The checked adapter between the fast paths and Twisted's internals.
 
 A Twisted release without one of the private attributes SpinningEPollReactor or send_now
 read is simulated by deleting that attribute from the real Twisted class or module

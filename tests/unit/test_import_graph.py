@@ -1,8 +1,8 @@
 """The import graph of C{mqserver/} and C{protocols/} points one way (docs/architecture.md).
 
 Every import statement counts, the ones inside functions too: an import moved into a
-function to dodge a circular import still ties the two modules together (issue 18.5:
-C{protocols.nsq.node} and C{protocols.nsq.lookupd_client} imported each other that way).
+function to dodge a circular import still ties the two modules together
+(C{protocols.nsq.node} and C{protocols.nsq.lookupd_client} imported each other that way).
 The graph is read from the source with C{ast}, so the test imports nothing it checks.
 """
 

@@ -1,6 +1,6 @@
 """Every implementation of the core's contracts is checked against its interface
 (zope.interface.verify.verifyObject: the attributes are there and the methods take the
-declared arguments), on real objects built as the broker builds them (issue 18.6)."""
+declared arguments), on real objects built as the broker builds them."""
 
 import pytest
 from twisted.internet.testing import MemoryReactorClock
