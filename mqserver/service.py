@@ -129,6 +129,7 @@ class StorageService(service.MultiService):
             cq_entries_per_file=config["store.cqEntriesPerFile"],
             flush_level=config["store.flushLevel"],
             runner=ThreadRunner(reactor),
+            housekeeping=ThreadRunner(reactor, name="mqserver-housekeeping"),
             store_host=host,
             max_message_size=config["store.maxMessageSize"],
             disk_max_used_ratio=config["store.diskMaxUsedRatio"],
@@ -165,7 +166,7 @@ class StorageService(service.MultiService):
         return self.store.checkpoint()
 
     def _save_offsets(self):
-        d = self.broker.offsets.save(self.store.runner)
+        d = self.broker.offsets.save(self.store.housekeeping)
         if d is not None:
             d.addErrback(self._offsets_unsaved)
         return d
@@ -185,9 +186,9 @@ class StorageService(service.MultiService):
         if not self.store.opened:
             return
         self.broker.stop()
-        # Writes already queued on the disk thread (checkpoints, offset files) land
+        # Writes already queued on the disk threads (checkpoints, offset files) land
         # before the final synchronous ones below, never after them.
-        self.store.runner.stop()
+        self.store.stop_threads()
         try:
             self.broker.offsets.save()
         except OSError as e:

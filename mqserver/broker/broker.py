@@ -17,6 +17,7 @@ from mqserver.broker.offsets import ConsumerOffsets
 from mqserver.broker.queues import QueueService
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
 from mqserver.broker.stats import Statistics
+from mqserver.broker.storeviews import DataFiles, MessageLog, ReplicationLog, StoreStats
 from mqserver.broker.topics import (
     MAX_QUEUES, TopicRegistry, create_body, valid_queue_count, validate_topic_name)
 from mqserver.errors import InvalidRequest, NotMaster, StoreError, TopicExists, TopicNotFound
@@ -53,7 +54,11 @@ def _queue_hint(properties, queues):
 class Broker:
     """Topics, publishing, delays and subscriptions over a L{MessageStore}.
 
-    @ivar store: the L{MessageStore}.
+    @ivar store: the L{MessageStore} (the core's; front doors use the four below).
+    @ivar messages: the L{MessageLog} (L{mqserver.interfaces.IMessageLog}).
+    @ivar replication_log: the L{ReplicationLog} (L{mqserver.interfaces.IReplicationLog}).
+    @ivar store_stats: the L{StoreStats} (L{mqserver.interfaces.IStoreStats}).
+    @ivar files: the L{DataFiles} (L{mqserver.interfaces.IDataFiles}).
     @ivar registry: the L{TopicRegistry}.
     @ivar delays: the L{DelayIndex}.
     @ivar is_master: False on a replication slave, which refuses writes.
@@ -74,6 +79,10 @@ class Broker:
 
     def __init__(self, store, reactor, is_master=True):
         self.store = store
+        self.messages = MessageLog(store)
+        self.replication_log = ReplicationLog(store)
+        self.store_stats = StoreStats(store)
+        self.files = DataFiles(store)
         self._reactor = reactor
         self.registry = TopicRegistry()
         self.delays = DelayIndex()
@@ -239,6 +248,10 @@ class Broker:
         self._ext_state = dict(state.get("ext", {}))
         for name, obj in self._extensions.items():
             obj.restore_state(self._ext_state.get(name))
+
+    def state_changed(self):
+        """State kept with L{register_state} changed: have the next checkpoint take it."""
+        self.store.mark_dirty()
 
     def state_of(self, name):
         """Return the object registered with L{register_state} as C{name}, or None."""

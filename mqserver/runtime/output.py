@@ -72,6 +72,10 @@ def _fast_path_supported():
 
 _SUPPORTED = _fast_path_supported()
 
+#: The transports send_now writes to directly: an accepted TCP connection, and one the
+#: broker made (a follower's connection to its master).
+_TCP_TYPES = (getattr(tcp, "Server", None), getattr(tcp, "Client", None))
+
 
 def send_now(transport, data):
     """Write C{data} to C{transport}, sending it in this call when the transport is a
@@ -83,7 +87,7 @@ def send_now(transport, data):
     """
     if (
         _SUPPORTED
-        and type(transport) is tcp.Server
+        and type(transport) in _TCP_TYPES
         and not transport.TLS
         and not getattr(transport, "_tempDataBuffer", True)
         and not transport.dataBuffer

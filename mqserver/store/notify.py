@@ -2,9 +2,18 @@
 
 from collections import deque
 
-from twisted.internet import defer
-
 from mqserver.errors import ReplicationError
+
+
+def _the_result(_, result):
+    return result
+
+
+def _with_result(f, result):
+    # a write the gate failed stays in the log: the failure carries its PutResult
+    f.trap(ReplicationError)
+    f.value.put_result = result
+    return f
 
 
 class Notifier:
@@ -93,18 +102,12 @@ class Notifier:
         last = result.event_id + len(result.sizes) - 1
         self._unconfirmed.append((last, end, topic, queue_id))
         if self.flush_level >= 2:
-            d = self._flusher.request(end)
+            gate = self.gate
+            d = self._flusher.request(end).addCallback(lambda _: gate.wait(last))
         else:
             self._replicable(end)
-            d = defer.succeed(None)
-        gate = self.gate
-
-        def failed(f):
-            f.trap(ReplicationError)
-            f.value.put_result = result
-            return f
-
-        return d.addCallback(lambda _: gate.wait(last)).addCallbacks(lambda _: result, failed)
+            d = self.gate.wait(last)
+        return d.addCallbacks(_the_result, _with_result, (result,), None, (result,))
 
     def _replicable(self, end):
         if end > self._replicable_end:

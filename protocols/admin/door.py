@@ -195,7 +195,7 @@ class AdminResource(resource.Resource):
         out = []
         for t in self.broker.topics():
             msgs, nbytes = self.stats.topic_in(t.name)
-            depth = sum(q.max_offset - q.min_offset for (n, _), q in self.broker.store.open_queues()
+            depth = sum(q.max_offset - q.min_offset for (n, _), q in self.broker.messages.open_queues()
                         if n == t.name)
             out.append({"name": t.name, "queues": t.queues, "state": t.state,
                         "messages": depth, "in_msgs": msgs, "in_bytes": nbytes,
@@ -230,10 +230,10 @@ class AdminResource(resource.Resource):
         if not 1 <= n <= self.max_peek:
             raise ApiError(400, f"n must be 1..{self.max_peek}")
         after = _int_arg(request, "after")
-        store = self.broker.store
+        log = self.broker.messages
         if after is None:
-            return messages.peek(store, name, range(t.queues), n)
-        return messages.after(store, name, range(t.queues), after, n)
+            return messages.peek(log, name, range(t.queues), n)
+        return messages.after(log, name, range(t.queues), after, n)
 
     # -- consumers -----------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from mqserver.errors import BrokerError, TopicNotFound
 from mqserver.interfaces import IWatcher
 from mqserver.runtime.output import Output
 from mqserver.security import LineTokenGate
-from mqserver.store.store import Message
+from mqserver.message import Message
 
 HELP = ("commands: HELP | STATS | TOPICS | INFO <t> | PUB <t> <text> | PEEK <t> [n] | "
         "TAIL <t> | FETCH <q> [n] [FROM earliest|latest|<id>] [ID <sub_id>] | "
@@ -354,7 +354,7 @@ class ConsoleProtocol(LineReceiver):
             ("depth", sum(ch.depth() for ch in chans)),
             ("push_subscriptions", len(self.queues.subscriptions)),
             ("connections", len(self.factory.connections)),
-            ("next_id", b.store.next_event_id))))
+            ("next_id", b.messages.next_event_id))))
 
     def do_topics(self, rest):
         names = [t.name for t in self.broker.topics() if self.broker.topic(t.name)]

@@ -3,7 +3,7 @@ DPUB. A publish to a topic that does not exist yet creates it first (as nsqd doe
 
 from twisted.internet import defer
 
-from mqserver.store.store import Message
+from mqserver.message import Message
 
 from protocols.nsq.codec import OK
 

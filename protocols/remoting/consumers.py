@@ -7,7 +7,7 @@ configs, which L{protocols.remoting.configfiles} writes to subscriptionGroup.jso
 
 from dataclasses import dataclass, field
 
-from mqserver.store.format import java_string_hash
+from mqserver.message import java_string_hash
 
 LOCK_MAX_LIVE_MS = 60_000
 CLIENT_EXPIRE_MS = 120_000

@@ -9,7 +9,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from mqserver.store import format as fmt
+from mqserver import message as fmt
 
 from protocols.remoting.codec import RemotingProtocolError
 from protocols.remoting.wire import BATCH_MESSAGE_HEAD, BATCH_MESSAGE_HEAD_SIZE, INT16_STRUCT
@@ -23,7 +23,7 @@ MAX_PROPERTIES_LENGTH = 32767  # the stored/batch layouts carry a signed 16-bit 
 
 def decode_properties(data: str | bytes) -> dict[str, str]:
     """Parse ``name\\x01value\\x02...`` into an ordered dict (the store's codec,
-    L{mqserver.store.format.decode_properties}, with str keys and values).
+    L{mqserver.message.decode_properties}, with str keys and values).
 
     Accepts the C++ trailing separator and Java's missing one; pieces without a
     name or a value are skipped; the first ``\\x01`` splits name from value.

@@ -5,8 +5,8 @@ SendMessageProcessor)."""
 import socket
 import struct
 
-from mqserver.store import format as fmt
-from mqserver.store.store import Message
+from mqserver import message as fmt
+from mqserver.message import Message
 
 from protocols.remoting import codes
 from protocols.remoting.inflate import InflateError, InflateLimitError, inflate

@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass
 
 from mqserver.broker.topics import create_body
-from mqserver.store import format as fmt
-from mqserver.store.store import Message
+from mqserver import message as fmt
+from mqserver.message import Message
 
 from protocols.smss import wire
 from protocols.smss.errors import InvalidPayload
@@ -50,13 +50,15 @@ _OWN_BITS = fmt.SYSFLAG_SMSS_FRAMED | fmt.SYSFLAG_BATCH_MORE
 def _smss_record(body, properties, sys_flag, extra):
     if sys_flag & fmt.SYSFLAG_SMSS_FRAMED:
         return bytes(body)
-    pairs = fmt.decode_properties(properties)
-    headers = [(k, v) for k, v in pairs if k != fmt.DELAY_PROPERTY]
-    marker = [(k, v) for k, v in pairs if k == fmt.DELAY_PROPERTY]
-    # The slave rebuilds the properties from the headers (and the delay marker at the
-    # end); when that would not give these bytes back, they travel whole.
-    if fmt.encode_properties(headers + marker[-1:]) != bytes(properties):
-        headers.append((PROPS_HEADER, bytes(properties).hex().encode()))
+    headers = []
+    if properties:  # (none: no headers, and nothing to check; most replicated messages)
+        pairs = fmt.decode_properties(properties)
+        headers = [(k, v) for k, v in pairs if k != fmt.DELAY_PROPERTY]
+        marker = [(k, v) for k, v in pairs if k == fmt.DELAY_PROPERTY]
+        # The slave rebuilds the properties from the headers (and the delay marker at
+        # the end); when that would not give these bytes back, they travel whole.
+        if fmt.encode_properties(headers + marker[-1:]) != bytes(properties):
+            headers.append((PROPS_HEADER, bytes(properties).hex().encode()))
     if extra is not None:
         headers.append((REC_HEADER, extra))
     return message_record(headers, body)
@@ -186,7 +188,7 @@ def _message_from_record(payload, start, end, born_ts, extra_props=b""):
     qid = flag = sysf = rc = 0
     born_host = fmt.NO_HOST
     exact = None
-    if headers is not None:
+    if headers:  # (none: most replicated messages)
         rec = [v for k, v in headers if k == REC_HEADER]
         if rec:
             fields = rec[0].split(b",")

@@ -19,11 +19,11 @@ from twisted.logger import Logger
 from mqserver import exitstatus
 from mqserver.broker.topics import Topic
 from mqserver.config import MASTER_ENDPOINT_PREFIXES
-from mqserver.broker.cursor import EventNotFound
 from mqserver.replication.applier import Applier
 from mqserver.replication.epochs import EpochError, truncation_point
-from mqserver.replication.logreader import LogReader
-from mqserver.store import format as fmt
+from mqserver.runtime.output import Output
+from mqserver.runtime.soon import call_soon
+from mqserver import message as fmt
 
 from protocols.smss import binlog, wire
 from protocols.smss.client_codec import (
@@ -97,6 +97,7 @@ class FollowerProtocol(Protocol):
         self._confirming = False
         self._to_confirm = 0
         self._confirm_call = None
+        self.output = Output(self)
 
     def connectionMade(self):
         f = self.factory
@@ -137,16 +138,12 @@ class FollowerProtocol(Protocol):
             self._replica()
 
     def _diverged(self, after):
-        store = self.applier.store
-        try:
-            offset = LogReader.after_event(store, after).offset
-        except EventNotFound:
-            offset = store.commitlog.min_offset
-        store.request_truncation(after, offset)
+        log = self.applier.broker.replication_log
+        log.request_truncation(after)
         self.log.error(
             "our log goes on for {n} records after eventId {eid}, where the master's term"
             " ended: no master confirmed them; they are cut at the next start. Stopping.",
-            n=store.next_event_id - 1 - after, eid=after)
+            n=log.next_event_id - 1 - after, eid=after)
         self._fail()
         self.factory.diverged()
 
@@ -217,21 +214,22 @@ class FollowerProtocol(Protocol):
         # a record already held (d None) may still wait for the group commit.
         event_id = self.applier.applied_event_id
         if d is None:
-            d = self.applier.store.durable_now()
+            d = self.applier.broker.replication_log.durable_now()
         d.addCallbacks(lambda _: self._confirm(event_id), self._store_failed)
 
     def _confirm(self, event_id):
-        # Confirmations of one turn of the reactor go out as one frame.
+        # Confirmations of one turn of the reactor go out as one frame, at the end of
+        # that turn and straight to the socket: the master's writers wait for it.
         if self._failed or self.transport is None or event_id <= self._to_confirm:
             return
         self._to_confirm = event_id
         if self._confirm_call is None:
-            self._confirm_call = self.factory.reactor.callLater(0, self._send_confirm)
+            self._confirm_call = call_soon(self.factory.reactor, self._send_confirm)
 
     def _send_confirm(self):
         self._confirm_call = None
         if not self._failed and self.transport is not None:
-            self.transport.write(encode_replica(self._to_confirm))
+            self.output.write(encode_replica(self._to_confirm))
 
     def _store_failed(self, f):
         self.log.failure("storing a replicated record failed", f)

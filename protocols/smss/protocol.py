@@ -24,14 +24,13 @@ from mqserver.errors import (
 )
 from mqserver.broker.topics import validate_topic_name
 from mqserver.idle import IdleWatch
+from mqserver.message import PutResult
 from mqserver.runtime.output import Output
-from mqserver.store.message import PutResult
 
 from protocols.smss import codec, messages as m, wire
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
 from protocols.smss.faults import DOOR, apply_fault
 from protocols.smss.trace import out_frame, request_fields, request_names
-from mqserver.replication.logreader import LogReader
 from mqserver.replication.status import replication_status
 
 from protocols.smss.payload import count_messages
@@ -388,7 +387,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         if ev.topic == EPOCHS_INFO:
             return codec.ok_json(json.dumps({
                 "epochs": self.broker.epochs,
-                "lastEventId": self.broker.store.next_event_id - 1,
+                "lastEventId": self.broker.replication_log.next_event_id - 1,
                 "master": self.broker.is_master}).encode())
         if ev.topic == STATS_INFO or ev.topic.startswith(STATS_INFO + b":"):
             return self._stats_info(ev.topic[len(STATS_INFO) + 1:])
@@ -458,7 +457,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         if ev.event_id < 0:
             return codec.err("invalid replica eventId")
         try:
-            reader = LogReader.after_event(self.broker.store, ev.event_id)
+            reader = self.broker.replication_log.reader_after(ev.event_id)
         except EventNotFound as e:
             return codec.err(str(e))
         confirms = ev.trace == wire.CONFIRM_TRACE

@@ -3,11 +3,17 @@
 The feed is a push producer on the connection: it stops reading the log while the
 socket's buffer is full, so a slow slave costs a bounded amount of memory. When it has
 sent everything it waits for the next append, and sends ALIVE when idle.
+
+The records appended in one reactor turn go out together at the end of that turn, in one
+send straight to the socket: a write waiting for its follower's confirmation (synchronous
+replication) waits for no reactor turn more than the round trip itself.
 """
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from zope.interface import implementer
+
+from mqserver.runtime.soon import call_soon
 
 from protocols.smss import codec, wire
 from protocols.smss.binlog import continues, is_epoch, record_to_block, records_to_block
@@ -34,7 +40,7 @@ class ReplicaFeed:
         self._gate = proto.broker.sync_gate if confirms else None
         self.confirmed_event_id = None
         self._reader = reader
-        self._store = proto.broker.store
+        self._replication_log = proto.broker.replication_log
         self._reactor = proto.factory.reactor
         self._paused = False
         self._active = False
@@ -53,19 +59,19 @@ class ReplicaFeed:
         if self.confirms:
             # an empty block: "send your confirmations" (a reference smss master never
             # sends one, so a follower that sees none keeps quiet)
-            self._proto.output.send(
+            self._proto.write_through(
                 wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, 0))
             self.confirmed_event_id = 0
             if self._gate is not None:
                 self._gate.attach(self)
         self._proto.transport.registerProducer(self, True)
-        self._store.add_append_listener(self._wake)
+        self._replication_log.add_append_listener(self._wake)
         self._alive.start()
         self._pump()
 
     def _wake(self):
         if self._active and not self._paused and self._pump_call is None:
-            self._pump_call = self._reactor.callLater(0, self._pump)
+            self._pump_call = call_soon(self._reactor, self._pump)
 
     def _pump(self):
         self._pump_call = None
@@ -83,7 +89,7 @@ class ReplicaFeed:
             # the last eventId sent (a write still open waits in _write, unsent)
             self.last_event_id = self._write[0].event_id - 1 if self._write else views[-1].event_id
             if frames:
-                self._proto.output.send(b"".join(frames))
+                self._proto.write_through(b"".join(frames))
                 self._alive.wrote()
         # More may be waiting: yield to the reactor between rounds.
         self._wake()
@@ -121,12 +127,12 @@ class ReplicaFeed:
 
     def behind_bytes(self):
         """Return how many bytes of the log this follower has not been sent yet."""
-        return max(0, self._store.commitlog.end - self._reader.offset)
+        return max(0, self._replication_log.end - self._reader.offset)
 
     def _send_alive(self):
         if not self._active:
             return False
-        self._proto.output.send(codec.alive())
+        self._proto.write_through(codec.alive())
         return True
 
     # IPushProducer
@@ -147,7 +153,7 @@ class ReplicaFeed:
         self._proto.broker.stats.remove_replica(self)
         if self._gate is not None:
             self._gate.detach(self)
-        self._store.remove_append_listener(self._wake)
+        self._replication_log.remove_append_listener(self._wake)
         self._alive.stop()
         if self._pump_call is not None and self._pump_call.active():
             self._pump_call.cancel()

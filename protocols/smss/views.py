@@ -10,8 +10,8 @@ body, flagged with SYSFLAG_SMSS_FRAMED, so smss subscribers still get them byte 
 import json
 
 from mqserver import speedups
-from mqserver.store import format as fmt
-from mqserver.store.store import Message
+from mqserver import message as fmt
+from mqserver.message import Message
 
 from protocols.smss import wire
 from protocols.smss.errors import InvalidPayload

@@ -181,3 +181,31 @@ def test_only_the_runtime_package_imports_twisted_internals():
     # the check sees the runtime package's own imports (it would pass vacuously otherwise)
     assert "twisted.internet.epollreactor" in _twisted_imports(
         modules["mqserver.runtime.reactor"])
+def test_no_protocol_imports_the_store(graph):
+    # doors reach the store only through the broker's interfaces (mqserver/interfaces.py:
+    # IMessageLog, IReplicationLog, IStoreStats, IDataFiles)
+    bad = sorted((m, d) for m, deps in graph.items() if m.startswith("protocols")
+                 for d in deps if d == "mqserver.store" or d.startswith("mqserver.store."))
+    assert bad == []
+
+
+def store_reads(path):
+    """(line, source) of every C{.store} attribute read in the module at C{path}."""
+    source = open(path, encoding="utf-8").read()
+    tree = ast.parse(source, path)
+    return [(node.lineno, ast.get_source_segment(source, node)) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "store"]
+
+
+def test_store_reads_are_found():
+    assert store_reads(os.path.join(ROOT, "mqserver", "broker", "channels.py"))
+
+
+def test_no_protocol_reads_the_store_of_the_broker():
+    # not even under another name (a door's own `self.store = broker.store` would hide
+    # every later use): no protocol reads any attribute called `store`
+    bad = []
+    for module, path in sorted(_modules().items()):
+        if module.startswith("protocols"):
+            bad += [(module, line, text) for line, text in store_reads(path)]
+    assert bad == []

@@ -56,6 +56,29 @@ def test_a_write_waits_for_its_confirmation():
     assert d.called and result_of(d) is None
     assert g.committed_event_id == 5 and commits == [4, 5]
     assert g.wait(5).called  # committed already
+    clock.advance(1)  # the gate's timer finds nothing to fail, and disarms
+    assert clock.getDelayedCalls() == [] and g.timeouts == 0
+
+
+def test_one_timer_serves_every_waiting_write():
+    """The writes waiting share one timer, each failing at its own deadline; the
+    confirmed ones are never failed."""
+    clock, g = gate(timeout_ms=1000)
+    f = Follower()
+    g.attach(f)
+    first = g.wait(1)
+    clock.advance(0.4)
+    second, third = g.wait(2), g.wait(3)
+    assert len(clock.getDelayedCalls()) == 1
+    g.confirm(f, 1)
+    assert first.called and not second.called
+    clock.advance(0.6)  # the first's deadline: nothing to fail
+    assert not second.called and g.timeouts == 0
+    g.confirm(f, 3)  # a confirmation after the deadline of the first, before theirs
+    assert second.called and third.called
+    later = g.wait(4)
+    clock.advance(1)
+    assert isinstance(failure_of(later).value, ReplicationTimeout) and g.timeouts == 1
     assert clock.getDelayedCalls() == []
 
 
