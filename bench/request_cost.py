@@ -46,7 +46,7 @@ import yaml
 
 import harness  # the source tree on the import path
 
-from mqserver.reactor import install
+from mqserver.runtime.reactor import install
 
 reactor = install(spin=0)
 

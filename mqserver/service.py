@@ -17,7 +17,7 @@ from mqserver import speedups
 from mqserver.broker.broker import Broker
 from mqserver.config import etcd_endpoints
 from mqserver.errors import StartupError
-from mqserver.fastpath import service_reactor
+from mqserver.runtime.fastpath import service_reactor
 from mqserver.listen import server_endpoint
 from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store import format as fmt

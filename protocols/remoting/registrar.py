@@ -124,8 +124,8 @@ class Registrar:
         return dd.addCallbacks(done, failed)
 
     def _connect(self, addr):
-        # imported here: twisted.internet.endpoints loads the TLS stack (about 12 MB),
-        # which a broker whose nameserver runs in its own process never needs
+        # imported here: a broker whose nameserver runs in its own process never needs
+        # twisted.internet.endpoints
         from twisted.internet import endpoints
 
         self._connecting[addr] = []

@@ -17,7 +17,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqserver.idle import IdleWatch
-from mqserver.sendnow import Cork
+from mqserver.runtime.output import Output
 from mqserver.wiretap import OFF, tamper_output
 
 from protocols.remoting import codes
@@ -167,8 +167,8 @@ class RemotingProtocol(IdleWatch, Protocol):
         self.decoder = FrameDecoder()
         self.pending = {}  # opaque -> Deferred, for requests this side sent
         self.closed = False
-        self._cork = Cork()  # one send for every reply a read produces
-        self._gathered = 0  # bytes of answers the cork gathered in this read
+        self.output = Output(self)  # one send for every reply a read produces
+        self._gathered = 0  # bytes of answers gathered in this read
         self._out_full = False  # the transport's buffer is full: requests wait
         self._held = None  # requests of a read not handled yet (the buffer filled)
         self._close_after = False  # a framing error: close once the requests before it are handled
@@ -200,7 +200,7 @@ class RemotingProtocol(IdleWatch, Protocol):
             # the frames this read completes, as the client sent them (for the trace)
             self._frames_in = (deque(split_frames(self.decoder.pending() + data))
                                if self.tap.trace.active else None)
-            self._cork.received(self.transport, self._received, data)
+            self.output.received(self._received, data)
             return
         cmd = self.decoder.whole(data)
         if cmd is not None:
@@ -209,15 +209,15 @@ class RemotingProtocol(IdleWatch, Protocol):
             # is made.
             self._command(cmd)
             return
-        self._cork.received(self.transport, self._received, data)
+        self.output.received(self._received, data)
 
     def _send(self, data):
-        self._cork.write(self.transport, data)
+        self.output.write(data)
         self._gathered += len(data)
         if self._gathered > GATHER_LIMIT:
             # hand them on now: a full transport buffer pauses this producer
             self._gathered = 0
-            self._cork.flush(self.transport)
+            self.output.flush()
 
     def _received(self, data):
         try:
@@ -259,7 +259,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         held, self._held = self._held, None
         if held is not None:
             self._gathered = 0
-            self._cork.received(self.transport, self._run, held)
+            self.output.received(self._run, held)
         if not self._out_full and not self._close_after and not self.closed:
             self.transport.resumeProducing()
 
@@ -323,7 +323,7 @@ class RemotingProtocol(IdleWatch, Protocol):
             result = fault_response(cmd, rule)
         else:
             if action in ("split", "corrupt"):
-                self._cork = self._cork.detach(self.transport)
+                self.output.detach()
                 tamper_output(self, rule, self.tap.clock)
             result = self._handle(cmd)
         if action == "delay":

@@ -21,8 +21,8 @@ from mqserver.broker.topics import Topic
 from mqserver.config import MASTER_ENDPOINT_PREFIXES
 from mqserver.replication.applier import Applier
 from mqserver.replication.epochs import EpochError, truncation_point
-from mqserver.sendnow import send_now
-from mqserver.soon import call_soon
+from mqserver.runtime.output import Output
+from mqserver.runtime.soon import call_soon
 from mqserver import message as fmt
 
 from protocols.smss import binlog, wire
@@ -103,6 +103,7 @@ class FollowerProtocol(Protocol):
         self._commits_known = False
         self._to_confirm = 0
         self._confirm_call = None
+        self.output = Output(self)
 
     def connectionMade(self):
         f = self.factory
@@ -250,7 +251,7 @@ class FollowerProtocol(Protocol):
     def _send_confirm(self):
         self._confirm_call = None
         if not self._failed and self.transport is not None:
-            send_now(self.transport, encode_replica(self._to_confirm))
+            self.output.write(encode_replica(self._to_confirm))
 
     def _store_failed(self, f):
         self.log.failure("storing a replicated record failed", f)

@@ -24,8 +24,8 @@ from mqserver.errors import (
 )
 from mqserver.broker.topics import validate_topic_name
 from mqserver.idle import IdleWatch
-from mqserver.sendnow import Cork, send_now
 from mqserver.message import PutResult
+from mqserver.runtime.output import Output
 
 from protocols.smss import codec, messages as m, wire
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
@@ -86,7 +86,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self._paused = False
         self._held_sub = None  # a SUB waiting for the answers before it
         self.replica_feed = None
-        self._cork = Cork()
+        self.output = Output(self)
         self.tap = factory.broker.wiretap
         self.looked = None  # the request a fault rule delayed (smss.faults)
 
@@ -111,7 +111,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         answers to a pipelined read), else at once."""
         if self.tap.active:
             self.trace_out(data)
-        self._cork.write(self.transport, data)
+        self.output.write(data)
 
     def trace_out(self, data, buf=None, locs=None):
         """Report C{data}, which the door writes, to the wire trace while someone traces:
@@ -125,9 +125,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         """Send C{data} now, after what this read gathered so far: for a stream whose
         next write depends on the transport's buffer (a subscription, the transport's
         producer, pauses when it fills)."""
-        if self.transport is not None:
-            self._cork.flush(self.transport)
-            send_now(self.transport, data)
+        self.output.send(data)
 
     # -- input ---------------------------------------------------------------------------
 
@@ -154,11 +152,11 @@ class SmssServerProtocol(IdleWatch, Protocol):
                 if result is None:
                     return  # answered
                 if type(result) is bytes:
-                    send_now(self.transport, result)
+                    self.output.write(result)
                 else:
                     self._answer(result)
                 return
-        self._cork.received(self.transport, self._received, data)
+        self.output.received(self._received, data)
 
     def _received(self, data):
         self._decode(self.decoder.feed, data)
@@ -345,7 +343,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
 
     def _send_ok(self, result):
         """Answer a publish the broker has written with OK, at once."""
-        send_now(self.transport, _OK)
+        self.output.send(_OK)
 
     def do_Delay(self, ev):
         if not self.broker.is_master:

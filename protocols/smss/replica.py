@@ -13,7 +13,7 @@ from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from mqserver.soon import call_soon
+from mqserver.runtime.soon import call_soon
 
 from protocols.smss import codec, wire
 from protocols.smss.binlog import (

@@ -17,7 +17,7 @@ from zope.interface import implementer
 
 from mqserver.broker.stats import SMSS, Consumer
 from mqserver.interfaces import IWatcher
-from mqserver.soon import call_soon
+from mqserver.runtime.soon import call_soon
 
 from protocols.smss import codec
 from protocols.smss.keepalive import IdleAlive

@@ -77,5 +77,5 @@ def test_twistd_console_script_serves_smss_and_stops_cleanly(tmp_path):
     assert "Server Shut Down" in log, log
     assert "Traceback" not in log, log
     # makeService installs the busy-polling reactor when twistd was given none
-    assert "reactor class: mqserver.reactor.SpinningEPollReactor" in log, log
+    assert "reactor class: mqserver.runtime.reactor.SpinningEPollReactor" in log, log
     assert (data / "metadata.json").is_file()

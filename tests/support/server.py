@@ -57,9 +57,8 @@ def read_log_file(path):
 
 def twistd_command(root=None):
     """The command starting twistd from source tree C{root} (default L{ROOT}):
-    C{python -m mqserver}, twistd with the lean start-up of the broker's own C{make run}
-    (mqserver/leanstart.py), or, for a tree from before it (benchmarks compare trees),
-    twistd as its script starts."""
+    C{python -m mqserver}, as the broker's own C{make run} starts it, or, for a tree from
+    before it (benchmarks compare trees), twistd as its script starts."""
     if os.path.exists(os.path.join(root or ROOT, "mqserver", "__main__.py")):
         return [sys.executable, "-m", "mqserver"]
     return [sys.executable, "-c", "from twisted.scripts.twistd import run; run()"]

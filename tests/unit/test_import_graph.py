@@ -132,6 +132,55 @@ def test_no_protocol_imports_another(graph):
     assert bad == []
 
 
+def _twisted_imports(path):
+    """The C{twisted.*} modules an import statement of the file at C{path} names."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return {n for n in names if n.startswith("twisted.")}
+
+
+#: What the rest of the code may use of mqserver.runtime: the output object and calls in
+#: the next turn (every door), and the reactor choice (start-up only).
+RUNTIME_PUBLIC = {
+    "mqserver.runtime.output": None,
+    "mqserver.runtime.soon": None,
+    "mqserver.runtime.fastpath": ("mqserver.tap", "mqserver.service"),
+}
+#: Twisted's modules whose internals the tuned paths read: only mqserver.runtime imports them.
+TWISTED_INTERNALS = ("twisted.internet.epollreactor", "twisted.internet.posixbase",
+                     "twisted.internet.tcp", "twisted.internet._newtls",
+                     "twisted.internet.abstract")
+
+
+def test_the_runtime_package_is_used_through_its_public_modules(graph):
+    bad = []
+    for m, deps in graph.items():
+        if m.startswith("mqserver.runtime"):
+            continue
+        for d in deps:
+            if d == "mqserver.runtime" or not d.startswith("mqserver.runtime."):
+                continue
+            if d not in RUNTIME_PUBLIC:
+                bad.append((m, d))
+            elif RUNTIME_PUBLIC[d] is not None and m not in RUNTIME_PUBLIC[d]:
+                bad.append((m, d))
+    assert sorted(bad) == []
+
+
+def test_only_the_runtime_package_imports_twisted_internals():
+    modules = _modules()
+    bad = sorted((m, n) for m, p in modules.items() if not m.startswith("mqserver.runtime")
+                 for n in _twisted_imports(p) if n.startswith(TWISTED_INTERNALS))
+    assert bad == []
+    # the check sees the runtime package's own imports (it would pass vacuously otherwise)
+    assert "twisted.internet.epollreactor" in _twisted_imports(
+        modules["mqserver.runtime.reactor"])
 def test_no_protocol_imports_the_store(graph):
     # doors reach the store only through the broker's interfaces (mqserver/interfaces.py:
     # IMessageLog, IReplicationLog, IStoreStats, IDataFiles)
