@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.broker-stamp
 ARGS ?=
 SOURCES := setup.cfg setup.py pyproject.toml $(wildcard */*/*.c) $(wildcard mqserver/*.h)
 
-.PHONY: install java etcd run unit test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-faults bench-compare bench-audit audit audit-zip clean
+.PHONY: install java etcd run unit unit-oldest test bench bench-floor bench-cost bench-rocketmq bench-nsq bench-security bench-faults bench-compare bench-audit audit audit-zip clean
 
 # The broker alone (what `make run` needs), with pip's progress shown.
 $(RUN_STAMP): $(SOURCES)
@@ -52,6 +52,25 @@ run: $(RUN_STAMP)
 unit: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest tests/unit -q -p no:cacheprovider
 
+# The unit tests on the oldest Twisted setup.cfg admits (its twisted[tls]>= bound), in a
+# virtualenv of their own with the broker's requirements and the unit extra only: what
+# `make test` runs besides every test on the newest Twisted (in .venv).
+TWISTED_OLDEST := $(shell sed -n 's/^ *twisted\[tls\]>=\([0-9.]*\).*/\1/p' setup.cfg)
+OLDEST_VENV ?= .venv-twisted-oldest
+OLDEST_PY := $(OLDEST_VENV)/bin/python
+OLDEST_STAMP := $(OLDEST_VENV)/.installed-stamp
+
+$(OLDEST_STAMP): $(SOURCES)
+	test -x $(OLDEST_PY) || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_PY) -m pip install -q --upgrade pip setuptools wheel
+	$(OLDEST_PY) -m pip install -q --config-settings editable_mode=compat -e '.[unit]' \
+	  'twisted[tls]==$(TWISTED_OLDEST).*'
+	touch $(OLDEST_STAMP)
+
+unit-oldest: $(OLDEST_STAMP)
+	@$(OLDEST_PY) -c 'import twisted; print("make: unit tests on Twisted", twisted.__version__)'
+	PYTHONPATH=$(CURDIR) $(OLDEST_PY) -m pytest tests/unit -q -p no:cacheprovider
+
 # The replica-group tests (mqserver/cluster) run a real etcd 3.4 on loopback.
 # Install Debian's etcd-server when /usr/bin/etcd (or etcd on PATH) is missing and we may,
 # else say what to do.
@@ -68,9 +87,10 @@ etcd:
 	fi
 
 # Every test, then the unit tests again on the pure-Python paths (the reference of each C
-# speedup, and what runs where none is built). The second pass runs and reports even when
-# the first failed; the target fails when either did. TESTS and UNIT_TESTS narrow the
-# passes (e.g. make test TESTS=tests/unit/test_x.py UNIT_TESTS=tests/unit/test_x.py).
+# speedup, and what runs where none is built), then the unit tests on the oldest Twisted
+# admitted (unit-oldest). Each pass runs and reports even when one before it failed; the
+# target fails when any did. TESTS and UNIT_TESTS narrow the first two passes (e.g. make
+# test TESTS=tests/unit/test_x.py UNIT_TESTS=tests/unit/test_x.py).
 TESTS ?= tests
 UNIT_TESTS ?= tests/unit
 test: $(STAMP) java etcd
@@ -79,6 +99,8 @@ test: $(STAMP) java etcd
 	  { echo "make: the tests failed" >&2; status=1; }; \
 	MQSERVER_PURE_PYTHON=1 PYTHONPATH=$(CURDIR) $(PY) -m pytest $(UNIT_TESTS) -q -p no:cacheprovider || \
 	  { echo "make: the unit tests on the pure-Python paths (MQSERVER_PURE_PYTHON=1) failed" >&2; status=1; }; \
+	$(MAKE) --no-print-directory unit-oldest || \
+	  { echo "make: the unit tests on the oldest Twisted admitted ($(TWISTED_OLDEST)) failed" >&2; status=1; }; \
 	exit $$status
 
 bench: $(STAMP)

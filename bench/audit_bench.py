@@ -37,11 +37,9 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from harness import ROOT, write_data_dir
 
-from mqserver.store import format as fmt  # noqa: E402
-from tests.spark.biglog import write_data_dir  # noqa: E402
+from mqserver.store import format as fmt
 
 BODY = 200
 TOPIC = "bench"
@@ -57,7 +55,7 @@ def generate(path, target_bytes, segment_size, shape="numpy"):
     """Write a data directory whose commit log holds at least C{target_bytes} (about,
     for the broker's shape); returns C{(records, log bytes, seconds)}."""
     if shape == "broker":
-        from bench.brokerlog import write as write_through_broker
+        from brokerlog import write as write_through_broker
 
         t0 = time.monotonic()
         write_through_broker(path, target_bytes // BROKER_RECORD, segment_size)
@@ -228,7 +226,7 @@ def cli(argv=None):
         return main(rest)
     import tempfile
 
-    from tests.spark.cluster import StandaloneCluster
+    from harness import StandaloneCluster
 
     base = tempfile.mkdtemp(prefix="audit-bench-cluster-")
     with StandaloneCluster(base, cores=2, memory=opts.cluster_memory) as cluster:

@@ -18,22 +18,17 @@ Publishers (each a thread with its own connection), until C{records} messages ar
 """
 
 import argparse
-import os
 import random
 import shutil
 import sys
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from harness import http, RemotingClient, ServerProcess
 
-from protocols.remoting import codes  # noqa: E402
-from protocols.remoting.props import encode_batch_body  # noqa: E402
-from protocols.smss.client import SmssClient  # noqa: E402
-from tests.support.nsq import http  # noqa: E402
-from tests.support.remoting_client import RemotingClient  # noqa: E402
-from tests.support.server import ServerProcess  # noqa: E402
+from protocols.remoting import codes
+from protocols.remoting.props import encode_batch_body
+from protocols.smss.client import SmssClient
 
 LOOPBACK = "tcp:0:interface=127.0.0.1"
 SMSS_TOPICS = ("orders", "payments", "audit")

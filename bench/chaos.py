@@ -11,6 +11,9 @@ finding it again after a refusal) and injects C{--faults} faults drawn at random
            nothing more (it exits with 75 and comes back as a follower)
   etcd     etcd SIGKILLed, and started again after twice the lease
   wipe     a follower SIGKILLed and started again from an empty data directory
+  diskfull a follower's disk full (every write of its store fails with ENOSPC, through
+           the store's fault injection) while the group acknowledges writes with the
+           other follower; then the space returns and it catches up
   partition  (with --netns) the leader cut off from etcd and the other members for
            twice the lease, then healed
 
@@ -32,13 +35,27 @@ After each fault, once the group has one leader followed by the others again:
 and it prints the seconds the group had no writable leader (from the fault until a
 publish is acknowledged again). Exits 1 on any lost message or divergence.
 
+L{chaos} runs the same from Python and returns the results (the short run of the test
+suite calls it).
+
+With C{--rate} it injects no faults and measures instead what a group costs: the smss
+publish rate (C{--connections} processes, each sending one 200-byte message a request
+and waiting for its answer, for C{--seconds}) of a single broker against the leader of a
+group of three with C{syncReplicas: 1}, in C{--rounds} rounds that alternate the two
+(each on a fresh broker or group), and the ratio of the medians.
+
+    python bench/chaos.py --rate [--seconds 5] [--rounds 3] [--connections 4]
+
     python bench/chaos.py [--runs 1] [--faults 6] [--seed N] [--lease-ms 2000]
-                          [--kinds kill,pause,etcd,wipe] [--netns]
+                          [--kinds kill,pause,etcd,wipe,diskfull] [--netns] [--keep]
 """
 
 import argparse
+import dataclasses
+import multiprocessing as mp
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,27 +63,22 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from harness import (
+    SKIP_REASON, EtcdProcess, RemotingClient, ServerProcess, V2, etcd_binary, read_topic,
+    rocketmq_send, wait_until, Member, leader_of, member_config, wait_converged,
+    writable_leader)
 
-from protocols.remoting import codes  # noqa: E402
-from protocols.smss.client import SmssClient, SmssError  # noqa: E402
-from tests.integration.test_replication_sync import _send as rocketmq_send  # noqa: E402
-from tests.support.etcd import SKIP_REASON, EtcdProcess, etcd_binary  # noqa: E402
-from tests.support.group import (  # noqa: E402
-    Member, leader_of, member_config, wait_converged, writable_leader)
-from tests.support.nsq import V2  # noqa: E402
-from tests.support.remoting_client import RemotingClient  # noqa: E402
-from tests.support.smss import read_topic  # noqa: E402
-from tests.support.wait import wait_until  # noqa: E402
+from protocols.remoting import codes
+from protocols.smss.client import SmssClient, SmssError
 
 DOORS = ("smss", "nsqd_tcp", "broker")
 #: each protocol's topic (created on smss before the producers start)
 TOPICS = {"smss": "t", "nsq": "n", "rocketmq": "r"}
-FAULTS = ("kill", "pause", "etcd", "wipe")
+FAULTS = ("kill", "pause", "etcd", "wipe", "diskfull")
 NETNS_FAULTS = FAULTS + ("partition",)
 SETTLE = 60.0  # seconds a group may take to have one leader and equal logs again
+#: publishes the group must acknowledge while a follower's disk is full
+ACKED_WHILE_FULL = 20
 
 
 class Producer(threading.Thread):
@@ -204,7 +216,7 @@ class Network:
 class Run:
     """One group, its producers, and the checks."""
 
-    def __init__(self, work, lease_ms, rng, out, network=None):
+    def __init__(self, work, lease_ms, rng, out, network=None, disk_faults=False):
         self.lease = lease_ms / 1000.0
         self.rng = rng
         self.out = out
@@ -218,7 +230,7 @@ class Run:
             where = ({"host": network.address(i), "netns": network.namespaces[i]}
                      if network else {})
             self.members.append(Member(os.path.join(work, name), name, config, DOORS,
-                                       **where))
+                                       disk_faults=disk_faults, **where))
         self.producers = []
         self.held = []  # the records every member held at the last check
         self.problems = []
@@ -278,6 +290,21 @@ class Run:
             writable_leader(self.members, SETTLE)
             down = time.monotonic() - began
             victim.start()
+        elif kind == "diskfull":
+            victim = self.rng.choice(rest)
+            victim.disk_full()
+            try:
+                wait_until(lambda: "disk trouble" in victim.server.current_log(), SETTLE,
+                           "the follower's writes failing")
+                began = time.monotonic()
+                writable_leader(self.members, SETTLE)
+                down = time.monotonic() - began
+                # the group goes on acknowledging with the other follower
+                before = self.acknowledged()
+                wait_until(lambda: self.acknowledged() >= before + ACKED_WHILE_FULL, SETTLE,
+                           "the group acknowledging writes with a follower's disk full")
+            finally:
+                victim.disk_full(False)
         elif kind == "partition":
             i = self.members.index(lead)
             self.network.cut(i)
@@ -288,6 +315,10 @@ class Run:
             finally:
                 self.network.cut(i, cut=False)
         return down
+
+    def acknowledged(self):
+        """Publishes acknowledged so far, over every protocol."""
+        return sum(len(p.acked) for p in self.producers)
 
     # -- checks --
 
@@ -322,42 +353,88 @@ class Run:
                 self.problem(label, f"{len(lost)} of {len(p.acked)} messages acknowledged"
                                     f" over {p.kind} are not in the leader's log")
         sent = self.producers[0].sent | {b"probe"}
-        received = {m.body for m in read_topic(lead.server, TOPICS["smss"], settle=0.5,
-                                               timeout=SETTLE)}
-        strange = received - sent
+        strange = self.consumed() - sent
         if strange:
             self.problem(label, f"a consumer received {len(strange)} messages never sent")
         return lead
+
+    def consumed(self):
+        """The bodies of the smss topic a consumer on the leader receives (from the
+        leader found again, should it step down meanwhile: a late lease renewal on a
+        loaded machine makes it do so, by design)."""
+        got = []
+
+        def read():
+            lead = leader_of(self.members, SETTLE)
+            try:
+                got.append({m.body for m in read_topic(lead.server, TOPICS["smss"],
+                                                       settle=0.5, timeout=SETTLE)})
+            except (OSError, SmssError):
+                return False
+            return True
+
+        wait_until(read, SETTLE, "a consumer reading the leader's log")
+        return got[0]
 
     def problem(self, label, text):
         self.problems.append(f"{label}: {text}")
         print(f"  PROBLEM {label}: {text}", file=self.out, flush=True)
 
 
-def run_once(index, args, rng, out):
-    with tempfile.TemporaryDirectory(prefix="mq-chaos-") as work:
-        network = Network() if args.netns else None
+@dataclasses.dataclass
+class Results:
+    """What L{chaos} found.
+
+    @ivar seed: the seed of the random sequence.
+    @ivar problems: lost acknowledged messages, divergent logs and the like, one text
+        each (none: the group kept its promises).
+    @ivar faults: (run, fault kind, seconds without a writable leader) of each fault.
+    @ivar acknowledged: publishes acknowledged over all runs.
+    """
+
+    seed: int
+    problems: list = dataclasses.field(default_factory=list)
+    faults: list = dataclasses.field(default_factory=list)
+    acknowledged: int = 0
+
+
+def run_once(index, settings, rng, out, results):
+    """Run C{index}: a fresh etcd and group, its faults and checks, into C{results}."""
+    work = tempfile.mkdtemp(prefix="mq-chaos-")
+    failed = True
+    try:
+        network = Network() if settings.netns else None
         try:
             if network is not None:
                 network.up(3)
-            run = Run(work, args.lease_ms, rng, out, network)
+            run = Run(work, settings.lease_ms, rng, out, network,
+                      disk_faults="diskfull" in (settings.sequence or settings.kinds))
             try:
                 run.start()
-                for k in range(args.faults):
-                    faults(run, index, k, args, rng, out)
+                for k in range(settings.faults):
+                    kind = (settings.sequence[k % len(settings.sequence)] if settings.sequence
+                            else rng.choice(settings.kinds))
+                    results.faults.append((index, kind, inject(run, index, k, kind, rng, out)))
             finally:
                 run.stop()
+                results.acknowledged += run.acknowledged()
         finally:
             if network is not None:
                 network.down()
         for e in [e for m in run.members for e in m.errors]:
             run.problem(f"run {index}", f"a supervised restart failed: {e}")
-        return run.problems
+        results.problems += run.problems
+        failed = bool(run.problems)
+    finally:
+        if settings.keep or failed:  # a failed run's data and logs tell what happened
+            print(f"run {index}: kept {work}", file=out, flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
-def faults(run, index, k, args, rng, out):
-    """Inject fault C{k} of run C{index}, check, and print what it cost."""
-    kind = rng.choice(args.kinds)
+def inject(run, index, k, kind, rng, out):
+    """Inject fault C{k} (of C{kind}) of run C{index}, check, and print what it cost;
+    return the seconds without a writable leader."""
     time.sleep(rng.uniform(0.2, 1.0))  # let the producers write a while
     down = run.fault(kind)
     lead = run.check(f"run {index} fault {k + 1} ({kind})")
@@ -365,6 +442,100 @@ def faults(run, index, k, args, rng, out):
     print(f"run {index} fault {k + 1}: {kind:9s} {down:5.1f} s without a writable"
           f" leader; leader now {lead.name}; acknowledged so far: {acked}",
           file=out, flush=True)
+    return down
+
+
+@dataclasses.dataclass
+class Settings:
+    runs: int = 1
+    faults: int = 6
+    seed: int = None
+    lease_ms: int = 2000
+    kinds: tuple = FAULTS
+    netns: bool = False
+    #: the faults in this order (repeated as needed) instead of drawn at random
+    sequence: tuple = ()
+    #: keep each run's directory (data, logs) instead of removing it (a failed run's is
+    #: kept anyway)
+    keep: bool = False
+
+
+def chaos(out=sys.stdout, **settings):
+    """Run the harness (keywords as L{Settings} names them; the faults drawn from
+    C{kinds}, or C{sequence} in order) and return its L{Results}. Needs etcd
+    (L{etcd_binary}); C{netns} needs root."""
+    settings = Settings(**settings)
+    seed = settings.seed if settings.seed is not None else random.randrange(1 << 30)
+    print(f"seed {seed}", file=out, flush=True)
+    rng = random.Random(seed)
+    results = Results(seed)
+    for i in range(1, settings.runs + 1):
+        run_once(i, settings, rng, out, results)
+    return results
+
+
+def rate_round(work, group, seconds, connections, lease_ms):
+    """Return the smss publishes a second to a single broker (C{group} False) or to the
+    leader of a group of three with C{syncReplicas: 1}, each fresh in C{work}."""
+    from sync_cost import _smss as publisher  # one request at a time, 200 bytes
+
+    etcd, servers = None, []
+    try:
+        if group:
+            etcd = EtcdProcess(os.path.join(work, "etcd"))
+            etcd.start()
+            servers = [Member(os.path.join(work, name), name,
+                              member_config(etcd, name, lease_ms))
+                       for name in ("m1", "m2", "m3")]
+            for m in servers:
+                m.start()
+            lead = leader_of(servers, SETTLE)
+            wait_until(lambda: lead.status().get("sync", {}).get("available"), SETTLE,
+                       "a follower confirming to the leader", interval=0.1)
+            port = lead.port
+        else:
+            single = ServerProcess(os.path.join(work, "single"),
+                                   config={"timeout": {"server": {"alive": 300}}})
+            servers = [single]
+            single.start()
+            port = single.smss_port
+        with SmssClient("127.0.0.1", port) as c:
+            c.create("bench")
+        queue = mp.Queue()
+        procs = [mp.Process(target=publisher, args=(port, seconds, queue))
+                 for _ in range(connections)]
+        for p in procs:
+            p.start()
+        sent = sum(queue.get(timeout=seconds + 60)[0] for _ in procs)
+        for p in procs:
+            p.join()
+        return sent / seconds
+    finally:
+        for s in servers:
+            s.stop()
+            if isinstance(s, ServerProcess):
+                s.close()
+        if etcd is not None:
+            etcd.stop()
+
+
+def rate(seconds=5.0, rounds=3, connections=4, lease_ms=2000, out=sys.stdout):
+    """Measure (see the module docstring) and print the rates; return
+    C{{"single": [msgs/s...], "group": [msgs/s...]}}."""
+    got = {"single": [], "group": []}
+    for r in range(rounds):
+        for kind in ("single", "group"):
+            with tempfile.TemporaryDirectory(prefix="mq-chaos-rate-") as work:
+                got[kind].append(rate_round(work, kind == "group", seconds, connections,
+                                            lease_ms))
+            print(f"round {r + 1}: {kind:6s} {got[kind][-1]:10,.0f} msgs/s", file=out,
+                  flush=True)
+    med = {k: sorted(v)[len(v) // 2] for k, v in got.items()}
+    print(f"smss publish, {connections} connections, one request at a time, median of"
+          f" {rounds}: single broker {med['single']:,.0f} msgs/s, group of three"
+          f" (syncReplicas 1) {med['group']:,.0f} msgs/s: {med['group'] / med['single']:.2f}"
+          f" of the single broker's rate", file=out, flush=True)
+    return got
 
 
 def main(argv=None):
@@ -378,6 +549,13 @@ def main(argv=None):
     ap.add_argument("--netns", action="store_true",
                     help="run each member in a network namespace of its own (root) and "
                          "add the partition fault")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep each run's directory (data and logs) and print where")
+    ap.add_argument("--rate", action="store_true",
+                    help="no faults: the publish rate of a single broker against a group")
+    ap.add_argument("--seconds", type=float, default=5.0, help="with --rate: per round")
+    ap.add_argument("--rounds", type=int, default=3, help="with --rate: rounds of each")
+    ap.add_argument("--connections", type=int, default=4, help="with --rate: publishers")
     args = ap.parse_args(argv)
     known = NETNS_FAULTS if args.netns else FAULTS
     args.kinds = [k for k in (args.kinds or ",".join(known)).split(",") if k]
@@ -386,15 +564,15 @@ def main(argv=None):
     if etcd_binary() is None:
         print(SKIP_REASON, file=sys.stderr)
         return 2
-    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    print(f"seed {seed}", flush=True)
-    rng = random.Random(seed)
-    problems = []
-    for i in range(1, args.runs + 1):
-        problems += run_once(i, args, rng, sys.stdout)
+    if args.rate:
+        rate(args.seconds, args.rounds, args.connections, args.lease_ms)
+        return 0
+    results = chaos(runs=args.runs, faults=args.faults, seed=args.seed,
+                    lease_ms=args.lease_ms, kinds=tuple(args.kinds), netns=args.netns,
+                    keep=args.keep)
     print(f"{args.runs} runs of {args.faults} faults: "
-          f"{len(problems)} problems (lost acknowledged messages, divergent logs)")
-    return 1 if problems else 0
+          f"{len(results.problems)} problems (lost acknowledged messages, divergent logs)")
+    return 1 if results.problems else 0
 
 
 if __name__ == "__main__":

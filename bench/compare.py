@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """mqserver side by side with the reference servers, in one run, alternating A B A B.
 
-For each figure of issue 17 a fresh server of each system is started in turn (mqserver,
+For each figure of docs/performance.md a fresh server of each system is started in turn (mqserver,
 then the reference, once per round), measured the same way, and stopped; the table gives
 every run and the ratio of the medians (mqserver / reference; for CPU per message lower
 is better). Reference servers are optional: with a binary absent its column says why.
@@ -14,7 +14,7 @@ is better). Reference servers are optional: with a binary absent its column says
 The paths can also come from SMSS_BIN, NSQD_BIN, NSQ_BENCH_WRITER, NSQ_BENCH_READER.
 C{--variant} adds a second mqserver column with other configuration (e.g.
 C{--variant spin0:server.spinMicros=0}), C{--tree NAME:PATH} one run from another source
-tree (e.g. C{--tree main:/work/main}); see bench/README.md.
+tree (e.g. C{--tree main:../main}); see bench/README.md.
 """
 
 import argparse
@@ -31,19 +31,14 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for p in (HERE, ROOT):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+from harness import ROOT, ServerProcess, run_workers
 
-import compare_rocketmq as crm  # noqa: E402
-import nsq_bench  # noqa: E402
-import smss_bench as sb  # noqa: E402
-from procstat import cpu_seconds, peak_rss_mb, rss_mb, steal_seconds  # noqa: E402
-from protocols.smss import client_codec as cc  # noqa: E402
-from refservers import RefServer, binary  # noqa: E402
-import tests.support.server as support  # noqa: E402
+import compare_rocketmq as crm
+import nsq_bench
+import smss_bench as sb
+from procstat import cpu_seconds, peak_rss_mb, rss_mb, steal_seconds
+from protocols.smss import client_codec as cc
+from refservers import RefServer, binary
 
 MP = mp.get_context("fork")
 _OPS = re.compile(r"duration: ([0-9.]+)(ms|s) - [0-9.]+mb/s - ([0-9.]+)ops/s")
@@ -75,11 +70,10 @@ class Mq:
                 node = node.setdefault(part, {})
             node[leaf] = value
         data = os.path.join(self.tmp, f"{self.name}-{time.monotonic_ns()}")
-        support.ROOT = self.tree  # the source tree the server runs from (its PYTHONPATH)
         listen = {"smss": "tcp:0:interface=127.0.0.1", "nsqd_tcp": "tcp:0:interface=127.0.0.1"}
         if self.rocket:
             listen.update(namesrv="tcp:0:interface=127.0.0.1", broker="tcp:0:interface=127.0.0.1")
-        self.server = support.ServerProcess(data, config=config, listen=listen)
+        self.server = ServerProcess(data, config=config, listen=listen, root=self.tree)
         self.server.start(timeout=60)
         self.smss_port = self.server.smss_port
         self.nsq_port = self.server.ports["NsqdFactory"]
@@ -196,7 +190,7 @@ def nsq_writer_reader(sysm, a):
 
 def nsq_round_trip(sysm, a):
     c0 = cpu_seconds(sysm.pid)
-    n, t = nsq_bench._run(nsq_bench._pub_one, 1,
+    n, t = run_workers(nsq_bench._pub_one, 1,
                           (sysm.nsq_port, "cmp_rt", a.seconds, 200, a.client_poll))
     return {"rate": n / t, "cpu_us": 1e6 * (cpu_seconds(sysm.pid) - c0) / n}
 
@@ -468,7 +462,7 @@ def run(a):
                         "NSQ_BENCH_WRITER/NSQ_BENCH_READER)"))
     skipped.append(("RocketMQ reference column", "no reference RocketMQ broker (the Java "
                     "broker is not built here): its rows compare the broker with the C++ "
-                    "client's CPU and with the issue's figures"))
+                    "client's CPU (the aim: at most half of it)"))
     floor_over, nsqd_args = nsq_flush_floor(a.nsq_buffers)
     mqs = [lambda **kw: Mq("mqserver", tmp, floor_over, **kw)]
     names = ["mqserver"]

@@ -1,4 +1,4 @@
-"""The RocketMQ rows of bench/compare.py (issue 17): mqserver alone, no reference broker.
+"""The RocketMQ rows of bench/compare.py: mqserver alone, no reference broker.
 
 - C{client_rows}: the PyPI C++ client (C{rocketmq}) sends C{--rmq-sends} messages with one
   synchronous producer, then a C++ push consumer reads a C{--backlog} filled by pipelined
@@ -16,12 +16,13 @@ The C++ client runs in subprocesses of bench/rocketmq_bench.py (it can hang at s
 import os
 import time
 
+from harness import RemotingClient
+
 import rocketmq_bench as rb
 from procstat import cpu_seconds
 from protocols.remoting import codes
 from protocols.remoting.codec import encode
 from protocols.remoting.messages import RemotingCommand
-from tests.support.remoting_client import RemotingClient
 
 
 def _home(sysm):

@@ -17,14 +17,9 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-from tests.integration.test_smss_crash import (  # noqa: E402
-    THREADS, TOPICS, Publisher, config, read_back_and_check)
-from tests.support.server import ServerProcess  # noqa: E402
-from tests.support.smss import connect  # noqa: E402
+from harness import (
+    THREADS, TOPICS, Publisher, ServerProcess, connect, read_back_and_check)
+from harness import crash_config as config
 
 
 def run(flush_level, kills, rng, work):

@@ -23,15 +23,14 @@ import http.client
 import json
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # the source tree on the import path
 
-from bench.procstat import cpu_seconds  # noqa: E402
-from bench.security_bench import nsq_tcp, rocketmq, smss, start  # noqa: E402
+from procstat import cpu_seconds
+from security_bench import nsq_tcp, rocketmq, smss, start
 
 L = "tcp:0:interface=127.0.0.1"
 #: A rule for a command none of the publishers sends: the doors look, nothing applies.
@@ -107,7 +106,6 @@ def inprocess(rounds, n=5000):
     from protocols.remoting.messages import RemotingCommand
     from protocols.smss import client_codec
     from protocols.smss.factory import make_factory as smss_factory
-    from tests.support.inprocess import running
 
     body = b"x" * 200
     send = encode(RemotingCommand(code=codes.SEND_MESSAGE, opaque=1, ext_fields={
@@ -125,7 +123,7 @@ def inprocess(rounds, n=5000):
     base = tempfile.mkdtemp(prefix="faultsbench-ip")
     try:
         for label, factory, door, hello, request, first in doors:
-            with running(os.path.join(base, door), factory, flush_level=0) as node:
+            with harness.running(os.path.join(base, door), factory, flush_level=0) as node:
                 c = node.connect(node.factory)
                 c.send(hello + first)
                 tap = node.broker.wiretap

@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python bench/fuzz.py --frames 100000 [--doors smss,broker]
         [--connections 32] [--per-connection 20] [--batch 5000] [--seed 1] [--keep]
 
-Starts ``twistd mqserver`` with every door on a loopback port 0 (``tests.support.server``),
+Starts ``twistd mqserver`` with every door on a loopback port 0 (``bench/harness.py``),
 then per door sends frames from ``tests/support/fuzzframes.py`` on many concurrent
 connections: each connection sends its frames, half-closes and reads until the broker
 closes it (a connection still open after ``--hang`` seconds counts as a hang). After each
@@ -27,12 +27,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from harness import DOORS, PORT_NAMES, conversation, healthy, prepare, ServerProcess
 
-from tests.support.fuzzframes import DOORS, PORT_NAMES, conversation, healthy, prepare  # noqa: E402
-from tests.support.server import ServerProcess  # noqa: E402
 
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|Unhandled Error|Unhandled error")
 

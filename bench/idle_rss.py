@@ -7,7 +7,7 @@ and then ``--wait`` seconds, and prints VmRSS with its anonymous and file-backed
 ``--maps N`` also prints the N mappings holding the most resident memory (shared
 libraries such as the TLS stack show here), from the last run of each tree.
 
-    PYTHONPATH=. .venv/bin/python bench/idle_rss.py [--tree /work/main --tree .]
+    PYTHONPATH=. .venv/bin/python bench/idle_rss.py [--tree ../main --tree .]
         [--rounds 3] [--doors smss,nsqd_tcp] [--maps 8]
 
 Every tree runs with this interpreter (its C extensions must be built in place).
@@ -17,14 +17,10 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import tests.support.server as support  # noqa: E402
+from harness import ROOT, ServerProcess
 
 
 def status(pid):
@@ -53,9 +49,8 @@ def mappings(pid, top):
 
 def one(tree, doors, wait, tmp):
     data = os.path.join(tmp, f"idle-{time.monotonic_ns()}")
-    support.ROOT = tree  # the tree the server process imports from (its PYTHONPATH)
-    server = support.ServerProcess(data, config={"store": {"flushLevel": 1}},
-                                   listen={d: "tcp:0:interface=127.0.0.1" for d in doors})
+    server = ServerProcess(data, config={"store": {"flushLevel": 1}}, root=tree,
+                           listen={d: "tcp:0:interface=127.0.0.1" for d in doors})
     server.start(timeout=60)
     try:
         time.sleep(wait)

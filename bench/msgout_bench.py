@@ -20,18 +20,14 @@ import argparse
 import http.client
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import LOOPBACK, ROOT, Machine, broker, report_rate, run_workers
 
-from nsq_bench import _run  # noqa: E402
-from procstat import cpu_seconds, peak_rss_mb  # noqa: E402
-from tests.support.server import ROOT, ServerProcess  # noqa: E402
+from procstat import cpu_seconds
 
 BODY = "x" * 200
 
@@ -89,12 +85,6 @@ def _fetcher(port, queue, batch, out):
     out.put(n)
 
 
-def _report(label, n, t, cpu):
-    per = cpu / n * 1e6 if n else 0.0
-    print(f"{label:<46}{n / t:>10,.0f} msgs/s  ({n} in {t:.1f}s; broker CPU {per:.1f} us/msg)",
-          flush=True)
-
-
 def _console_pub(port, seconds):
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
     line = b"PUB cpub " + BODY.encode() + b"\r\n"
@@ -129,12 +119,14 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.messages, args.seconds = 20_000, 2.0
+    with broker({"msgout": LOOPBACK, "console": LOOPBACK}, prefix="msgoutbench-") as server:
+        run(args, server)
+
+
+def run(args, server):
+    """The msgout and console figures of the broker C{server}."""
     per_conn = args.messages // args.conns
     total = per_conn * args.conns
-    data = tempfile.mkdtemp(prefix="msgoutbench-")
-    server = ServerProcess(os.path.join(data, "broker"),
-                           listen={"msgout": "tcp:0:interface=127.0.0.1",
-                                   "console": "tcp:0:interface=127.0.0.1"}).start()
     rec = subprocess.Popen([sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE,
                            env=dict(os.environ, PYTHONPATH=ROOT))
     try:
@@ -144,16 +136,19 @@ def main():
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         for q in ("bq", "pq", "cpub"):
             _call(conn, "PUT", f"/v1/queues/{q}", {"ack_timeout_ms": 600000})
+        machine = Machine()
         c0 = cpu_seconds(pid)
-        n, t = _run(_publisher, args.conns, (port, "bq", per_conn, args.batch))
+        n, t = run_workers(_publisher, args.conns, (port, "bq", per_conn, args.batch))
         c1 = cpu_seconds(pid)
-        _report(f"publish  batches of {args.batch}, {args.conns} conns", n, t, c1 - c0)
-        n, t = _run(_fetcher, args.conns, (port, "bq", args.batch))
+        report_rate(f"publish  batches of {args.batch}, {args.conns} conns", n, t, c1 - c0,
+                    width=46, cores=False)
+        n, t = run_workers(_fetcher, args.conns, (port, "bq", args.batch))
         c2 = cpu_seconds(pid)
-        _report(f"fetch+ack  batches of {args.batch}, {args.conns} conns", n, t, c2 - c1)
+        report_rate(f"fetch+ack  batches of {args.batch}, {args.conns} conns", n, t, c2 - c1,
+                    width=46, cores=False)
         if n != total:
             print(f"  (fetched {n} of {total})")
-        _run(_publisher, args.conns, (port, "pq", per_conn, args.batch))
+        run_workers(_publisher, args.conns, (port, "pq", per_conn, args.batch))
         rconn = http.client.HTTPConnection("127.0.0.1", rport, timeout=60)
         c3 = cpu_seconds(pid)
         start = time.monotonic()
@@ -166,20 +161,16 @@ def main():
             rconn.request("GET", "/")
             got = int(rconn.getresponse().read())
         t = time.monotonic() - start
-        _report(f"push  batches of {args.batch} to a local receiver", got, t,
-                cpu_seconds(pid) - c3)
+        report_rate(f"push  batches of {args.batch} to a local receiver", got, t,
+                    cpu_seconds(pid) - c3, width=46, cores=False)
         c4 = cpu_seconds(pid)
         n, t = _console_pub(cport, args.seconds)
-        _report("console PUB lines (pipelined, 1 conn)", n, t, cpu_seconds(pid) - c4)
-        with open("/proc/loadavg") as f:
-            print(f"load average: {f.read().split()[0]} ({os.cpu_count()} cores, shared machine)")
-        print(f"broker peak RSS: {peak_rss_mb(pid):.0f} MiB")
+        report_rate("console PUB lines (pipelined, 1 conn)", n, t, cpu_seconds(pid) - c4,
+                    width=46, cores=False)
+        machine.report(pid)
     finally:
         rec.kill()
         rec.wait(10)
-        server.stop()
-        server.close()
-        shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":

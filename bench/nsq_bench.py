@@ -19,19 +19,14 @@ Prints msgs/s per scenario and the broker's peak RSS. The broker runs as the rea
 import argparse
 import json
 import multiprocessing as mp
-import os
-import shutil
 import socket
 import struct
-import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import LOOPBACK, Machine, broker, report_rate, run_workers
 
-from clientwait import Waiter, add_argument, describe  # noqa: E402
-from procstat import cpu_seconds, peak_rss_mb, steal_seconds  # noqa: E402
-from tests.support.server import ServerProcess  # noqa: E402
+from clientwait import Waiter, add_argument, describe
+from procstat import cpu_seconds
 
 _HDR = struct.Struct(">II")
 _U32 = struct.Struct(">I")
@@ -161,27 +156,6 @@ def _reader(port, topic, seconds, rdy, total, counter, poll_us, out, settings=No
     sock.close()
 
 
-def _run(target, conns, args):
-    out = mp.Queue()
-    procs = [mp.Process(target=target, args=(*args, out)) for _ in range(conns)]
-    start = time.monotonic()
-    for p in procs:
-        p.start()
-    counts = [out.get(timeout=600) for _ in procs]
-    elapsed = time.monotonic() - start
-    for p in procs:
-        p.join(30)
-    return sum(counts), elapsed
-
-
-def _report(label, n, t, cpu):
-    # broker CPU per message: a figure that does not depend on what else the machine runs
-    per = cpu / n * 1e6 if n else 0.0
-    cap = n / cpu if cpu else 0.0
-    print(f"{label:<44}{n / t:>10,.0f} msgs/s  ({n} in {t:.1f}s; broker CPU "
-          f"{per:.1f} us/msg = {cap:,.0f} msgs/s per broker core)")
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
@@ -198,36 +172,26 @@ def main():
     poll = args.client_poll
     print(describe(poll), flush=True)
     seconds = 3.0 if args.quick else args.seconds
-    data = tempfile.mkdtemp(prefix="nsqbench-")
-    server = ServerProcess(os.path.join(data, "broker"),
-                           listen={"nsqd_tcp": "tcp:0:interface=127.0.0.1"}).start()
-    try:
+    with broker({"nsqd_tcp": LOOPBACK}, prefix="nsqbench-") as server:
         port = server.ports["NsqdFactory"]
         pid = server.proc.pid
-        steal0, wall0 = steal_seconds(), time.monotonic()
+        machine = Machine()
         c0 = cpu_seconds(pid)
-        n, t = _run(_writer, args.conns, (port, "bench", seconds, args.batch, args.size, poll))
+        n, t = run_workers(_writer, args.conns,
+                           (port, "bench", seconds, args.batch, args.size, poll))
         c1 = cpu_seconds(pid)
-        _report(f"writer  MPUB x{args.batch} ({args.size} B), {args.conns} conns", n, t, c1 - c0)
+        report_rate(f"writer  MPUB x{args.batch} ({args.size} B), {args.conns} conns",
+                    n, t, c1 - c0)
         counter = mp.Value("q", 0)
-        rn, rt = _run(_reader, args.conns,
-                      (port, "bench", max(seconds, 6.0) * 4, 2500, n, counter, poll))
+        rn, rt = run_workers(_reader, args.conns,
+                             (port, "bench", max(seconds, 6.0) * 4, 2500, n, counter, poll))
         c2 = cpu_seconds(pid)
-        _report(f"reader  RDY 2500, batched FIN, {args.conns} conns", rn, rt, c2 - c1)
-        n, t = _run(_pub_one, conns_rt, (port, "bench_rt", seconds, args.size, poll))
+        report_rate(f"reader  RDY 2500, batched FIN, {args.conns} conns", rn, rt, c2 - c1)
+        n, t = run_workers(_pub_one, conns_rt, (port, "bench_rt", seconds, args.size, poll))
         c3 = cpu_seconds(pid)
-        _report(f"1 msg per round trip, {conns_rt} conn{'s' if conns_rt != 1 else ''}",
-                n, t, c3 - c2)
-        with open("/proc/loadavg") as f:
-            print(f"load average during the run: {f.read().split()[0]} ({os.cpu_count()} cores)")
-        steal = steal_seconds() - steal0
-        print(f"host steal during the run: {steal:.1f} s "
-              f"({100 * steal / (time.monotonic() - wall0):.0f}% of one core)")
-        print(f"broker peak RSS: {peak_rss_mb(server.proc.pid):.0f} MiB")
-    finally:
-        server.stop()
-        server.close()
-        shutil.rmtree(data, ignore_errors=True)
+        report_rate(f"1 msg per round trip, {conns_rt} conn{'s' if conns_rt != 1 else ''}",
+                    n, t, c3 - c2)
+        machine.report(pid)
 
 
 if __name__ == "__main__":

@@ -15,19 +15,14 @@ minus send time. Prints one line per run with p50 and p99 in ms. Asserts nothing
 
 import argparse
 import multiprocessing as mp
-import os
 import struct
-import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-for p in (HERE, os.path.dirname(HERE)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+import harness  # noqa: F401 (the source tree on the import path)
 
-import compare  # noqa: E402
-import nsq_bench  # noqa: E402
+import compare
+import nsq_bench
 
 _STAMP = struct.Struct(">d")
 _HDR = struct.Struct(">II")

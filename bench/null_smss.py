@@ -26,7 +26,7 @@ import tempfile
 import time
 
 #: code (u8), topic length (u16), 16 argument bytes (a PUB's payload length first),
-#: trace length (u8): spec §3.
+#: trace length (u8), as smss's request header has it.
 HEADER = struct.Struct("<BHI12xB")
 OK = b"\xc8" + b"\x00" * 9
 #: Commands whose body after topic and trace is 8 bytes (CREATE, VALID LIST, REPLICA).

@@ -11,15 +11,12 @@ import argparse
 import multiprocessing as mp
 import os
 import shutil
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from harness import ServerProcess
 
-from protocols.smss.client import SmssClient  # noqa: E402
-from tests.support.server import ServerProcess  # noqa: E402
+from protocols.smss.client import SmssClient
 
 
 def publisher(port, topic, seconds, batch, counter):

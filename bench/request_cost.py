@@ -44,17 +44,17 @@ import time
 
 import yaml
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # the source tree on the import path
 
-from mqserver.reactor import install  # noqa: E402
+from mqserver.runtime.reactor import install
 
 reactor = install(spin=0)
 
-from mqserver import tap  # noqa: E402
-from mqserver.frontdoor import front_doors  # noqa: E402
-from protocols.remoting import codes  # noqa: E402
-from protocols.remoting.wire import pack_frame_prefix  # noqa: E402
-from protocols.smss import client_codec as cc  # noqa: E402
+from mqserver import tap
+from mqserver.frontdoor import front_doors
+from protocols.remoting import codes
+from protocols.remoting.wire import pack_frame_prefix
+from protocols.smss import client_codec as cc
 
 BODY = b"x" * 200
 SMSS_OK = b"\xc8\x00" + b"\x00" * 8
@@ -368,7 +368,7 @@ def count_opcodes(sock, request, reply, rounds, top=25):
         round_trips(sock, request, reply, rounds)
     finally:
         sys.settrace(None)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    root = harness.ROOT + os.sep
     print(f"           {sum(counts.values()) / rounds:.0f} bytecodes per round trip; by function:")
     for (path, name), n in counts.most_common(top):
         path = path.split("site-packages" + os.sep)[-1].replace(root, "")

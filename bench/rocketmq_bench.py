@@ -19,10 +19,9 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from harness import ROOT
 
-from procstat import cpu_seconds, peak_rss_mb  # noqa: E402
+from procstat import cpu_seconds, peak_rss_mb
 
 BODY = b"x" * 200
 
@@ -154,7 +153,7 @@ def fill_backlog(port, topic, count, queues=4, batch=100):
     """Fill a backlog fast: pipelined SEND_BATCH_MESSAGE frames from a raw client."""
     from protocols.remoting import codes
     from protocols.remoting.props import encode_batch_body
-    from tests.support.remoting_client import RemotingClient
+    from harness import RemotingClient
 
     c = RemotingClient("127.0.0.1", port, timeout=60)
     r = c.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues,
@@ -190,7 +189,7 @@ def raw_pull_catch_up(port, server_pid, topic, count, queues=4, window=8, batch=
     The requests that the answers of one read free up go out in one write, as a
     pipelining client's event loop flushes them."""
     from protocols.remoting import codes
-    from tests.support.remoting_client import RemotingClient
+    from harness import RemotingClient
 
     c = RemotingClient("127.0.0.1", port, timeout=60)
     ahead = {q: 0 for q in range(queues)}  # the next offset to ask for
@@ -250,7 +249,7 @@ def main():
     if a.quick:
         a.sends, a.backlog = 4000, 50_000
 
-    from tests.support.rmq import broker_port, namesrv_addr, rocket_server
+    from harness import broker_port, namesrv_addr, rocket_server
 
     tmp = tempfile.mkdtemp(prefix="rmqbench-")
     home = os.path.join(tmp, "home")

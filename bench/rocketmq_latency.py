@@ -17,47 +17,25 @@ p999 and the maximum. Tails the C++ run shows and this one does not are the clie
 """
 
 import argparse
-import contextlib
 import json
 import os
-import shutil
 import struct
-import sys
-import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
+from harness import LOOPBACK, RemotingClient, broker, broker_port, namesrv_addr, records
 
-from rocketmq_bench import read_json, spawn  # noqa: E402
-from protocols.remoting import codes  # noqa: E402
-from tests.support.remoting_client import RemotingClient, records  # noqa: E402
-from tests.support.rmq import broker_port, namesrv_addr, rocket_server  # noqa: E402
+from rocketmq_bench import read_json, spawn
+from protocols.remoting import codes
 
 _STAMP = struct.Struct(">d")
 
 
-@contextlib.contextmanager
-def broker(batch_ms):
-    """A fresh broker process with that long-poll batch, and a scratch directory."""
-    tmp = tempfile.mkdtemp(prefix="rmqlat-")
-    server = rocket_server(os.path.join(tmp, "broker"), smss=False,
-                           config={"rocketmq": {"longPollBatchMs": batch_ms}})
-    server.start()
-    try:
-        yield server, tmp
-    finally:
-        try:
-            server.stop()
-        finally:
-            server.close()
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 def one_run(batch_ms, gap, count):
-    with broker(batch_ms) as (server, tmp):
-        home = os.path.join(tmp, "home")
+    config = {"rocketmq": {"longPollBatchMs": batch_ms}}
+    with broker({"namesrv": LOOPBACK, "broker": LOOPBACK}, config, prefix="rmqlat-") as server:
+        # the clients' home, in the directory the broker's data goes with
+        home = os.path.join(os.path.dirname(server.data), "home")
         os.makedirs(home)
         ns = namesrv_addr(server)
         # the producer's warm-up creates the topic, so the consumer finds its route

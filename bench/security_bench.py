@@ -23,21 +23,17 @@ import shutil
 import socket
 import ssl
 import struct
-import sys
 import tempfile
 import time
 import timeit
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import RemotingClient, ServerProcess, Certs
 
-from protocols.nsq.codec import encode_command, encode_mpub  # noqa: E402
-from protocols.remoting import codes  # noqa: E402
-from protocols.remoting.acl import PlainAcl  # noqa: E402
-from protocols.remoting.messages import RemotingCommand  # noqa: E402
-from protocols.smss.client import SmssClient  # noqa: E402
-from tests.support.remoting_client import RemotingClient  # noqa: E402
-from tests.support.server import ServerProcess  # noqa: E402
-from tests.support.tls import Certs  # noqa: E402
+from protocols.nsq.codec import encode_command, encode_mpub
+from protocols.remoting import codes
+from protocols.remoting.acl import PlainAcl
+from protocols.remoting.messages import RemotingCommand
+from protocols.smss.client import SmssClient
 
 BODY = b"x" * 200
 BATCH = 50

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """smss benchmark: publish throughput, subscriber catch-up, idle and steady-state RSS.
 
-Runs the real broker (``twistd -n mqserver``, through L{tests.support.server}) on a
+Runs the real broker (``twistd -n mqserver``, through L{harness}) on a
 loopback port with its data in a temporary directory, drives it with raw smss requests
 from separate processes, and prints a table of figures. It asserts nothing about speed.
 
@@ -26,23 +26,20 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from harness import ServerProcess
 
 try:
     import psutil
 except ImportError:  # pragma: no cover - told to the user below
     psutil = None
 
-from clientwait import Waiter, add_argument, describe  # noqa: E402 (bench/, the script's dir)
-from protocols.smss import client_codec as cc  # noqa: E402
-from tests.support.server import ServerProcess  # noqa: E402
+from clientwait import Waiter, add_argument, describe
+from protocols.smss import client_codec as cc
 
 BODY_SIZE = 200
-#: One 200-byte message with no headers, as a PUB payload record (spec §5): S, H, body.
+#: One 200-byte message with no headers, as a PUB payload record: S, H, body.
 RECORD = struct.pack("<II", BODY_SIZE, 0) + b"x" * BODY_SIZE
-#: Bytes one such record takes in a pushed batch (spec §7.3): 32-byte prefix + record.
+#: Bytes one such record takes in a pushed batch: 32-byte prefix + record.
 PUSHED_RECORD_SIZE = 32 + len(RECORD)
 OK_HEADER = b"\xc8\x00" + b"\x00" * 8
 ACK = b"\x00\x00"

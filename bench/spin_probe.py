@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What the spinning reactor's probes measure, against three kinds of peer.
 
-An echo server on the real L{mqserver.reactor.SpinningEPollReactor} with its probes on,
+An echo server on the real L{mqserver.runtime.reactor.SpinningEPollReactor} with its probes on,
 and a client in another process that sends 200-byte requests over loopback:
 - C{wait}: one request per round trip, the next sent as soon as the answer came;
 - C{slow}: the same, but the client works C{--turnaround} µs (busy) before each request
@@ -18,13 +18,11 @@ spin is kept or dropped on this machine; asserts nothing.
 
 import argparse
 import multiprocessing as mp
-import os
 import socket
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: F401 (the source tree on the import path)
 
 MP = mp.get_context("fork")
 SIZE = 200
@@ -75,7 +73,7 @@ def _client(port, kind, seconds, rate, turnaround, out):
 
 
 def _server(kind, a, out):
-    import mqserver.reactor as mr
+    import mqserver.runtime.reactor as mr
     from twisted.internet import protocol
 
     reactor = mr.SpinningEPollReactor(probe=True)

@@ -20,18 +20,14 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import types
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-for p in (HERE, os.path.dirname(HERE)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+import harness  # the source tree on the import path
 
-import compare  # noqa: E402
-import compare_rocketmq as crm  # noqa: E402
-from procstat import user_system_seconds  # noqa: E402
+import compare
+import compare_rocketmq as crm
+from procstat import user_system_seconds
 
 #: What perf counts: the software events, then each system call of the request path.
 EVENTS = ["context-switches", "page-faults"] + [
@@ -93,7 +89,7 @@ def main():
     ap.add_argument("--proto", choices=["rocketmq", "nsq"], default="rocketmq")
     ap.add_argument("--rate", type=int, default=2000)
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--tree", default=os.path.dirname(HERE),
+    ap.add_argument("--tree", default=harness.ROOT,
                     help="the source tree the broker runs from (default: this one)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config setting (e.g. server.spinMicros=0); repeatable")

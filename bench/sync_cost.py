@@ -15,19 +15,13 @@ import multiprocessing as mp
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+from harness import RemotingClient, ServerProcess, wait_until
 
-from protocols.remoting import codes  # noqa: E402
-from protocols.smss.client import SmssClient  # noqa: E402
-from tests.support.remoting_client import RemotingClient  # noqa: E402
-from tests.support.server import ServerProcess  # noqa: E402
-from tests.support.wait import wait_until  # noqa: E402
+from protocols.remoting import codes
+from protocols.smss.client import SmssClient
 
 BODY = b"x" * 200
 LOOP = "tcp:0:interface=127.0.0.1"

@@ -23,16 +23,13 @@ import shutil
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from harness import ROOT, ServerProcess
 
-import tests.support.server as support  # noqa: E402
-from bench.refservers import RefServer, binary  # noqa: E402
-from protocols.smss import client_codec as cc  # noqa: E402
+from refservers import RefServer, binary
+from protocols.smss import client_codec as cc
 
 BODY = b"x" * 200
 TOPIC = "syscalls"
@@ -129,11 +126,10 @@ def measure(pid, port, proto, n, tmp, conns=1):
 
 
 def start_mq(name, tree, tmp):
-    support.ROOT = tree
     data = os.path.join(tmp, f"{name}-{time.monotonic_ns()}")
-    srv = support.ServerProcess(data, config={"store": {"flushLevel": 1}},
-                                listen={"smss": "tcp:0:interface=127.0.0.1",
-                                        "nsqd_tcp": "tcp:0:interface=127.0.0.1"})
+    srv = ServerProcess(data, config={"store": {"flushLevel": 1}}, root=tree,
+                        listen={"smss": "tcp:0:interface=127.0.0.1",
+                                "nsqd_tcp": "tcp:0:interface=127.0.0.1"})
     srv.start(timeout=60)
     ports = {"smss": srv.smss_port, "nsq": srv.ports["NsqdFactory"]}
 

@@ -1,21 +1,15 @@
-"""C{python -m mqserver ARGS} is C{twistd ARGS} with a leaner start-up.
-
-It defers the standard-library modules twistd imports but an idle broker does not use
-(L{mqserver.leanstart}), then runs twistd as its own script does: C{python -m mqserver
--n mqserver --config config.yaml} serves as C{twistd -n mqserver --config config.yaml},
-in about 7 MB less resident memory.
+"""C{python -m mqserver ARGS} is C{twistd ARGS}: it runs twistd as its own script does,
+so C{python -m mqserver -n mqserver --config config.yaml} serves as
+C{twistd -n mqserver --config config.yaml}, but an error in twistd's own options is one
+line, not its usage text.
 """
 
 import sys
 
-from mqserver.leanstart import defer_imports
-
 
 def main():
-    """Defer the modules, then run twistd with this process's arguments (as its script
-    does, but an error in twistd's own options is one line, not its usage text)."""
-    # before anything imports Twisted: twistd's own imports then find the stand-ins
-    defer_imports()
+    """Run twistd with this process's arguments (as its script does, but an error in
+    twistd's own options is one line, not its usage text)."""
     from twisted.python import usage
     from twisted.scripts.twistd import ServerOptions, runApp
 

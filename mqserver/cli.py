@@ -11,8 +11,8 @@
                                         (docs/configuration.md), as Markdown
     mqserver --version
 
-``mqserver run ARGS`` is ``python -m mqserver -n --pidfile= mqserver ARGS``: twistd with
-the lean start-up (L{mqserver.__main__}), not daemonised, no pid file.
+``mqserver run ARGS`` is ``python -m mqserver -n --pidfile= mqserver ARGS``: twistd
+(L{mqserver.__main__}), not daemonised, no pid file.
 """
 
 import argparse

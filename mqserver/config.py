@@ -1,6 +1,6 @@
 """config.yaml -> typed settings.
 
-Key names follow smss's config.yaml (spec §13) where smss has them; ``listen:`` holds one
+Key names follow smss's config.yaml where smss has them; ``listen:`` holds one
 Twisted endpoint string (or ``off``) per front door. Unknown keys, wrong types and values
 out of range are errors that name the key, so a typo never silently becomes a default.
 
@@ -129,7 +129,6 @@ SCHEMA = {
     "log.path": (str, "stdout", None, None),
     "log.sample": (int, 10000, lambda v: v >= 1, ">= 1"),
     "log.withGid": (bool, True, None, None),
-    "log.level": (str, "info", lambda v: v in ("debug", "info", "warn", "error"), "debug/info/warn/error"),
     "log.rotate.maxSize": (int, 500, lambda v: v >= 1, ">= 1"),
     "log.rotate.maxBackups": (int, 10, lambda v: v >= 0, ">= 0"),
     "log.rotate.maxAge": (int, 14, lambda v: v >= 0, ">= 0"),
@@ -181,8 +180,6 @@ DOCS = {
                         "message before it is durable",
     "store.maxDays": "retention of sealed segments, days",
     "store.clearInterval": "seconds between retention runs",
-    "store.waitDelLockTimeoutMs": "accepted for smss compatibility",
-    "store.noCache": "accepted for smss compatibility",
     "store.maxMessageSize": "largest message body, bytes (at most what a segment holds)",
     "store.cqEntriesPerFile": "20-byte entries per consume-queue file",
     "store.diskMaxUsedRatio": "publishes are refused while the data directory's file "
@@ -194,21 +191,37 @@ DOCS = {
     "server.spinMicros": "µs the reactor keeps polling after traffic before it sleeps",
     "server.spinProbe": "spin only where it pays: probes compare the CPU per byte read "
                         "with and without the spin",
-    "log.path": "accepted for smss compatibility (twistd's `-l` chooses the log file)",
-    "log.sample": "accepted for smss compatibility",
-    "log.withGid": "accepted for smss compatibility",
-    "log.level": "accepted for smss compatibility",
-    "log.rotate.maxSize": "accepted for smss compatibility",
-    "log.rotate.maxBackups": "accepted for smss compatibility",
-    "log.rotate.maxAge": "accepted for smss compatibility",
-    "worker.buffSize": "accepted for smss compatibility",
-    "worker.waitMsgTimeout": "accepted for smss compatibility",
-    "worker.waitMsgTimeoutLogSample": "accepted for smss compatibility",
-    "background.defaultScanSecond": "accepted for smss compatibility (alias "
-                                    "`background.life.defaultScanSec`)",
-    "background.firstExecSecond": "accepted for smss compatibility (alias "
-                                  "`background.delay.firstExec`)",
 }
+
+#: Keys of smss's config.yaml that mqserver accepts, so that an smss configuration starts
+#: it unchanged, but does not read: key -> what smss does with it (and what mqserver does
+#: instead, where that is not plain).
+SMSS_ONLY = {
+    "store.waitDelLockTimeoutMs": "smss waits this long (ms) for a topic's file lock before "
+                                  "it deletes old files",
+    "store.noCache": "smss drops each file it opens from the page cache "
+                     "(`posix_fadvise(DONTNEED)`)",
+    "log.path": "smss logs to `stdout`, `stderr` or `out.log` in this directory; twistd's "
+                "`-l`/`--logfile` chooses mqserver's log",
+    "log.sample": "smss logs one line every this many events",
+    "log.withGid": "smss puts the goroutine id in its log lines",
+    "log.rotate.maxSize": "smss rotates its `out.log` at this size (MB); twistd's `--logfile` "
+                          "rotates on its own terms",
+    "log.rotate.maxBackups": "rotated smss logs kept",
+    "log.rotate.maxAge": "days smss keeps a rotated log",
+    "worker.buffSize": "the queue length of smss's one writer thread",
+    "worker.waitMsgTimeout": "ms smss's idle writer thread sleeps before it wakes up to look",
+    "worker.waitMsgTimeoutLogSample": "smss logs one of this many of those wake-ups",
+    "background.defaultScanSecond": "seconds between smss's scans for expired topics and "
+                                    "due delayed messages (alias "
+                                    "`background.life.defaultScanSec`); mqserver sets a "
+                                    "timer for the next one due",
+    "background.firstExecSecond": "seconds after start-up of smss's first such scan (alias "
+                                  "`background.delay.firstExec`); mqserver looks at start-up",
+}
+#: How the docs of a key in smss's config.yaml that mqserver does not read begin.
+UNUSED = "accepted for smss compatibility, not used: "
+DOCS.update({key: UNUSED + what for key, what in SMSS_ONLY.items()})
 
 
 #: Names the smss README uses for keys its code reads under another name.

@@ -17,7 +17,7 @@ from mqserver import speedups
 from mqserver.broker.broker import Broker
 from mqserver.config import etcd_endpoints
 from mqserver.errors import StartupError
-from mqserver.fastpath import service_reactor
+from mqserver.runtime.fastpath import service_reactor
 from mqserver.listen import server_endpoint
 from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store import format as fmt
@@ -129,6 +129,7 @@ class StorageService(service.MultiService):
             cq_entries_per_file=config["store.cqEntriesPerFile"],
             flush_level=config["store.flushLevel"],
             runner=ThreadRunner(reactor),
+            housekeeping=ThreadRunner(reactor, name="mqserver-housekeeping"),
             store_host=host,
             max_message_size=config["store.maxMessageSize"],
             disk_max_used_ratio=config["store.diskMaxUsedRatio"],
@@ -165,7 +166,7 @@ class StorageService(service.MultiService):
         return self.store.checkpoint()
 
     def _save_offsets(self):
-        d = self.broker.offsets.save(self.store.runner)
+        d = self.broker.offsets.save(self.store.housekeeping)
         if d is not None:
             d.addErrback(self._offsets_unsaved)
         return d
@@ -185,9 +186,9 @@ class StorageService(service.MultiService):
         if not self.store.opened:
             return
         self.broker.stop()
-        # Writes already queued on the disk thread (checkpoints, offset files) land
+        # Writes already queued on the disk threads (checkpoints, offset files) land
         # before the final synchronous ones below, never after them.
-        self.store.runner.stop()
+        self.store.stop_threads()
         try:
             self.broker.offsets.save()
         except OSError as e:
@@ -233,6 +234,24 @@ def write_ready_file(path, info):
         json.dump(info, f, indent=2)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def remove_ready_file(path):
+    """Remove the ready file C{path} an earlier run left: it must not say this one is
+    ready. Raises L{StartupError} when it cannot be removed."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise StartupError(f"cannot replace the ready file {path}: {e.strerror}") from None
+
+
+def ready_info(listeners):
+    """What a ready file says once every L{ListenerService} of C{listeners} listens:
+    the version, the process id, and each door's bound address and endpoint."""
+    return {"version": version(), "pid": os.getpid(),
+            "doors": {d.door: dict(d.bound(), endpoint=d.description) for d in listeners}}
 
 
 class ListenError(StartupError):
@@ -336,6 +355,27 @@ class ListenerService(service.Service):
             return port.stopListening()
 
 
+class StandaloneService(service.MultiService):
+    """The listeners of a server without a store (C{twistd mqnamesrv}, C{twistd
+    mqlookupd}): when given a C{ready_file}, it writes it as the broker does once every
+    listener is bound (L{ready_info})."""
+
+    def __init__(self, ready_file=None):
+        super().__init__()
+        self.ready_file = ready_file
+
+    def privilegedStartService(self):
+        if self.ready_file:
+            remove_ready_file(self.ready_file)
+        super().privilegedStartService()
+
+    def startService(self):
+        super().startService()
+        if self.ready_file:
+            write_ready_file(self.ready_file,
+                             ready_info([c for c in self if isinstance(c, ListenerService)]))
+
+
 class BrokerService(service.MultiService):
     """The root service: a named storage child, then each front door's services and
     its listener.
@@ -392,14 +432,10 @@ class BrokerService(service.MultiService):
                       version=version(), role=role,
                       path=os.path.abspath(self.config["store.path"]), pid=os.getpid())
         if self.ready_file:
-            # a file left by an earlier run must not say this one is ready
             try:
-                os.remove(self.ready_file)
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                self._refuse(StartupError(f"cannot replace the ready file {self.ready_file}: "
-                                          f"{e.strerror}"))
+                remove_ready_file(self.ready_file)
+            except StartupError as e:
+                self._refuse(e)
         try:
             super().privilegedStartService()
         except StartupError as e:
@@ -426,9 +462,7 @@ class BrokerService(service.MultiService):
                       doors=", ".join(f"{d.door} {d.address()}" for d in doors) or "no doors")
         if self.ready_file:
             try:
-                write_ready_file(self.ready_file, {
-                    "version": version(), "pid": os.getpid(),
-                    "doors": {d.door: dict(d.bound(), endpoint=d.description) for d in doors}})
+                write_ready_file(self.ready_file, ready_info(doors))
             except OSError as e:
                 self._refuse(StartupError(f"cannot write the ready file {self.ready_file}: "
                                           f"{e.strerror}"))

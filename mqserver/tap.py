@@ -1,25 +1,19 @@
 """twistd options and service construction for C{twistd mqserver}."""
 
-from mqserver.lazytls import defer_tls_import
+import os
+import sys
 
-# first: whichever of the imports below brings in Twisted's reactor modules, they come
-# without the TLS stack (mqserver/lazytls.py)
-defer_tls_import()
+from twisted.python import usage
 
-import os  # noqa: E402
-import sys  # noqa: E402
-
-from twisted.python import usage  # noqa: E402
-
-from mqserver.config import ConfigError, etcd_endpoints, load_config  # noqa: E402
-from mqserver.errors import StartupError  # noqa: E402
-from mqserver.fastpath import service_reactor  # noqa: E402
-from mqserver.frontdoor import front_doors  # noqa: E402
-from mqserver.listen import check_description, probe_bind  # noqa: E402
-from mqserver.replication.roles import Roles  # noqa: E402
-from mqserver.service import BrokerService, ListenError  # noqa: E402
-from mqserver.store.lock import check_directory  # noqa: E402
-from mqserver.version import version  # noqa: E402
+from mqserver.config import ConfigError, etcd_endpoints, load_config
+from mqserver.errors import StartupError
+from mqserver.runtime.fastpath import service_reactor
+from mqserver.frontdoor import front_doors
+from mqserver.listen import check_description, probe_bind
+from mqserver.replication.roles import Roles
+from mqserver.service import BrokerService, ListenError
+from mqserver.store.lock import check_directory
+from mqserver.version import version
 
 
 def refuse_start(why, stream=None):

@@ -17,6 +17,7 @@ from mqserver.broker.offsets import ConsumerOffsets
 from mqserver.broker.queues import QueueService
 from mqserver.broker.delays import DELAY_PROPERTY, DelayIndex, PendingDelay
 from mqserver.broker.stats import Statistics
+from mqserver.broker.storeviews import DataFiles, MessageLog, ReplicationLog, StoreStats
 from mqserver.broker.topics import (
     MAX_QUEUES, TopicRegistry, create_body, valid_queue_count, validate_topic_name)
 from mqserver.errors import InvalidRequest, NotMaster, StoreError, TopicExists, TopicNotFound
@@ -53,7 +54,11 @@ def _queue_hint(properties, queues):
 class Broker:
     """Topics, publishing, delays and subscriptions over a L{MessageStore}.
 
-    @ivar store: the L{MessageStore}.
+    @ivar store: the L{MessageStore} (the core's; front doors use the four below).
+    @ivar messages: the L{MessageLog} (L{mqserver.interfaces.IMessageLog}).
+    @ivar replication_log: the L{ReplicationLog} (L{mqserver.interfaces.IReplicationLog}).
+    @ivar store_stats: the L{StoreStats} (L{mqserver.interfaces.IStoreStats}).
+    @ivar files: the L{DataFiles} (L{mqserver.interfaces.IDataFiles}).
     @ivar registry: the L{TopicRegistry}.
     @ivar delays: the L{DelayIndex}.
     @ivar is_master: False on a replication slave, which refuses writes.
@@ -74,6 +79,10 @@ class Broker:
 
     def __init__(self, store, reactor, is_master=True):
         self.store = store
+        self.messages = MessageLog(store)
+        self.replication_log = ReplicationLog(store)
+        self.store_stats = StoreStats(store)
+        self.files = DataFiles(store)
         self._reactor = reactor
         self.registry = TopicRegistry()
         self.delays = DelayIndex()
@@ -89,6 +98,8 @@ class Broker:
         self.group = None
         #: [epoch, first eventId] of every master term in the log, oldest first
         self.epochs = []
+        #: the master's commit point a follower knew at the last checkpoint, or None
+        self._commit_point = None
         self._watchers = {}  # topic -> set of watchers (data_available / topic_deleted)
         self._claims = {}  # (topic, who) -> subscriber
         self._rr = {}  # topic -> round-robin counter
@@ -112,6 +123,13 @@ class Broker:
     def start(self):
         """Load consumer offsets, arm the delay and lifetime timers (after the store is open)."""
         self.offsets.load()
+        if self.sync_gate is None and not self.is_master:
+            # a follower shows its consumers only what its master had committed, as it
+            # did before the restart, until the master tells it more
+            committed = self._restored_commit_point()
+            if committed is not None:
+                self.store.follow_commits(committed)
+                self._hide_unconfirmed(committed, "the master's commit")
         if self.sync_gate is not None:
             self._hide_unconfirmed(self.sync_gate.restored_event_id)
             if self.is_master:
@@ -123,7 +141,14 @@ class Broker:
         self._schedule_life()
         self.channels.start()
 
-    def _hide_unconfirmed(self, committed):
+    def _restored_commit_point(self):
+        # the master's commit point the follower last knew, or, on a master that is
+        # now started as a follower, its own
+        if self._commit_point is not None:
+            return self._commit_point
+        return (self._ext_state.get("sync") or {}).get("committedEventId")
+
+    def _hide_unconfirmed(self, committed, what="the followers' confirmation"):
         # The writes after the commit point the checkpoint kept were not confirmed by
         # enough followers (or not known to be): consumers see them once they are.
         store = self.store
@@ -146,8 +171,8 @@ class Broker:
                 topic = v.topic if v.magic == fmt.MESSAGE_MAGIC else None
                 writes.append((v.event_id, v.offset + v.size, topic, v.queue_id))
         if writes:
-            self.log.info("{n} writes after eventId {eid} wait for the followers' confirmation",
-                          n=len(writes), eid=committed)
+            self.log.info("{n} writes after eventId {eid} wait for {what}",
+                          n=len(writes), eid=committed, what=what)
             store.hide_after(start, writes)
 
     def stop(self):
@@ -227,7 +252,8 @@ class Broker:
         for name, obj in self._extensions.items():
             ext[name] = obj.snapshot_state()
         return {"topics": self.registry.snapshot(), "delays": self.delays.snapshot(),
-                "channels": self.channels.snapshot(), "epochs": self.epochs, "ext": ext}
+                "channels": self.channels.snapshot(), "epochs": self.epochs, "ext": ext,
+                "commitPoint": self.store.commit_point}
 
     def restore_state(self, state):
         """Load what L{snapshot_state} returned."""
@@ -236,9 +262,14 @@ class Broker:
         # checkpoints written before channels existed have no "channels" key
         self.channels.restore(state.get("channels") or {})
         self.epochs = [list(e) for e in state.get("epochs", [])]
+        self._commit_point = state.get("commitPoint")
         self._ext_state = dict(state.get("ext", {}))
         for name, obj in self._extensions.items():
             obj.restore_state(self._ext_state.get(name))
+
+    def state_changed(self):
+        """State kept with L{register_state} changed: have the next checkpoint take it."""
+        self.store.mark_dirty()
 
     def state_of(self, name):
         """Return the object registered with L{register_state} as C{name}, or None."""
@@ -282,6 +313,9 @@ class Broker:
             self.require_replicas(replicas, timeout_ms)
         self.set_role(True)
         if self.sync_gate is None:
+            # what the old master had not committed is shown now: nothing will commit
+            # it, and without synchronous replication nothing waits for followers
+            self.store.stop_following_commits()
             return None
         self.begin_epoch(epoch).addErrback(lambda f: f.trap(StoreError))
         return self.epoch

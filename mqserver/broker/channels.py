@@ -28,7 +28,7 @@ from operator import itemgetter
 
 from mqserver import speedups
 from mqserver.broker.cursor import TopicCursor
-from mqserver.soon import call_soon
+from mqserver.runtime.soon import call_soon
 from mqserver.store import format as fmt
 
 _FIELDS = fmt.CHANNEL_FIELDS.unpack_from

@@ -90,6 +90,11 @@ class GroupService(service.MultiService):
     def addresses(self):
         return door_addresses(self._listeners())
 
+    def leader_address(self, door):
+        """The address (HOST:PORT) the leader publishes for its C{door}, or None (no
+        leader known, or it does not listen on that door)."""
+        return ((self.member.leader or {}).get("addresses") or {}).get(door)
+
     def status(self):
         """The member as the replication status shows it."""
         m = self.member

@@ -110,8 +110,11 @@ class Applier:
                 first=expected, last=first_id - 1, next=first_id,
             )
 
-    def _note(self, first_id, write_time):
-        self.last_record_event_id = first_id
+    def _note(self, first_id, last_id, write_time):
+        # Resume after this record only once the store holds it whole: one whose write
+        # failed (a full disk) must be sent again.
+        if self.store.next_event_id > last_id:
+            self.last_record_event_id = first_id
         self.master_write_time = write_time
         self.lag_ms = max(0, self.broker.now_ms() - write_time)
         self.records += 1
@@ -138,18 +141,27 @@ class Applier:
         if delay_event_id is not None and todo:
             self.broker.delays.remove(delay_event_id)
             self.broker.store.mark_dirty()
-        self._note(first_id, write_time)
+        self._note(first_id, first_id + len(items) - 1, write_time)
         return last
 
     def admin(self, event_id, op, topic, body, write_time):
         """Apply one admin record. Returns a Deferred, or None if already held."""
         if event_id < self.store.next_event_id:
-            self._note(event_id, write_time)
+            self._note(event_id, event_id, write_time)
             return None
         self._check_gap(event_id)
         d = self.store.put_admin(op, topic, body, now_ms=write_time, event_id=event_id)
-        self._note(event_id, write_time)
+        self._note(event_id, event_id, write_time)
         return d
+
+    def committed(self, event_id):
+        """The master committed every write up to C{event_id}: consumers here see the
+        writes up to it, and later ones once it commits them too. None: the master
+        holds nothing back (no synchronous replication), so neither do we."""
+        if event_id is None:
+            self.store.stop_following_commits()
+        else:
+            self.store.follow_commits(event_id)
 
     def copy_topics(self, topics):
         """Copy topic metadata from the master's VALID LIST (a slave starting in the
@@ -173,6 +185,7 @@ class Applier:
             "stalled": self.stalled,
             "masterEventId": self.master_event_id,
             "sinceProgressMs": self.since_progress_ms(self.broker.now_ms()),
+            "committedEventId": self.store.commit_point,
         }
 
     # broker extension state (the checkpoint)

@@ -37,7 +37,7 @@ class LogReader:
         """Return a reader just after the write holding C{event_id} (0: from the oldest
         retained record): the records of one write go out as one smss binlog record, and a
         slave names one by its first eventId, or (a reference slave after a multi-message
-        PUB, spec §8.3) by its last; either way it resumes after the whole write. Raises
+        PUB) by its last; either way it resumes after the whole write. Raises
         L{EventNotFound}."""
         log = store.commitlog
         if event_id == 0:

@@ -12,6 +12,7 @@ counts.
 
 import heapq
 import itertools
+from collections import deque
 
 from twisted.internet import defer
 
@@ -41,10 +42,17 @@ class SyncGate:
         #: the commit point the last checkpoint held (None: none was kept)
         self.restored_event_id = None
         self.on_commit = None
+        self._commit_listeners = []
         self.timeouts = 0
         self.unavailable = 0
         self._confirmed = {}  # follower -> the highest eventId it confirmed
-        self._waiting = []  # heap of [eventId, sequence, Deferred, timer]
+        # the writes waiting: a heap by eventId (confirmations release them), and the same
+        # entries [eventId, sequence, Deferred or None once done, deadline] in the order
+        # they came, which is the order of their deadlines (one timeout for all), so one
+        # timer serves them all
+        self._waiting = []
+        self._deadlines = deque()
+        self._timer = None
         self._sequence = itertools.count()
         self.refusing = None
 
@@ -69,6 +77,15 @@ class SyncGate:
     def confirmed(self, follower):
         """Return the highest eventId C{follower} confirmed, or None if not attached."""
         return self._confirmed.get(follower)
+
+    def add_commit_listener(self, callback):
+        """Call C{callback()} whenever the commit point moves (after L{on_commit})."""
+        self._commit_listeners.append(callback)
+
+    def remove_commit_listener(self, callback):
+        """Stop calling C{callback}."""
+        if callback in self._commit_listeners:
+            self._commit_listeners.remove(callback)
 
     def followers(self):
         """Return the attached followers."""
@@ -95,10 +112,13 @@ class SyncGate:
             self.unavailable += 1
             return defer.fail(ReplicasUnavailable(
                 f"{len(self._confirmed)} of {self.replicas} replicas connected and caught up"))
-        entry = [event_id, next(self._sequence), defer.Deferred(), None]
-        entry[3] = self._reactor.callLater(self.timeout, self._expire, entry)
+        d = defer.Deferred()
+        entry = [event_id, next(self._sequence), d, self._reactor.seconds() + self.timeout]
         heapq.heappush(self._waiting, entry)
-        return entry[2]
+        self._deadlines.append(entry)
+        if self._timer is None:
+            self._timer = self._reactor.callLater(self.timeout, self._expire)
+        return d
 
     def fail_all(self, why):
         """Acknowledge nothing more: every write waiting fails at once with
@@ -107,18 +127,40 @@ class SyncGate:
         cut or confirmed under the next leader)."""
         self.refusing = why
         waiting, self._waiting = self._waiting, []
-        for _, _, d, timer in sorted(waiting):
+        self._deadlines.clear()
+        self._stop_timer()
+        for entry in sorted(waiting):
+            d = entry[2]
             if d is not None:
-                timer.cancel()
+                entry[2] = None
                 d.errback(ReplicationError(why))
 
-    def _expire(self, entry):
-        d = entry[2]
-        entry[2] = None  # left in the heap; _advance skips it
-        self.timeouts += 1
-        d.errback(ReplicationTimeout(
-            f"no {self.replicas} replicas confirmed eventId {entry[0]} within "
-            f"{self.timeout * 1000:.0f} ms"))
+    def _expire(self):
+        # Fail the writes past their deadline, oldest first; the timer is set again for
+        # the next one still waiting (if any).
+        self._timer = None
+        deadlines = self._deadlines
+        now = self._reactor.seconds()
+        while deadlines:
+            entry = deadlines[0]
+            d = entry[2]
+            if d is not None and entry[3] > now:
+                self._timer = self._reactor.callLater(entry[3] - now, self._expire)
+                return
+            deadlines.popleft()
+            if d is None:
+                continue  # confirmed (or failed) already
+            entry[2] = None  # left in the heap; _advance skips it
+            self.timeouts += 1
+            d.errback(ReplicationTimeout(
+                f"no {self.replicas} replicas confirmed eventId {entry[0]} within "
+                f"{self.timeout * 1000:.0f} ms"))
+
+    def _stop_timer(self):
+        if self._timer is not None:
+            if self._timer.active():
+                self._timer.cancel()
+            self._timer = None
 
     def _commit_point(self):
         if len(self._confirmed) < self.replicas:
@@ -134,12 +176,21 @@ class SyncGate:
         self.committed_event_id = point
         if self.on_commit is not None:
             self.on_commit(point)
+        for cb in self._commit_listeners:
+            cb()
         waiting = self._waiting
         while waiting and waiting[0][0] <= point:
-            _, _, d, timer = heapq.heappop(waiting)
+            entry = heapq.heappop(waiting)
+            d = entry[2]
             if d is not None:
-                timer.cancel()
+                entry[2] = None
                 d.callback(None)
+        # The confirmed at the head of the deadlines are done with. The timer stays
+        # armed while none waits (it then fires once, finds nothing and disarms): one
+        # timer per timeout, not a timer set and cancelled per write.
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][2] is None:
+            deadlines.popleft()
 
     # the checkpoint keeps the commit point, so that a restarted master shows consumers
     # only what enough followers had confirmed (L{mqserver.store.notify.Notifier.hide_after})
@@ -153,8 +204,7 @@ class SyncGate:
             self.committed_event_id = max(self.committed_event_id, self.restored_event_id)
 
     def stop(self):
-        """Cancel the timers of the writes still waiting (the broker is stopping)."""
-        for entry in self._waiting:
-            if entry[2] is not None and entry[3].active():
-                entry[3].cancel()
+        """Cancel the timer of the writes still waiting (the broker is stopping)."""
+        self._stop_timer()
         self._waiting = []
+        self._deadlines.clear()

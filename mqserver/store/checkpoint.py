@@ -5,7 +5,7 @@ import os
 from twisted.internet import defer
 
 from mqserver.errors import StoreError
-from mqserver.store.flush import fsync_fds, fsync_paths, read_json, write_json_atomic
+from mqserver.store.flush import FlushError, fsync_fds, fsync_paths, read_json, write_json_atomic
 from mqserver.store.logs import store_logger
 
 
@@ -31,6 +31,7 @@ class Checkpoints:
         self.path = os.path.join(path, "metadata.json")
         self.dirty = False
         self._running = False
+        self._in_flight = set()  # the queue files the running checkpoint fsyncs
         self.last_checkpoint_offset = 0
 
     def capture(self):
@@ -50,12 +51,16 @@ class Checkpoints:
     def write(self, snap, cq_paths, log_fds=()):
         """Write C{snap} after fsyncing C{log_fds} and the queue files C{cq_paths}
         (synchronously)."""
-        fsync_fds(list(log_fds))
-        fsync_paths(cq_paths)
-        write_json_atomic(self.path, snap)
+        fsync = self._store.io.fsync
+        fsync_fds(list(log_fds), fsync)
+        fsync_paths(cq_paths, fsync)
+        write_json_atomic(self.path, snap, fsync)
 
     def checkpoint(self):
-        """Write a checkpoint on the disk thread if anything changed since the last one.
+        """Write a checkpoint if anything changed since the last one: once the group
+        commit has made the commit log durable up to the checkpoint's offset (at flush
+        levels 1 and 2), the queue files and the checkpoint file are fsynced and written
+        on the housekeeping thread, so a group commit never waits behind them.
 
         Returns a Deferred. At most one runs at a time."""
         store = self._store
@@ -68,26 +73,44 @@ class Checkpoints:
             return defer.succeed(None)
         self.dirty = False
         self._running = True
-        paths = store.queue_table.take_dirty_paths()
-        fds = store.commitlog.take_unsynced() if store.flush_level >= 1 else []
+        paths = self._in_flight = store.queue_table.take_dirty_paths()
 
         def done(result):
             self._running = False
+            self._in_flight = set()
             self.last_checkpoint_offset = snap["logOffset"]
             return result
 
         def failed(f):
             self._running = False
+            self._in_flight = set()
             self.dirty = True
             store.queue_table.restore_dirty_paths(paths)
             if f.check(OSError):
-                store.commitlog.mark_all_unsynced()  # its log fsync may not have run
                 store.disk.error("checkpoint", f.value)
-            else:
+            elif not f.check(FlushError):  # the flusher reported its own failure
                 self.log.failure("checkpoint failed", f)
 
-        d = store.runner.run(self.write, snap, paths, fds)
+        # The log's part is the group commit's (one fsync thread for the log, never
+        # queued behind the files below); the checkpoint never claims more of the log
+        # than is durable.
+        if store.flush_level >= 1:
+            d = store.flusher.request(snap["logOffset"])
+        else:
+            d = defer.succeed(None)
+
+        def write(_):
+            if not store.opened:  # closed meanwhile: close wrote the last checkpoint
+                return None
+            return store.housekeeping.run(self.write, snap, paths)
+
+        d.addCallback(write)
         return d.addCallbacks(done, failed)
+
+    def unwritten_paths(self):
+        """Return the queue files a checkpoint still in flight was to fsync, and every
+        one written since (what a final checkpoint must fsync)."""
+        return set(self._in_flight) | set(self._store.queue_table.fds.dirty)
 
     def load(self):
         """Return the checkpoint, or None (a full rebuild from the log) when it is

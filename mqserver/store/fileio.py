@@ -4,7 +4,10 @@ L{FileIO} is the operating system's calls. L{FaultyIO} (tests only) raises chose
 errors: unit tests switch its flags, and a real-process test names a control directory
 in the environment variable C{MQSERVER_FAULT_INJECT}; while a file C{enospc} (or
 C{eio}) exists there, every commit-log write fails with that error, and while
-C{fsync-eio} exists every fsync fails with EIO. The state files written through
+C{fsync-eio} exists every fsync fails with EIO; while C{fsync-slow} exists every fsync of
+the store (commit log, consume queues, checkpoint, state files) takes as many
+milliseconds longer as the file says (100 when it is empty): a slow disk. The state
+files written through
 L{FileIO.write_json} (consumer offsets, the RocketMQ door's C{topic.json} and
 C{subscriptionGroup.json}) fail with ENOSPC while C{enospc} or C{json-enospc} exists: the second alone is a disk
 that still takes commit-log writes (into a segment already allocated) but no new file. The variable is read once, when a store
@@ -13,6 +16,7 @@ is made (L{from_environment}); it is for tests and has no place in production.
 
 import errno
 import os
+import time
 
 from twisted.logger import Logger
 
@@ -36,14 +40,20 @@ class FaultyIO(FileIO):
     @ivar write_error: an errno every pwrite fails with, or None.
     @ivar fsync_error: an errno every fsync fails with, or None.
     @ivar json_error: an errno every L{write_json} fails with, or None.
+    @ivar fsync_delay: seconds every fsync waits before it starts (0: none).
     @ivar control: a directory whose files C{enospc}, C{eio}, C{fsync-eio} and
-        C{json-enospc} set the errors while they exist (a real-process test), or None.
+        C{json-enospc} set the errors while they exist, and C{fsync-slow} the delay (a
+        real-process test), or None.
     """
+
+    #: The delay of an empty C{fsync-slow} file, in milliseconds.
+    SLOW_FSYNC_MS = 100
 
     def __init__(self, control=None):
         self.write_error = None
         self.fsync_error = None
         self.json_error = None
+        self.fsync_delay = 0.0
         self.control = control
 
     def _error(self, which):
@@ -62,17 +72,30 @@ class FaultyIO(FileIO):
             raise OSError(code, os.strerror(code))
         return os.pwrite(fd, data, pos)
 
+    def _delay(self):
+        if self.control is not None:
+            try:
+                with open(os.path.join(self.control, "fsync-slow")) as f:
+                    text = f.read().strip()
+                return int(text or self.SLOW_FSYNC_MS) / 1000.0
+            except (FileNotFoundError, ValueError):
+                pass
+        return self.fsync_delay
+
     def fsync(self, fd):
         code = self._error("fsync")
         if code is not None:
             raise OSError(code, os.strerror(code))
+        delay = self._delay()
+        if delay > 0:
+            time.sleep(delay)  # where the fsync runs, as a slow disk would
         return os.fsync(fd)
 
     def write_json(self, path, obj):
         code = self._error("json")
         if code is not None:
             raise OSError(code, os.strerror(code))
-        return write_json_atomic(path, obj)
+        return write_json_atomic(path, obj, self.fsync)
 
 
 def from_environment():

@@ -154,8 +154,9 @@ class Flusher:
             d.errback(FlushError(f"fsync failed: {failure.value}"))
 
 
-def write_json_atomic(path, obj):
-    """Write C{obj} as JSON to C{path}: temp file, fsync, rename, fsync of the directory.
+def write_json_atomic(path, obj, fsync=os.fsync):
+    """Write C{obj} as JSON to C{path}: temp file, fsync, rename, fsync of the directory
+    (each fsync through C{fsync}).
 
     The temp file's name is unique to the calling thread, so two writers never share
     (and interleave bytes in) one temp file; the last rename wins."""
@@ -164,26 +165,26 @@ def write_json_atomic(path, obj):
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
     dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
-        os.fsync(dfd)
+        fsync(dfd)
     finally:
         os.close(dfd)
 
 
-def fsync_paths(paths):
-    """fsync each file in C{paths} that still exists."""
+def fsync_paths(paths, fsync=os.fsync):
+    """fsync (through C{fsync}) each file in C{paths} that still exists."""
     for p in paths:
         try:
             fd = os.open(p, os.O_RDONLY)
         except FileNotFoundError:
             continue
         try:
-            os.fsync(fd)
+            fsync(fd)
         finally:
             os.close(fd)
 

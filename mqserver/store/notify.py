@@ -2,9 +2,18 @@
 
 from collections import deque
 
-from twisted.internet import defer
-
 from mqserver.errors import ReplicationError
+
+
+def _the_result(_, result):
+    return result
+
+
+def _with_result(f, result):
+    # a write the gate failed stays in the log: the failure carries its PutResult
+    f.trap(ReplicationError)
+    f.value.put_result = result
+    return f
 
 
 class Notifier:
@@ -17,9 +26,12 @@ class Notifier:
         it is the durable offset, so no consumer sees a message a crash could take back;
         with a sync gate (synchronous replication), the end of the last write that
         enough followers confirmed, so no consumer sees a message a failover could take
-        back.
+        back. On a follower of such a master, the end of the last write the master
+        committed (L{follow_commits}), for the same reason.
     @ivar gate: the L{mqserver.replication.sync.SyncGate} every write waits for before
         it is acknowledged and shown to consumers, or None.
+    @ivar commit_point: on a follower that shows only what its master committed, the
+        master's commit point as last told (L{follow_commits}); else None.
     @ivar dispatch_listeners: the C{callback(offset, topic, properties, store_ts)}s
         called for every message record that carries properties.
     @ivar topic_dispatch_listeners: topic name -> the callbacks called for every message
@@ -48,6 +60,7 @@ class Notifier:
         # writes not yet confirmed: (last eventId, end offset, topic, queue id)
         self._replicable_end = 0
         self._unconfirmed = deque()
+        self.commit_point = None
 
     def open(self, commitlog, flusher):
         """Make what C{commitlog} holds visible; at flush level 2, wait on C{flusher}."""
@@ -61,6 +74,7 @@ class Notifier:
         self.gate = gate
         self.complete_at_write = False
         gate.on_commit = self.confirmed
+        self.commit_point = None  # a follower promoted: its own gate commits from now on
         # set at run time (a follower promoted): what is readable now was replicated
         self._replicable_end = max(self._replicable_end, self.visible_end)
 
@@ -71,11 +85,45 @@ class Notifier:
         self.visible_end = offset
         self._unconfirmed.extend(writes)
 
+    def follow_commits(self, event_id):
+        """Show readers only the writes up to C{event_id}, the commit point of the master
+        this follower applies the writes of, and every later write only once the master
+        commits it too (a later call). The commit point never goes back."""
+        if self.gate is not None:
+            return
+        if self.commit_point is None:
+            self.commit_point = 0
+            # from now on writes wait here (what is readable now was shown already)
+            self._replicable_end = max(self._replicable_end, self.visible_end)
+        if event_id > self.commit_point:
+            self.commit_point = event_id
+        self.confirmed(self.commit_point)
+
+    def stop_following_commits(self):
+        """Show readers every write as soon as it is as durable as the flush level asks,
+        again (the master followed now commits whatever it sends)."""
+        if self.commit_point is None:
+            return
+        self.commit_point = None
+        held, self._unconfirmed = self._unconfirmed, deque()
+        self._release(held)
+
+    def _release(self, writes):
+        # writes durable already show now; the others once durable (flush level 2)
+        for last, end, topic, qid in writes:
+            if end <= self._replicable_end:
+                self._show(end, {(topic, qid)} if topic is not None else ())
+            else:
+                self._pending_visible.append((end, topic, qid))
+
     @property
     def replicable_end(self):
         """Commit-log offset below which records may be sent to followers: what is as
-        durable here as the flush level asks (readers see the same without a gate)."""
-        return self.visible_end if self.gate is None else self._replicable_end
+        durable here as the flush level asks (readers see the same without a gate, or
+        on a follower that does not follow its master's commit point)."""
+        if self.gate is None and self.commit_point is None:
+            return self.visible_end
+        return self._replicable_end
 
     def after_write(self, result, topic, queue_id):
         """Return C{result} when the write that ended the log is already as durable as
@@ -84,6 +132,8 @@ class Notifier:
         end = self.commitlog.end
         if self.gate is not None:
             return self._after_write_gated(result, topic, queue_id, end)
+        if self.commit_point is not None:
+            return self._after_write_held(result, topic, queue_id, end)
         if self.flush_level >= 2:
             self._pending_visible.append((end, topic, queue_id))
             return self._flusher.request(end).addCallback(lambda _: result)
@@ -102,38 +152,49 @@ class Notifier:
         last = result.event_id + len(result.sizes) - 1
         self._unconfirmed.append((last, end, topic, queue_id))
         if self.flush_level >= 2:
-            d = self._flusher.request(end)
+            gate = self.gate
+            d = self._flusher.request(end).addCallback(lambda _: gate.wait(last))
         else:
             self._replicable(end)
-            d = defer.succeed(None)
-        gate = self.gate
+            d = self.gate.wait(last)
+        return d.addCallbacks(_the_result, _with_result, (result,), None, (result,))
 
-        def failed(f):
-            f.trap(ReplicationError)
-            f.value.put_result = result
-            return f
-
-        return d.addCallback(lambda _: gate.wait(last)).addCallbacks(lambda _: result, failed)
+    def _after_write_held(self, result, topic, queue_id, end):
+        # A follower's write: durable here as the flush level asks (its confirmation to
+        # the master waits for that), shown once the master commits it too.
+        self._unconfirmed.append((result.event_id + len(result.sizes) - 1, end, topic,
+                                  queue_id))
+        if self.flush_level >= 2:
+            return self._flusher.request(end).addCallback(lambda _: result)
+        self._replicable(end)
+        return result
 
     def _replicable(self, end):
         if end > self._replicable_end:
             self._replicable_end = end
+            if self.commit_point is not None:
+                self.confirmed(self.commit_point)  # committed before it was durable here
             for cb in self._append_listeners:
                 cb()
 
     def confirmed(self, event_id):
-        """Enough followers hold every record up to C{event_id}: show its writes."""
+        """Enough followers hold every record up to C{event_id}: show its writes (those
+        durable here: on a follower the master may commit a write before it is)."""
         ready = self._unconfirmed
-        if not ready or ready[0][0] > event_id:
+        durable = self._replicable_end
+        if not ready or ready[0][0] > event_id or ready[0][1] > durable:
             return
         seen = set()
         end = self.visible_end
-        while ready and ready[0][0] <= event_id:
+        while ready and ready[0][0] <= event_id and ready[0][1] <= durable:
             _, end, topic, qid = ready.popleft()
             if topic is not None:
                 seen.add((topic, qid))
+        self._show(end, seen)
+
+    def _show(self, end, queues):
         self.visible_end = max(self.visible_end, end)
-        for topic, qid in seen:
+        for topic, qid in queues:
             for cb in self._arrival_listeners:
                 cb(topic, qid)
 
@@ -141,7 +202,7 @@ class Notifier:
         """The log is durable up to C{offset}: at flush level 2, show what it holds."""
         if self.flush_level < 2:
             return
-        if self.gate is not None:
+        if self.gate is not None or self.commit_point is not None:
             self._replicable(offset)
             if not self._pending_visible:
                 return

@@ -49,7 +49,9 @@ TRUNCATION_FILE = "truncate.json"
 
 
 class MessageStore:
-    """The storage engine. Runs on the reactor thread; fsync runs on the runner's thread.
+    """The storage engine. Runs on the reactor thread; the group commit's fsyncs run on
+    the runner's thread, and the housekeeping's (checkpoints, state files, removing a
+    deleted topic's files) on the housekeeping runner's, so a commit never waits for them.
 
     Owns the life cycle (the directory lock, opening the files, closing them) and hands
     everything else to its parts. C{put} (every message write), C{put_messages} (the
@@ -74,6 +76,7 @@ class MessageStore:
         cq_entries_per_file=300_000,
         flush_level=1,
         runner=None,
+        housekeeping=None,
         store_host=fmt.NO_HOST,
         max_message_size=4 * 1024 * 1024,
         fsync=None,
@@ -88,6 +91,8 @@ class MessageStore:
         self.cq_entries = cq_entries_per_file
         self.flush_level = flush_level
         self.runner = runner or SyncRunner()
+        #: runs the housekeeping's disk work (L{runner} runs only the group commit's)
+        self.housekeeping = housekeeping or SyncRunner()
         self.io = io or from_environment()
         self._fsync = fsync or (lambda fds: fsync_fds(fds, self.io.fsync))
         self.state = NullState()
@@ -116,7 +121,7 @@ class MessageStore:
         # Before anything else in the directory: a refused broker must change nothing.
         self._lock.acquire()
         self.queue_table = QueueTable(os.path.join(self.path, "consumequeue"),
-                                      self.cq_entries, self.runner, self.io.pwrite,
+                                      self.cq_entries, self.housekeeping, self.io.pwrite,
                                       self.mark_dirty)
         self.commitlog = CommitLog(os.path.join(self.path, "commitlog"), self.segment_size,
                                    self.io)
@@ -130,6 +135,7 @@ class MessageStore:
                                self.disk.error)
         self.notifier.open(self.commitlog, self.flusher)
         self.runner.start()
+        self.housekeeping.start()
         self.opened = True
         if truncation is not None:
             self._end_truncation(truncation)
@@ -140,6 +146,21 @@ class MessageStore:
         """Show readers only the log below C{offset} until the sync gate confirms the
         C{writes} after it (see L{Notifier.hide_after})."""
         self.notifier.hide_after(offset, writes)
+
+    def follow_commits(self, event_id):
+        """Show readers only what the master followed committed, up to C{event_id} now
+        (see L{Notifier.follow_commits})."""
+        self.notifier.follow_commits(event_id)
+
+    def stop_following_commits(self):
+        """Show readers every write once durable here (see
+        L{Notifier.stop_following_commits})."""
+        self.notifier.stop_following_commits()
+
+    @property
+    def commit_point(self):
+        """The master's commit point this follower shows readers up to, or None."""
+        return self.notifier.commit_point
 
     # -- truncation ----------------------------------------------------------------------
     # A follower whose log goes on past where its new master's parts from it asks for its
@@ -188,14 +209,20 @@ class MessageStore:
             return
         self.opened = False
         self.disk.close()
-        # Let a checkpoint or flush already queued on the disk thread finish first: run
+        # Let a checkpoint or flush already queued on the disk threads finish first: run
         # after the final checkpoint, an older snapshot would replace it.
-        self.runner.stop()
+        self.stop_threads()
         fsync_fds(self.commitlog.take_unsynced())
-        self.checkpoints.write(self.checkpoints.capture(), set(self.queue_table.fds.dirty))
+        # a checkpoint waiting for the group commit when the threads stopped never runs
+        self.checkpoints.write(self.checkpoints.capture(), self.checkpoints.unwritten_paths())
         self.queue_table.close()
         self.commitlog.close()
         self._lock.release()
+
+    def stop_threads(self):
+        """Stop the disk threads once the work already queued on them is done."""
+        self.housekeeping.stop()
+        self.runner.stop()
 
     def _durable(self, offset):
         self.disk.fsync_worked()

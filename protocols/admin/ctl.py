@@ -40,7 +40,14 @@ class NoBroker(Exception):
 
 
 class Refused(Exception):
-    """The broker answered with an error."""
+    """The broker answered with an error.
+
+    @ivar master_admin: the admin door (HOST:PORT) of the leader a replica group's
+        follower named when it refused a write, else None."""
+
+    def __init__(self, text, master_admin=None):
+        super().__init__(text)
+        self.master_admin = master_admin
 
 
 class ScenarioFailed(Exception):
@@ -58,6 +65,21 @@ class Api:
             self.headers["Authorization"] = f"Bearer {token}"
 
     def call(self, method, path, body=None, **query):
+        """Send one request and return its JSON answer. A write a replica group's
+        follower refuses naming its leader's admin door is sent there once more (the
+        refused one was not carried out), and later requests go there too."""
+        try:
+            return self._call(method, path, body, query)
+        except Refused as e:
+            if not e.master_admin:
+                raise
+            scheme = urllib.parse.urlsplit(self.url).scheme
+            print(f"mqctl: {self.url} does not lead its group; sending the request to the"
+                  f" leader at {e.master_admin}", file=sys.stderr)
+            self.url = f"{scheme}://{e.master_admin}"
+            return self._call(method, path, body, query)
+
+    def _call(self, method, path, body, query):
         with self._open(method, path, body, self.timeout, query) as r:
             try:
                 return json.loads(r.read())
@@ -84,10 +106,13 @@ class Api:
                 raise Refused("unauthorized (HTTP 401): the admin door wants its token "
                               "(admin.token): pass --token or set MQCTL_TOKEN") from None
             try:
-                text = json.loads(e.read()).get("error", e.reason)
+                answer = json.loads(e.read())
             except ValueError:
-                text = e.reason
-            raise Refused(f"{text} (HTTP {e.code})") from None
+                answer = None
+            if not isinstance(answer, dict):
+                answer = {}
+            raise Refused(f"{answer.get('error', e.reason)} (HTTP {e.code})",
+                          answer.get("masterAdmin")) from None
         except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
             reason = getattr(e, "reason", e)
             raise NoBroker(f"no broker answers at {self.url} ({reason}); is the admin door "

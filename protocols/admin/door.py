@@ -31,7 +31,7 @@ from twisted.logger import Logger
 from twisted.web import resource, server
 from zope.interface import implementer
 
-from mqserver.errors import BrokerError, TopicExists, TopicNotFound
+from mqserver.errors import BrokerError, NotMaster, TopicExists, TopicNotFound
 from mqserver import webrequest
 from mqserver.replication.status import replication_status
 from mqserver.security import BearerTokenResource
@@ -43,6 +43,8 @@ _KINDS = ("channel", "rocketmq", "smss", "msgout")
 
 #: the largest request body (JSON) the admin API takes
 MAX_BODY = 1 << 20
+#: this door's name under C{listen:} (what a replica group's members publish it as)
+ADMIN_DOOR = "admin"
 
 
 class ApiError(Exception):
@@ -164,12 +166,27 @@ class AdminResource(resource.Resource):
             status, text = 404, f"topic {f.value} not found"
         elif f.check(TopicExists):
             status, text = 409, f"topic {f.value} exists"
+        elif f.check(NotMaster):
+            self._finish(request, 400, self._not_master(f.value), gone)
+            return
         elif f.check(BrokerError):
             status, text = 400, str(f.value) or type(f.value).__name__
         else:
             self.log.failure("admin request failed", f)
             status, text = 500, "internal error"
         self._finish(request, status, {"error": text}, gone)
+
+    def _not_master(self, error):
+        # A write a follower refuses: the master's smss address, and in a replica group
+        # the leader's admin door, where mqctl sends the request again.
+        body = {"error": str(error)}
+        if error.master:
+            body["master"] = error.master
+        group = self.broker.group
+        admin = group.leader_address(ADMIN_DOOR) if group is not None else None
+        if admin:
+            body["masterAdmin"] = admin
+        return body
 
     # -- topics --------------------------------------------------------------------------
 
@@ -195,7 +212,7 @@ class AdminResource(resource.Resource):
         out = []
         for t in self.broker.topics():
             msgs, nbytes = self.stats.topic_in(t.name)
-            depth = sum(q.max_offset - q.min_offset for (n, _), q in self.broker.store.open_queues()
+            depth = sum(q.max_offset - q.min_offset for (n, _), q in self.broker.messages.open_queues()
                         if n == t.name)
             out.append({"name": t.name, "queues": t.queues, "state": t.state,
                         "messages": depth, "in_msgs": msgs, "in_bytes": nbytes,
@@ -230,10 +247,10 @@ class AdminResource(resource.Resource):
         if not 1 <= n <= self.max_peek:
             raise ApiError(400, f"n must be 1..{self.max_peek}")
         after = _int_arg(request, "after")
-        store = self.broker.store
+        log = self.broker.messages
         if after is None:
-            return messages.peek(store, name, range(t.queues), n)
-        return messages.after(store, name, range(t.queues), after, n)
+            return messages.peek(log, name, range(t.queues), n)
+        return messages.after(log, name, range(t.queues), after, n)
 
     # -- consumers -----------------------------------------------------------------------
 

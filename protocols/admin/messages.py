@@ -1,13 +1,12 @@
 """Reading a topic's messages for the admin API (peek and tail), as JSON-ready dicts.
 
-Records are read through the store's public reads: the last C{n} of every queue merged
-by eventId (peek), or the next C{n} after an eventId (tail)."""
+Records are read through the broker's L{mqserver.interfaces.IMessageLog} (C{log} below):
+the last C{n} of every queue merged by eventId (peek), or the next C{n} after an eventId
+(tail)."""
 
 import base64
 
-from mqserver.broker.cursor import TopicCursor
-from mqserver.broker.stats import positions_at_event
-from mqserver.store import format as fmt
+from mqserver import message as fmt
 
 
 def message_dict(view):
@@ -26,32 +25,32 @@ def message_dict(view):
     return out
 
 
-def _views(store, entries):
-    buf, locs = store.read_records(entries)
+def _views(log, entries):
+    buf, locs = log.read_records(entries)
     return [fmt.RecordView(buf, pos) for pos, _ in locs]
 
 
-def peek(store, topic, queue_ids, n):
+def peek(log, topic, queue_ids, n):
     """Return the last C{n} messages of C{topic}, oldest first."""
     views = []
     for qid in queue_ids:
-        q = store.find_queue(topic, qid)
+        q = log.find_queue(topic, qid)
         if q is None:
             continue
         start = max(q.min_offset, q.max_offset - n)
         while start < q.max_offset:
-            entries = store.read_entries(topic, qid, start, q.max_offset - start)
+            entries = log.read_entries(topic, qid, start, q.max_offset - start)
             if not entries:
                 break
-            views += _views(store, entries)
+            views += _views(log, entries)
             start += len(entries) // fmt.CQ_ENTRY_SIZE
     views.sort(key=lambda v: v.event_id)
     return [message_dict(v) for v in views[-n:]]
 
 
-def after(store, topic, queue_ids, event_id, n):
+def after(log, topic, queue_ids, event_id, n):
     """Return up to C{n} messages of C{topic} whose eventId is above C{event_id}, in
     eventId order."""
-    cursor = TopicCursor(store, topic, positions_at_event(store, topic, queue_ids, event_id + 1))
+    cursor = log.cursor_at(topic, queue_ids, event_id + 1)
     buf, locs = cursor.read_span(n)
     return [message_dict(fmt.RecordView(buf, pos)) for pos, _ in locs]

@@ -24,8 +24,9 @@ from zope.interface import implementer
 from mqserver.broker.queue_consumer import cursor_deliveries
 from mqserver.errors import BrokerError, TopicNotFound
 from mqserver.interfaces import IWatcher
+from mqserver.runtime.output import Output
 from mqserver.security import LineTokenGate
-from mqserver.store.store import Message
+from mqserver.message import Message
 
 HELP = ("commands: HELP | STATS | TOPICS | INFO <t> | PUB <t> <text> | PEEK <t> [n] | "
         "TAIL <t> | FETCH <q> [n] [FROM earliest|latest|<id>] [ID <sub_id>] | "
@@ -139,6 +140,7 @@ class ConsoleProtocol(LineReceiver):
         self.followers = []
         self.tail = None
         self.paused = False
+        self.output = Output(self)
         #: output waiting behind a reply not ready yet, in order: bytes, or a list that
         #: holds the reply once it is ready (empty until then)
         self.answers = deque()
@@ -260,7 +262,7 @@ class ConsoleProtocol(LineReceiver):
         if self.answers:
             self.answers.append(data)
         else:
-            self.transport.write(data)
+            self.output.write(data)
 
     def sendLine(self, line):
         self.write(line + b"\r\n")
@@ -290,7 +292,7 @@ class ConsoleProtocol(LineReceiver):
             out.append(head)
             answers.popleft()
         if out:
-            self.transport.writeSequence(out)
+            self.output.write_sequence(out)
         if len(answers) <= MAX_PENDING // 2:
             self._release("pending")
         if answers:
@@ -335,7 +337,7 @@ class ConsoleProtocol(LineReceiver):
         if self.answers:  # one entry: nothing can land inside the frame
             self.answers.append(b"".join((head.encode("utf-8"), d.body, b"\r\n")))
         else:
-            self.transport.writeSequence((head.encode("utf-8"), d.body, b"\r\n"))
+            self.output.write_sequence((head.encode("utf-8"), d.body, b"\r\n"))
 
     # -- commands ------------------------------------------------------------------------
 
@@ -352,7 +354,7 @@ class ConsoleProtocol(LineReceiver):
             ("depth", sum(ch.depth() for ch in chans)),
             ("push_subscriptions", len(self.queues.subscriptions)),
             ("connections", len(self.factory.connections)),
-            ("next_id", b.store.next_event_id))))
+            ("next_id", b.messages.next_event_id))))
 
     def do_topics(self, rest):
         names = [t.name for t in self.broker.topics() if self.broker.topic(t.name)]

@@ -51,7 +51,7 @@ class BrokerCollector:
                                    labels=["topic", "queue"])
         nbytes = CounterMetricFamily("mqserver_bytes_in", "Record bytes stored since the start",
                                      labels=["topic", "queue"])
-        for (topic, qid), q in self.broker.store.open_queues():
+        for (topic, qid), q in self.broker.messages.open_queues():
             msgs.add_metric([topic, str(qid)], q.in_msgs)
             nbytes.add_metric([topic, str(qid)], q.in_bytes)
         yield msgs
@@ -89,26 +89,25 @@ class BrokerCollector:
         yield g
 
     def _store(self):
-        store = self.broker.store
+        store = self.broker.store_stats
         yield _histogram("mqserver_store_write_seconds",
                          "Time to append a write to the log (one write in 64 timed)",
                          store.write_latency)
-        flusher = getattr(store, "flusher", None)
-        if flusher is not None:
+        fsync_latency = store.fsync_latency
+        if fsync_latency is not None:
             yield _histogram("mqserver_store_fsync_seconds", "Time of one commit-log fsync",
-                             flusher.fsync_latency)
-        log = store.commitlog
+                             fsync_latency)
         yield GaugeMetricFamily("mqserver_store_segments", "Commit-log segment files",
-                                value=len(log.segments))
+                                value=store.segments)
         yield GaugeMetricFamily("mqserver_store_log_bytes", "Bytes the retained commit log spans",
-                                value=log.end - log.min_offset)
+                                value=store.end - store.min_offset)
         yield GaugeMetricFamily("mqserver_store_disk_bytes",
                                 "Bytes of every file in the data directory",
                                 value=_disk_bytes(store.path))
         yield GaugeMetricFamily("mqserver_store_next_event_id", "The eventId of the next record",
                                 value=store.next_event_id)
         try:
-            used = store.disk.used_ratio()
+            used = store.disk_used_ratio()
         except OSError:
             used = None  # the data directory's file system cannot be read: no sample
         if used is not None:
@@ -117,17 +116,16 @@ class BrokerCollector:
                                     value=used)
         yield GaugeMetricFamily("mqserver_store_disk_max_used_ratio",
                                 "store.diskMaxUsedRatio: publishes are refused above it",
-                                value=store.disk.max_used_ratio)
+                                value=store.disk_max_used_ratio)
         yield CounterMetricFamily("mqserver_store_disk_errors",
                                   "Writes and fsyncs of the data directory that failed (a full"
                                   " or failing disk)", value=store.disk_errors)
         yield CounterMetricFamily("mqserver_store_disk_troubles",
                                   "Disk troubles started (failed writes, the usage ratio passed)",
                                   value=store.disk_full_events)
-        damaged = getattr(store, "damaged_records", None)
-        if damaged is not None:
-            yield CounterMetricFamily("mqserver_store_damaged_records",
-                                      "Damaged records found and skipped", value=damaged)
+        yield CounterMetricFamily("mqserver_store_damaged_records",
+                                  "Damaged records found and skipped",
+                                  value=store.damaged_records)
 
     def _replication(self):
         s = replication_status(self.broker)

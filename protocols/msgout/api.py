@@ -15,8 +15,8 @@ from twisted.logger import Logger
 from mqserver.broker.queues import UnknownReceipt
 from mqserver.errors import (BrokerError, InvalidRequest, InvalidTopicName, NotMaster,
                              StoreError, TopicExists, TopicNotFound)
-from mqserver.store import format as fmt
-from mqserver.store.store import Message
+from mqserver import message as fmt
+from mqserver.message import Message
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _string = json.encoder.encode_basestring  # as _JSON escapes a str
@@ -141,7 +141,7 @@ class MsgoutApi:
         self.max_body = max_body
         self.max_fetch = max_fetch
         self.max_wait_ms = max_wait_ms
-        self.max_message = broker.store.max_message_size
+        self.max_message = broker.messages.max_message_size
 
     # -- routing -------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""nsqd's authorization (spec §5.2): the auth server's reply, its checks, and the query.
+"""nsqd's authorization (as nsqd 1.3.0's internal/auth): the auth server's reply, its
+checks, and the query.
 
 With ``nsq.authHttpAddresses`` set, a client sends ``AUTH <secret>``; nsqd asks one of
 the auth servers ``GET /auth?remote_ip=&tls=&secret=&common_name=`` and keeps the reply:

@@ -55,7 +55,7 @@ def apply_fault(conn, rule, cmd):
         conn._run(cmd)
     elif action in ("split", "corrupt"):
         conn._flush()  # deliveries buffered before it go out as they are
-        conn._cork = conn._cork.detach(conn.transport)
+        conn.output.detach()
         tamper_output(conn, rule, conn.reactor)
         conn._run(cmd)
     # drop: nothing runs, nothing is answered

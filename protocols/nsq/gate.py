@@ -9,8 +9,6 @@ from dataclasses import replace
 
 from twisted.internet.interfaces import ISSLTransport
 
-from mqserver.sendnow import WriteCork
-
 from protocols.nsq import errors as E
 from protocols.nsq.codec import response
 from protocols.nsq.messages import Dpub, Identify, Invalid, Mpub, Pub, Sub
@@ -82,9 +80,7 @@ class SecurityGate:
 
     def _start_tls(self):
         """Switch to TLS now: what was written so far goes out in the clear first."""
-        self._cork.flush(self.transport)
-        self.transport.startTLS(self.node.tls_options)
-        self._cork = WriteCork()
+        self.output.start_tls(self.node.tls_options)
         self.tls = True
         if self.decoder._buf:  # nsqd reads afresh from the TLS connection too
             self.decoder._buf.clear()

@@ -10,7 +10,7 @@ from twisted.web import resource, server
 
 from mqserver import webfaults, webrequest
 from mqserver.errors import BrokerError, InvalidTopicName
-from mqserver.store.store import Message
+from mqserver.message import Message
 from mqserver.version import version as mqserver_version
 
 from protocols.nsq.codec import NS_PER_MS as _NS, is_valid_name, is_valid_topic

@@ -10,6 +10,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
 from mqserver.idle import IdleWatch
+from mqserver.runtime.output import Output
 
 from protocols.nsq.codec import DEFAULT_MAX_LINE, is_valid_name
 from protocols.nsq.version import VERSION
@@ -43,6 +44,7 @@ class LookupdProtocol(IdleWatch, Protocol):
         self._buf = b""
         self._magic = False
         self._dead = False
+        self.output = Output(self)
 
     def connectionMade(self):
         self.watch_idle(self.factory.idle_timeout, self.factory.reactor)
@@ -93,7 +95,7 @@ class LookupdProtocol(IdleWatch, Protocol):
 
     def _fatal(self, data):
         self._dead = True
-        self.transport.write(v1_reply(data))
+        self.output.write(v1_reply(data))
         self.transport.loseConnection()
 
     def _identify(self, body):
@@ -116,7 +118,7 @@ class LookupdProtocol(IdleWatch, Protocol):
         })
         self.identified = True
         f = self.factory
-        self.transport.write(v1_reply(json.dumps({
+        self.output.write(v1_reply(json.dumps({
             "broadcast_address": f.broadcast_address, "hostname": f.hostname,
             "http_port": f.http_port, "tcp_port": f.tcp_port, "version": VERSION,
         }, separators=(",", ":")).encode()))
@@ -126,7 +128,7 @@ class LookupdProtocol(IdleWatch, Protocol):
         if verb == b"PING":
             if self.identified:
                 self.registry.ping(self.peer_id)
-            self.transport.write(v1_reply(b"OK"))
+            self.output.write(v1_reply(b"OK"))
             return
         if verb not in (b"REGISTER", b"UNREGISTER"):
             return self._fatal(b"E_INVALID invalid command " + verb)
@@ -146,7 +148,7 @@ class LookupdProtocol(IdleWatch, Protocol):
             self.registry.register(self.peer_id, t, c)
         else:
             self.registry.unregister(self.peer_id, t, c)
-        self.transport.write(v1_reply(b"OK"))
+        self.output.write(v1_reply(b"OK"))
 
     def connectionLost(self, reason):
         self.stop_idle_watch()

@@ -2,12 +2,11 @@
 
 import socket
 
-from twisted.application import service, strports
 from twisted.internet import endpoints
 from twisted.python import usage
 
 from mqserver.cluster.lookupd import LookupRegistry
-from mqserver.service import ListenerService
+from mqserver.service import ListenerService, StandaloneService
 
 from protocols.nsq.lookupd import LookupdFactory
 from protocols.nsq.lookupd_http import LookupdHttpSite
@@ -21,6 +20,8 @@ class Options(usage.Options):
         ["http", "h", "tcp:4161:interface=127.0.0.1", "Endpoint of the HTTP listener."],
         ["broadcast-address", "b", "127.0.0.1", "Address this lookupd reports in IDENTIFY."],
         ["idle-timeout", None, 60.0, "Close connections silent for this many seconds (0: never).", float],
+        ["ready-file", None, None,
+         "Once listening, write this JSON file: version, pid, and where each door is bound."],
     ]
 
 
@@ -29,11 +30,12 @@ def makeService(options, reactor=None):
     if reactor is None:
         from twisted.internet import reactor
     registry = LookupRegistry(clock=reactor.seconds)
-    root = service.MultiService()
+    root = StandaloneService(options["ready-file"])
     idle = options["idle-timeout"]
     tcp = LookupdFactory(registry, reactor, options["broadcast-address"], socket.gethostname(), idle)
     # ListenerService tells the factory its port (reported in IDENTIFY answers).
     ListenerService("lookupd_tcp", options["tcp"], endpoints.serverFromString(reactor, options["tcp"]),
                     tcp).setServiceParent(root)
-    strports.service(options["http"], LookupdHttpSite(registry, idle, reactor)).setServiceParent(root)
+    ListenerService("lookupd_http", options["http"], endpoints.serverFromString(reactor, options["http"]),
+                    LookupdHttpSite(registry, idle, reactor)).setServiceParent(root)
     return root

@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqserver.interfaces import IChannelConsumer
-from mqserver.sendnow import Cork
+from mqserver.runtime.output import Output
 
 from protocols.nsq import errors as E
 from protocols.nsq.codec import OK, CommandDecoder, response
@@ -94,7 +94,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         self._read_paused = False
         self._dead = False
         self._dead_input = False
-        self._cork = Cork()  # one send for everything a read produces
+        self.output = Output(self)  # one send for everything a read produces
         self.last_command = None  # the last command of the read being handled
         self.tap = self.broker.wiretap
 
@@ -126,7 +126,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
-        self._cork.received(self.transport, self._received, data)
+        self.output.received(self._received, data)
 
     def _received(self, data):
         self._last_recv = self.reactor.seconds()
@@ -209,7 +209,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
             return
         if self._read_paused:
             return  # too many replies pending: _drain resumes reading, then we go on
-        self._cork.received(self.transport, self._received, b"")
+        self.output.received(self._received, b"")
         if self._inflate_call is None and not self._read_paused and not self._dead:
             self.transport.resumeProducing()
 

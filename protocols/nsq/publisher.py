@@ -3,7 +3,7 @@ DPUB. A publish to a topic that does not exist yet creates it first (as nsqd doe
 
 from twisted.internet import defer
 
-from mqserver.store.store import Message
+from mqserver.message import Message
 
 from protocols.nsq.codec import OK
 
@@ -50,7 +50,7 @@ class Publisher:
         """Answer a publish the broker has written, with no reply ahead of it: OK, at
         once, after what this read gathered before it (the cork)."""
         self._emit(OK)
-        self._cork.flush(self.transport)
+        self.output.flush()
 
     def _publish_later(self, topic, messages, defer_ms):
         # A DPUB, or a publish that creates its topic first: a Deferred.

@@ -1,6 +1,6 @@
 """The output side of an nsqd V2 connection, mixed into L{NsqdProtocol}: frames through
-the compressor and the cork, the buffer of delivery frames, replies in command order and
-errors (a fatal one is sent, then the socket closes).
+the compressor and the connection's output, the buffer of delivery frames, replies in
+command order and errors (a fatal one is sent, then the socket closes).
 
 Replies go out in command order: a PUB answers when the store has the message, so
 pipelined PUBs share a group commit, and a reply that is not ready yet holds back the
@@ -26,7 +26,7 @@ MAX_PIPELINE = 512
 class Replies:
     """Writing, buffering and ordered replies of an nsqd connection.
 
-    Uses the connection's C{transport}, C{_cork}, C{_compressor}, C{_out},
+    Uses the connection's C{transport}, C{output}, C{_compressor}, C{_out},
     C{_out_size}, C{_flush_call}, C{_answers}, C{_dead}, C{_read_paused}.
     """
 
@@ -38,7 +38,7 @@ class Replies:
                 self.tap.frame(DOOR, self, "out", names, fields, len(raw), raw)
         if self._compressor is not None:
             data = self._compressor.compress(data)
-        self._cork.write(self.transport, data)
+        self.output.write(data)
 
     def _flush(self):
         if self.defer_room:

@@ -61,7 +61,7 @@ def topic_stats(node, name, channel=None, include_clients=True):
         hold = chans.holds.get(name, {})
         if t is not None:
             for q in range(t.queues):
-                qu = node.broker.store.queue(name, q)
+                qu = node.broker.messages.queue(name, q)
                 depth += qu.max_offset - max(hold.get(q, 0), qu.min_offset)
     # messages and bytes published since the start, as nsqd counts them (bodies; a
     # RocketMQ message's properties count too)

@@ -1,7 +1,7 @@
 """Byte layouts of the nsqd V2 protocol: construct schemas plus precompiled structs.
 
-The construct schemas are the one definition (spec: shared/specs/nsq-protocol.md
-sections 3 and 5). The ``struct.Struct`` objects the hot paths use, the header sizes
+The construct schemas are the one definition (frames and messages as nsqd 1.3.0's
+protocol_v2.go writes them). The ``struct.Struct`` objects the hot paths use, the header sizes
 and the offsets ``_frames.c`` is configured with are derived from them at import
 (``mqserver.layout``).
 """

@@ -301,24 +301,15 @@ class PlainAcl:
                 raise AclError(f"No default permission for {what}",
                                f"checkPerm(PlainPermissionManager.java:{line})")
 
-    def guard(self, protocol):
-        """Check every request C{protocol} (a remoting connection) receives before its
-        handler runs; the connection's request path is untouched when ACL is off."""
-        handle = protocol._command
-        host = getattr(protocol.transport.getPeer(), "host", "") if protocol.transport else ""
-
-        def checked(cmd):
-            if not cmd.is_response():
-                try:
-                    self.validate(cmd, host)
-                except AclError as e:
-                    protocol.log.info("ACL refused request {code} from {peer}: {e}",
-                                      code=cmd.code, peer=host, e=e)
-                    protocol._reply(error(cmd, codes.SYSTEM_ERROR, e.remark()), cmd)
-                    return
-            handle(cmd)
-
-        protocol._command = checked
+    def refusal(self, cmd, ip):
+        """Return the answer refusing the request C{cmd} from address C{ip} (logged), or
+        None when it may run."""
+        try:
+            self.validate(cmd, ip)
+        except AclError as e:
+            self.log.info("ACL refused request {code} from {peer}: {e}", code=cmd.code, peer=ip, e=e)
+            return error(cmd, codes.SYSTEM_ERROR, e.remark())
+        return None
 
 
 def make_acl(config, reactor):

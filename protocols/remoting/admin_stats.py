@@ -1,13 +1,12 @@
-"""The broker's answers to mqadmin's everyday requests (spec 4.11), with the bodies the
+"""The broker's answers to mqadmin's everyday requests (AdminBrokerProcessor), with the bodies the
 4.9.4 broker sends: topic and consume stats, connections, broker config, who consumes a
 topic, resetting a group's offsets by time, BrokerStatsData and the runtime info.
 
 Maps keyed by a MessageQueue are written as fastjson writes them (an object as the key,
-spec 5.8), so the Java admin tools read them back."""
+as fastjson writes them), so the Java admin tools read them back."""
 
 import json
 
-from mqserver.store import format as fmt
 
 from protocols.remoting import codes
 from protocols.remoting import stats as rstats
@@ -80,13 +79,10 @@ class StatsHandlers:
         return (topic, self.door.broker_name, qid)
 
     def _store_ts_at(self, topic, qid, qoff):
-        q = self.store.find_queue(topic, qid)
+        q = self.messages.find_queue(topic, qid)
         if q is None or not q.min_offset <= qoff < q.max_offset:
             return 0
-        off = q.entry(qoff)[0]
-        if off < self.store.commitlog.min_offset:
-            return 0
-        return fmt.I64.unpack(self.store.commitlog.read(off + fmt.OFF_STORE_TS, 8))[0]
+        return self.messages.store_ts_at(q.entry(qoff)[0])
 
     def topic_stats(self, cmd):
         topic = field(cmd, "topic", "")
@@ -95,7 +91,7 @@ class StatsHandlers:
             return error(cmd, codes.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         pairs = []
         for qid in range(write_queues(t)):
-            q = self.store.find_queue(topic, qid)
+            q = self.messages.find_queue(topic, qid)
             lo, hi = (q.min_offset, q.max_offset) if q is not None else (0, 0)
             ts = self._store_ts_at(topic, qid, hi - 1) if hi > 0 else 0
             pairs.append((self._mq(topic, qid),
@@ -160,7 +156,7 @@ class StatsHandlers:
         committed = self.broker.offsets.table.get((name, group), {})
         pairs = []
         for qid in range(queues(t)):
-            q = self.store.find_queue(name, qid)
+            q = self.messages.find_queue(name, qid)
             broker_off = q.max_offset if q is not None else 0
             consumer_off = max(0, committed.get(qid, 0))
             last = self._store_ts_at(name, qid, consumer_off - 1) if consumer_off > 0 else 0
@@ -222,7 +218,7 @@ class StatsHandlers:
         table = {}
         for qid in range(write_queues(t)):
             if ts == -1:
-                q = self.store.find_queue(topic, qid)
+                q = self.messages.find_queue(topic, qid)
                 target = q.max_offset if q is not None else 0
             else:
                 target = stats.offset_at_time(topic, qid, ts)
@@ -244,5 +240,5 @@ class StatsHandlers:
         return ok(cmd, body=json_body(data))
 
     def runtime_info(self, cmd):
-        table = rstats.runtime_info(self.broker.stats, self.store, codes.SERVER_VERSION, "V4_9_4")
+        table = rstats.runtime_info(self.broker.stats, self.broker.store_stats, codes.SERVER_VERSION, "V4_9_4")
         return ok(cmd, body=json_body({"table": table}))

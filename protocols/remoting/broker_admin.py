@@ -1,5 +1,5 @@
-"""Admin requests of the broker door (spec 4.11): topics, subscription groups and the
-broker's runtime settings (the statistics requests are in
+"""Admin requests of the broker door (as RocketMQ 4.9.4's AdminBrokerProcessor): topics,
+subscription groups and the broker's runtime settings (the statistics requests are in
 L{protocols.remoting.admin_stats}); and the mapping of core errors to remoting codes."""
 
 from mqserver.broker.topics import MAX_QUEUES

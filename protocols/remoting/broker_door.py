@@ -17,7 +17,6 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
 from mqserver.service import HookService, local_ipv4, timer
-from mqserver.store.flush import read_json
 
 from protocols.remoting import broker_settings
 from protocols.remoting.acl import make_acl
@@ -60,7 +59,7 @@ class BrokerDoor(Factory):
 
     def __init__(self, broker, config, reactor):
         self.broker = broker
-        self.store = broker.store
+        self.messages = broker.messages
         self.reactor = reactor
         self.config = config
         self.broker_name = config["rocketmq.brokerName"]
@@ -84,7 +83,7 @@ class BrokerDoor(Factory):
         self._settings_lock = defer.DeferredLock()
         self.idle_timeout = self.settings["rocketmq.serverChannelMaxIdleTimeSeconds"]
         self.clock = reactor
-        self.files = files = ConfigFiles(self.store)
+        self.files = files = ConfigFiles(broker.files)
         self.polls = LongPolls(broker, reactor, config["rocketmq.longPollBatchMs"] / 1000.0)
         ctx = context_for(broker)
         ctx.broker_door = self
@@ -97,7 +96,7 @@ class BrokerDoor(Factory):
             auto_create=config["rocketmq.autoCreateSubscriptionGroup"],
             max_reconsume=config["rocketmq.maxReconsumeTimes"])
         self.consumers = self.groups.consumers
-        self.records = StoredRecords(self.store)
+        self.records = StoredRecords(broker.messages)
         self.acl = make_acl(config, reactor)
         self.transactions = Transactions(self, config)
         # Called on every pull: straight to the part (one call, not two).
@@ -111,7 +110,7 @@ class BrokerDoor(Factory):
         host = port.getHost()
         ip = self.broker_ip or (host.host if host.host not in ("0.0.0.0", "", "::") else local_ipv4())
         self.broker_addr = f"{ip}:{host.port}"
-        self.store.store_host = socket.inet_aton(ip) + host.port.to_bytes(4, "big")
+        self.messages.store_host = socket.inet_aton(ip) + host.port.to_bytes(4, "big")
         self.log.info("RocketMQ broker {name} at {addr} (cluster {cluster})",
                       name=self.broker_name, addr=self.broker_addr, cluster=self.cluster_name)
         self.registrar.register()
@@ -142,7 +141,7 @@ class BrokerDoor(Factory):
 
     def _load_settings(self):
         name = broker_settings.SETTINGS_FILE
-        data = read_json(os.path.join(self.store.path, name))
+        data = self.broker.files.read_json(name)
         if data is None:
             return
         try:
@@ -248,8 +247,8 @@ class BrokerDoor(Factory):
             "brokerRole": (c["rocketmq.brokerRole"].replace("SLAVE", "ASYNC_MASTER")
                            if self.broker.is_master else "SLAVE"),
             "flushDiskType": "SYNC_FLUSH" if c["store.flushLevel"] >= 2 else "ASYNC_FLUSH",
-            "storePathRootDir": self.store.path,
-            "storePathCommitLog": os.path.join(self.store.path, "commitlog"),
+            "storePathRootDir": self.broker.files.path,
+            "storePathCommitLog": os.path.join(self.broker.files.path, "commitlog"),
             "mappedFileSizeCommitLog": c["store.maxLogSize"],
             "maxMessageSize": c["store.maxMessageSize"],
             "fileReservedTime": c["store.maxDays"] * 24,

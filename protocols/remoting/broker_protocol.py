@@ -1,18 +1,18 @@
 """The broker wire protocol: one client connection (producer, consumer or admin tool).
 
-Handlers map remoting requests (spec section 4) onto the core broker, the consumer
+Handlers map remoting requests onto the core broker, the consumer
 offsets table and the door's L{ConsumerManager}; shared state lives on the factory
 (L{protocols.remoting.broker_door.BrokerDoor}).
 """
 
 import random
 import struct
+from functools import partial
 
 from twisted.internet import defer
 
 from mqserver.errors import ReplicasUnavailable, ReplicationError
-from mqserver.store import format as fmt
-from mqserver.store.message import Message, PutResult
+from mqserver.message import Message, PutResult
 
 from protocols.remoting import codes
 from protocols.remoting import admin_stats
@@ -86,13 +86,14 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         super().__init__()
         self.door = door
         self.broker = door.broker
-        self.store = door.broker.store
+        self.messages = door.broker.messages
         self.tap = door.broker.wiretap
 
     def connectionMade(self):
         self.born_host = host_bytes(self.transport.getPeer())
         if self.door.acl is not None:
-            self.door.acl.guard(self)  # RocketMQ plain ACL: every request is checked first
+            # RocketMQ plain ACL: every request is checked first
+            self.admit = partial(self.door.acl.refusal, ip=getattr(self.transport.getPeer(), "host", ""))
 
     def connectionLost(self, reason):
         super().connectionLost(reason)
@@ -145,7 +146,7 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         body = cmd.body
         if (not 0 <= qid < t.queues or qid >= write_queues(t)
                 or batch is not None and batch.lower() in _TRUE
-                or len(body) > self.store.max_message_size):
+                or len(body) > self.messages.max_message_size):
             return None
         if props:
             if "DELAY\x01" in props or "TRAN_MSG" in props:
@@ -164,7 +165,7 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         if type(r) is not PutResult:
             return r.addCallbacks(self._published, self._send_failed, callbackArgs=(cmd,),
                                   errbackArgs=(cmd, topic, self._published))
-        msg_id = (self.store.store_host + r.log_offsets[0].to_bytes(8, "big")).hex().upper()
+        msg_id = (self.messages.store_host + r.log_offsets[0].to_bytes(8, "big")).hex().upper()
         if cmd.serialize_type != codes.SERIALIZE_JSON:
             return sent(cmd, msg_id, qid, r.queue_offsets[0])
         return encode_send_answer(cmd, msg_id, qid, r.queue_offsets[0])
@@ -176,10 +177,10 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         topic = ext.get("topic") or ""
         if not valid_name(topic):
             return error(cmd, codes.MESSAGE_ILLEGAL, f"the topic[{topic}] is conflict with system reserved words or illegal")
-        msgs = build_messages(ext, cmd.body, self.born_host, self.store.max_message_size)
+        msgs = build_messages(ext, cmd.body, self.born_host, self.messages.max_message_size)
         for m in msgs:
-            if len(m.body) > self.store.max_message_size:
-                return error(cmd, codes.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {self.store.max_message_size}")
+            if len(m.body) > self.messages.max_message_size:
+                return error(cmd, codes.MESSAGE_ILLEGAL, f"the message body size over max value, MAX: {self.messages.max_message_size}")
             if len(m.properties) > MAX_PROPERTIES_LENGTH:
                 return error(cmd, codes.MESSAGE_ILLEGAL, f"the message properties length too long {len(m.properties)}")
         t = self.broker.topic(topic)
@@ -229,7 +230,7 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         return self._published(r, cmd)
 
     def _published(self, r, cmd, code=codes.SUCCESS):
-        return sent(cmd, offset_msg_ids(self.store.store_host, r.log_offsets), r.queue_id,
+        return sent(cmd, offset_msg_ids(self.messages.store_host, r.log_offsets), r.queue_id,
                     r.queue_offsets[0], code)
 
     @staticmethod
@@ -249,11 +250,11 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         # copy keeps them (and DELAY) and goes to that queue.
         msgs[0].properties = with_real_queue(msgs[0].properties, topic, qid)
         delay_ms = self.door.delay_ms(level)
-        start = self.store.commitlog.end
+        start = self.messages.end
         d = self.broker.delay(topic, delay_ms, msgs)
 
         def done(_, cmd=cmd, code=codes.SUCCESS):
-            return sent(cmd, offset_msg_ids(self.store.store_host, [start]), qid, 0, code)
+            return sent(cmd, offset_msg_ids(self.messages.store_host, [start]), qid, 0, code)
 
         return d.addCallbacks(done, self._send_failed, errbackArgs=(cmd, topic, done))
 
@@ -261,7 +262,7 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         d = self.door.transactions.prepare(topic, qid, msg)
 
         def done(r, cmd=cmd, code=codes.SUCCESS):
-            return sent(cmd, offset_msg_ids(self.store.store_host, r.log_offsets), qid,
+            return sent(cmd, offset_msg_ids(self.messages.store_host, r.log_offsets), qid,
                         r.queue_offsets[0], code)
 
         return d.addCallbacks(done, self._send_failed, errbackArgs=(cmd, topic, done))
@@ -282,7 +283,7 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         max_times = cfg.get("retryMaxTimes", 16)
         if cmd.version >= codes.VERSION_V3_4_9 and field(cmd, "maxReconsumeTimes"):
             max_times = int_field(cmd, "maxReconsumeTimes")
-        msg = retry_copy(view, offset_msg_ids(self.store.store_host, [offset]))
+        msg = retry_copy(view, offset_msg_ids(self.messages.store_host, [offset]))
         if view.reconsume_times >= max_times or delay_level < 0:
             d = self.door.ensure_topic(dlq_topic(group), 1)
             d.addCallback(lambda t: self.broker.publish(t.name, [msg], 0))
@@ -340,14 +341,14 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
     # -- offsets -------------------------------------------------------------------
 
     def _queue(self, cmd):
-        return self.store.find_queue(field(cmd, "topic", ""), int_field(cmd, "queueId"))
+        return self.messages.find_queue(field(cmd, "topic", ""), int_field(cmd, "queueId"))
 
     def query_offset(self, cmd):
         topic, group, qid = field(cmd, "topic", ""), field(cmd, "consumerGroup", ""), int_field(cmd, "queueId")
         off = self.broker.offsets.query(topic, group, qid)
         if off is not None:
             return ok(cmd, {"offset": off})
-        q = self.store.find_queue(topic, qid)
+        q = self.messages.find_queue(topic, qid)
         if q is None or q.min_offset <= 0:
             # a young queue: a new group starts at its beginning (RocketMQ 4.9's rule)
             return ok(cmd, {"offset": 0})
@@ -369,8 +370,7 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         return ok(cmd, {"offset": q.min_offset if q else 0})
 
     def _store_ts(self, q, i):
-        off, _, _ = q.entry(i)
-        return fmt.I64.unpack(self.store.commitlog.read(off + fmt.OFF_STORE_TS, 8))[0]
+        return self.messages.store_ts_at(q.entry(i)[0])
 
     def search_offset(self, cmd):
         q = self._queue(cmd)
@@ -388,7 +388,7 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
 
     def _first_live(self, q):
         lo = q.min_offset
-        while lo < q.max_offset and q.entry(lo)[0] < self.store.commitlog.min_offset:
+        while lo < q.max_offset and q.entry(lo)[0] < self.messages.min_offset:
             lo += 1
         return lo
 

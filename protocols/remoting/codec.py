@@ -2,7 +2,7 @@
 connection's bytes is L{protocols.remoting.framing.FrameDecoder}).
 
 Frame: u32 length, u32 (serializeType << 24 | headerLength), header, body
-(specs/rocketmq-remoting.md 1.2).  Headers are JSON (type 0, the only one the C++
+(RocketMQ 4.9.4's RemotingCommand.encode).  Headers are JSON (type 0, the only one the C++
 client reads) or the ROCKETMQ binary layout (type 1).  Every decoding failure raises
 ``RemotingProtocolError``; the connection should then be dropped.
 """
@@ -84,7 +84,7 @@ def ext_value_to_str(value) -> str | None:
     """Return the string form of an extFields value as Java would read it, None for null.
 
     Clients send some values as JSON numbers (C++) and booleans as true/false or
-    "0"/"1" (spec 1.3, decoding rules 2-3); callers convert by the declared type.
+    "0"/"1" (as RocketMQ's clients send them); callers convert by the declared type.
     """
     if isinstance(value, str):
         return value
@@ -165,7 +165,7 @@ def py_decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
     elif type(ext_fields) is not dict:
         raise RemotingProtocolError("extFields is not an object")
     elif not {*map(type, ext_fields.values())} <= _STR_ONLY:
-        # C++ sends some values as numbers (spec 1.3): a fresh dict from the decoder,
+        # C++ sends some values as numbers: a fresh dict from the decoder,
         # so only those are converted, in place.
         _ext_fields_in(ext_fields)
     return RemotingCommand(
@@ -216,7 +216,7 @@ def encode_json_header(command: RemotingCommand) -> bytes:
 
     Keys in alphabetical order (as fastjson writes them), ``remark`` and
     ``extFields`` left out when empty, every extFields value a JSON string (the C++
-    client ignores numeric values, the Go client fails on them; spec 1.3 and 13).
+    client ignores numeric values, the Go client fails on them).
     """
     ext = command.ext_fields
     code, flag, opaque, version = command.code, command.flag, command.opaque, command.version

@@ -1,6 +1,6 @@
 """Numeric constants of the RocketMQ 4.x remoting protocol: request, response and language codes, flag bits.
 
-Values follow specs/rocketmq-remoting.md sections 1.3-1.6 and 2.
+Values follow RocketMQ 4.9.4's RequestCode, ResponseCode, LanguageCode and RemotingCommand.
 """
 
 # -- frame / header -----------------------------------------------------------
@@ -42,11 +42,11 @@ VERSION_V4_8_0 = 373
 VERSION_V4_9_0 = 393
 VERSION_V4_9_4 = 401  # Java 4.9.4 clients; what our servers announce
 
-# What our servers put in response headers (spec 1.3, encoding rule 2).
+# What our servers put in response headers (as RocketMQ 4.9.4's RemotingCommand).
 SERVER_LANGUAGE = LANGUAGE_JAVA
 SERVER_VERSION = VERSION_V4_9_4
 
-# -- request codes (spec 2.1) --------------------------------------------------
+# -- request codes (RequestCode) -----------------------------------------------
 
 SEND_MESSAGE = 10
 PULL_MESSAGE = 11
@@ -141,7 +141,7 @@ ADD_WRITE_PERM_OF_BROKER = 327
 GET_ALL_PRODUCER_INFO = 328
 DELETE_EXPIRED_COMMITLOG = 329
 
-# -- response codes (spec 2.2) -------------------------------------------------
+# -- response codes (ResponseCode) --------------------------------------------
 
 SUCCESS = 0
 SYSTEM_ERROR = 1
@@ -180,7 +180,7 @@ UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
 DELETE_ACL_CONFIG_FAILED = 210
 UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
 
-# -- message sysFlag bits (spec 6.5) and pull sysFlag bits (spec 4.3) ---------
+# -- message sysFlag bits (MessageSysFlag) and pull sysFlag bits (PullSysFlag) --
 
 MSG_COMPRESSED_FLAG = 0x1
 MSG_MULTI_TAGS_FLAG = 0x2
@@ -206,7 +206,7 @@ def _names(first, last):
     return {found[k]: k for k in section if k.isupper() and type(found[k]) is int}
 
 
-#: Request code -> its name (spec 2.1), e.g. 10 -> "SEND_MESSAGE".
+#: Request code -> its name (RequestCode), e.g. 10 -> "SEND_MESSAGE".
 REQUEST_NAMES = _names("SEND_MESSAGE", "DELETE_EXPIRED_COMMITLOG")
-#: Response code -> its name (spec 2.2), e.g. 2 -> "SYSTEM_BUSY".
+#: Response code -> its name (ResponseCode), e.g. 2 -> "SYSTEM_BUSY".
 RESPONSE_NAMES = _names("SUCCESS", "UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED")

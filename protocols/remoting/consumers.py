@@ -7,7 +7,7 @@ configs, which L{protocols.remoting.configfiles} writes to subscriptionGroup.jso
 
 from dataclasses import dataclass, field
 
-from mqserver.store.format import java_string_hash
+from mqserver.message import java_string_hash
 
 LOCK_MAX_LIVE_MS = 60_000
 CLIENT_EXPIRE_MS = 120_000
@@ -16,7 +16,7 @@ CLIENT_EXPIRE_MS = 120_000
 def parse_subscription(expression):
     """Return C{(tags, codes)} of a tag expression; C{(None, None)} for ``*``/empty.
 
-    Hash codes are recomputed here: the C++ client's codeSet is garbage (spec 5.2).
+    Hash codes are recomputed here: the C++ client's codeSet is garbage.
     """
     expression = (expression or "").strip()
     if not expression or expression == "*":

@@ -1,5 +1,5 @@
 """The incremental decoder of a remoting connection's bytes: whatever arrived in, whole
-commands out (frames as in L{protocols.remoting.codec}, specs/rocketmq-remoting.md 1.2)."""
+commands out (frames as in L{protocols.remoting.codec})."""
 
 from protocols.remoting import codes
 from protocols.remoting.codec import (

@@ -1,12 +1,10 @@
 """The broker door's consumer groups: their configs, their clients, their offsets."""
 
 import json
-import os
 
 from twisted.internet import defer
 
 from mqserver.errors import StoreError
-from mqserver.store.flush import read_json
 
 from protocols.remoting import codes
 from protocols.remoting.admin_stats import mq_map
@@ -44,7 +42,7 @@ class Groups:
 
     def load(self):
         """Load the saved group configs (the store is open)."""
-        data = read_json(os.path.join(self.broker.store.path, GROUP_FILE)) or {}
+        data = self.broker.files.read_json(GROUP_FILE) or {}
         for name, cfg in (data.get("subscriptionGroupTable") or {}).items():
             self.consumers.group_configs[name] = cfg
 
@@ -144,7 +142,7 @@ class Groups:
 
 def reset_offset_body(broker_name, topic, positions, for_c):
     """The body of RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetBodyForC (a list) for C++
-    clients, ResetOffsetBody (a map keyed by MessageQueue, spec 5.8) for the others."""
+    clients, ResetOffsetBody (a map keyed by MessageQueue, as fastjson writes it) for the others."""
     mqs = [({"brokerName": broker_name, "queueId": q, "topic": topic}, o)
            for q, o in sorted(positions.items())]
     if for_c:

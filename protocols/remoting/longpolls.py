@@ -1,5 +1,5 @@
-"""Long polling (spec 4.3): PULLs that found nothing, parked until a message arrives in
-their queue or their suspend time is up.
+"""Long polling (as RocketMQ 4.9.4's PullRequestHoldService): PULLs that found nothing,
+parked until a message arrives in their queue or their suspend time is up.
 
 A parked pull costs no Deferred and no timer of its own: its connection answers it
 itself when it finishes (C{protocol.finish_pull}), and one timer per door, set for the

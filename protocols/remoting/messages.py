@@ -10,7 +10,7 @@ class RemotingCommand:
     """One remoting frame, request or response, independent of its serialization.
 
     ``ext_fields`` always maps strings to strings: the decoder stringifies the
-    numbers some clients send, and every value must go out as a JSON string (spec 1.3).
+    numbers some clients send, and every value must go out as a JSON string.
     ``remark`` is None when absent; the C++ client sends ``""``.
     """
 
@@ -32,7 +32,7 @@ class RemotingCommand:
         """Return True when the sender asked for no response.
 
         The C++ 1.2.3 client sets this bit after serializing, so its "one-way"
-        requests arrive with flag 0 and this returns False for them (spec 1.4).
+        requests arrive with flag 0 and this returns False for them.
         """
         return bool(self.flag & codes.FLAG_ONEWAY)
 

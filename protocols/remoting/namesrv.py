@@ -1,6 +1,6 @@
 """The nameserver wire protocol: remoting requests onto a L{RouteTable}.
 
-Spec section 3 (codes 100-106, 206, 216, 219, 224, 205/327, 322).
+As RocketMQ 4.9.4's DefaultRequestProcessor (codes 100-106, 206, 216, 219, 224, 205/327, 322).
 """
 
 import struct
@@ -24,7 +24,7 @@ MAX_REGISTER_BODY = DEFAULT_MAX_FRAME
 
 
 def decode_register_body(body, compressed):
-    """Return C{(topic configs, data version)} from a RegisterBrokerBody (spec 5.6)."""
+    """Return C{(topic configs, data version)} from a RegisterBrokerBody."""
     if not body:
         return {}, {}
     if not compressed:

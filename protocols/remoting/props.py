@@ -1,7 +1,7 @@
 """RocketMQ message helpers: property strings, Java String.hashCode, message ids, batch bodies.
 
-See specs/rocketmq-remoting.md 6.2 (message ids), 6.3 (property string), 6.6 (tag
-hash) and 6.7 (batch body).
+As RocketMQ 4.9.4's MessageDecoder (message ids, property strings, batch bodies) and
+MessageExtBrokerInner.tagsString2tagsCode (tag hash).
 """
 
 import ipaddress
@@ -9,7 +9,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from mqserver.store import format as fmt
+from mqserver import message as fmt
 
 from protocols.remoting.codec import RemotingProtocolError
 from protocols.remoting.wire import BATCH_MESSAGE_HEAD, BATCH_MESSAGE_HEAD_SIZE, INT16_STRUCT
@@ -23,7 +23,7 @@ MAX_PROPERTIES_LENGTH = 32767  # the stored/batch layouts carry a signed 16-bit 
 
 def decode_properties(data: str | bytes) -> dict[str, str]:
     """Parse ``name\\x01value\\x02...`` into an ordered dict (the store's codec,
-    L{mqserver.store.format.decode_properties}, with str keys and values).
+    L{mqserver.message.decode_properties}, with str keys and values).
 
     Accepts the C++ trailing separator and Java's missing one; pieces without a
     name or a value are skipped; the first ``\\x01`` splits name from value.
@@ -71,7 +71,7 @@ _PORT_OFFSET = struct.Struct(">iq")
 def make_offset_msg_id(host: str, port: int, commit_log_offset: int) -> str:
     """Return the offset message id: uppercase hex of store IP, 4-byte port, 8-byte offset.
 
-    32 hex characters for IPv4, 56 for IPv6 (spec 6.2).
+    32 hex characters for IPv4, 56 for IPv6.
     """
     try:
         packed = ipaddress.ip_address(host).packed
@@ -126,7 +126,7 @@ def decode_batch_body(body: bytes) -> list[BatchMessage]:
     """Split a batch body into messages; the TOTALSIZE fields must tile it exactly.
 
     The caller inflates the body first when the request's sysFlag has the
-    compressed bit (C++ deflates a whole batch of 4 KiB or more, spec 6.5).
+    compressed bit (C++ deflates a whole batch of 4 KiB or more).
     """
     view = memoryview(body)
     end = len(view)

@@ -36,7 +36,7 @@ def tag_codes_of(expr):
 
 class PullHandlers:
     """The pull handlers of a broker connection (C{self.door}, C{self.broker},
-    C{self.store} are the connection's)."""
+    C{self.messages} are the connection's)."""
 
     def pull(self, cmd):
         # most pulls are the usual one (_usual_pull)
@@ -81,13 +81,13 @@ class PullHandlers:
             self.broker.offsets.commit(topic, group, qid, commit)
         if sys_flag & _SUSPEND:
             hold_ms = min(suspend, self.door.long_poll_max_ms)
-            q = self.store.find_queue(topic, qid)
+            q = self.messages.find_queue(topic, qid)
             if hold_ms > 0 and q is not None and offset == q.max_offset:
                 # a consumer keeping up, at the tail: what pull_once would find (nothing,
                 # PULL_NOT_FOUND) without looking
                 self.door.polls.park(self, cmd, (topic, qid, offset, max_nums, tag_codes, group), hold_ms)
                 return None  # finish_pull answers it
-        result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
+        result = pull_once(self.messages, self.messages.store_host, topic, qid, offset, max_nums, tag_codes)
         if result.code == codes.PULL_NOT_FOUND and sys_flag & _SUSPEND and hold_ms > 0:
             self.door.polls.park(self, cmd, (topic, qid, offset, max_nums, tag_codes, group), hold_ms)
             return None
@@ -117,7 +117,7 @@ class PullHandlers:
         if sys_flag & codes.PULL_FLAG_SUBSCRIPTION:
             expr = field(cmd, "subscription", "*")
         else:
-            # Java and Go push consumers leave the subscription to their heartbeat (spec 4.3)
+            # Java and Go push consumers leave the subscription to their heartbeat
             sub = self.door.consumers.subscription(group, topic)
             if sub is None:
                 return error(cmd, codes.SUBSCRIPTION_NOT_EXIST,
@@ -131,7 +131,7 @@ class PullHandlers:
             if commit >= 0 and self.broker.is_master:
                 self.broker.offsets.commit(topic, group, qid, commit)
         args = (topic, qid, offset, max_nums, tag_codes, group)
-        result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
+        result = pull_once(self.messages, self.messages.store_host, topic, qid, offset, max_nums, tag_codes)
         if result.code == codes.PULL_NOT_FOUND and sys_flag & codes.PULL_FLAG_SUSPEND:
             # held as long as the client asks (4.9), bounded by rocketmq.longPollMaxMs
             hold_ms = min(int_field(cmd, "suspendTimeoutMillis", SUSPEND_DEFAULT_MS), self.door.long_poll_max_ms)
@@ -144,7 +144,7 @@ class PullHandlers:
         """Re-run a parked pull; answer it and return True when it is done (C{final}: its
         time is up, answer whatever it finds)."""
         topic, qid, offset, max_nums, tag_codes, group = hold.args
-        result = pull_once(self.store, self.store.store_host, topic, qid, offset, max_nums, tag_codes)
+        result = pull_once(self.messages, self.messages.store_host, topic, qid, offset, max_nums, tag_codes)
         if result.code == codes.PULL_NOT_FOUND and not final:
             return False
         self._reply(self._pull_response(hold.cmd, result, group, topic, qid), hold.cmd)

@@ -1,4 +1,4 @@
-"""PULL_MESSAGE (11): reading a consume queue with tag filtering (spec 4.3; the pulls
+"""PULL_MESSAGE (11): reading a consume queue with tag filtering (the pulls
 parked for long polling are L{protocols.remoting.longpolls}'). The response body is the
 stored records as they are: the store writes the RocketMQ 4.x MessageExt layout, so only
 STOREHOST is patched (to the address the broker listens on now, in case it moved since
@@ -7,7 +7,7 @@ the record was written)."""
 from dataclasses import dataclass
 
 from mqserver import speedups
-from mqserver.store import format as fmt
+from mqserver import message as fmt
 
 from protocols.remoting import codes
 
@@ -32,12 +32,13 @@ class PullResult:
     remark: str = ""
 
 
-def pull_once(store, store_host, topic, queue_id, offset, max_nums, tag_codes):
-    """Read up to C{max_nums} messages of (topic, queue) from C{offset}.
+def pull_once(messages, store_host, topic, queue_id, offset, max_nums, tag_codes):
+    """Read up to C{max_nums} messages of (topic, queue) from C{offset} of C{messages}
+    (the broker's L{mqserver.interfaces.IMessageLog}).
 
     @param tag_codes: set of tag hashes to keep, or None for every message.
     """
-    q = store.find_queue(topic, queue_id)
+    q = messages.find_queue(topic, queue_id)
     if q is None or q.max_offset == 0:
         code = codes.PULL_OFFSET_MOVED if offset != 0 else codes.PULL_NOT_FOUND
         return PullResult(code, 0, 0, 0, remark="NO_MESSAGE_IN_QUEUE")
@@ -51,21 +52,21 @@ def pull_once(store, store_host, topic, queue_id, offset, max_nums, tag_codes):
     max_nums = max(1, max_nums)
     if tag_codes is None and offset == hi - 1:
         # a consumer keeping up with a producer: the record just written, from memory
-        newest = store.newest_record(topic, queue_id, offset)
+        newest = messages.newest_record(topic, queue_id, offset)
         if newest:
             return PullResult(codes.SUCCESS, hi, lo, hi,
                               records_body(newest, [(0, len(newest))], store_host), 1, "FOUND")
     if tag_codes is None:
-        picked, pos = _pick(store, topic, queue_id, offset, max_nums)
+        picked, pos = _pick(messages, topic, queue_id, offset, max_nums)
     else:
-        picked, pos = _pick_tagged(store, topic, queue_id, offset, max_nums, tag_codes)
+        picked, pos = _pick_tagged(messages, topic, queue_id, offset, max_nums, tag_codes)
     if not picked:
         if pos == offset:  # written but not yet readable (flush level 2)
             return PullResult(codes.PULL_NOT_FOUND, offset, lo, hi, remark="OFFSET_OVERFLOW_ONE")
         return PullResult(codes.PULL_RETRY_IMMEDIATELY, pos, lo, hi, remark="NO_MATCHED_MESSAGE")
-    buf, locs = store.read_records(picked)
+    buf, locs = messages.read_records(picked)
     if not locs:
-        if fmt.I64.unpack_from(picked, len(picked) - _ENTRY)[0] >= store.commitlog.min_offset:
+        if fmt.I64.unpack_from(picked, len(picked) - _ENTRY)[0] >= messages.min_offset:
             # Only damaged records (the store left them out and reported them): the
             # client moves past them as past unmatched ones.
             return PullResult(codes.PULL_RETRY_IMMEDIATELY, pos, lo, hi, remark="NO_MATCHED_MESSAGE")
@@ -75,14 +76,14 @@ def pull_once(store, store_host, topic, queue_id, offset, max_nums, tag_codes):
                       "FOUND")
 
 
-def _pick(store, topic, queue_id, pos, max_nums):
+def _pick(messages, topic, queue_id, pos, max_nums):
     """Return (packed entries, next offset): up to C{max_nums} readable entries from
     C{pos}, whose records take at most L{MAX_BYTES} (but at least one entry)."""
     chunks = []
     count = nbytes = 0
     while count < max_nums and nbytes < MAX_BYTES:
         want = max_nums - count
-        entries = store.read_entries(topic, queue_id, pos, want)
+        entries = messages.read_entries(topic, queue_id, pos, want)
         if not entries:
             break
         n = len(entries) // _ENTRY
@@ -110,14 +111,14 @@ def _pick(store, topic, queue_id, pos, max_nums):
     return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), pos
 
 
-def _pick_tagged(store, topic, queue_id, pos, max_nums, tag_codes):
+def _pick_tagged(messages, topic, queue_id, pos, max_nums, tag_codes):
     """L{_pick} of the entries whose tag hash is in C{tag_codes}, looking at no more than
     L{MAX_SCAN} entries; the next offset is past the last entry looked at."""
     picked = []
     nbytes = 0
     scanned = 0
     while len(picked) < max_nums and scanned < MAX_SCAN and nbytes < MAX_BYTES:
-        entries = store.read_entries(topic, queue_id, pos, min(MAX_SCAN - scanned, 1000))
+        entries = messages.read_entries(topic, queue_id, pos, min(MAX_SCAN - scanned, 1000))
         if not entries:
             break
         for i in range(len(entries) // _ENTRY):

@@ -1,5 +1,5 @@
 """The broker's registration with its nameservers (REGISTER_BROKER every 30 s and when
-topics change, UNREGISTER_BROKER at stop; spec 3.2, 3.3).
+topics change, UNREGISTER_BROKER at stop; as RocketMQ 4.9.4's BrokerOuterAPI).
 
 With no C{rocketmq.namesrvAddr} configured, the broker registers in-process with the
 nameserver embedded in the same process (if its door is on); otherwise it connects to
@@ -124,8 +124,8 @@ class Registrar:
         return dd.addCallbacks(done, failed)
 
     def _connect(self, addr):
-        # imported here: twisted.internet.endpoints loads the TLS stack (about 12 MB),
-        # which a broker whose nameserver runs in its own process never needs
+        # imported here: a broker whose nameserver runs in its own process never needs
+        # twisted.internet.endpoints
         from twisted.internet import endpoints
 
         self._connecting[addr] = []

@@ -1,11 +1,12 @@
 """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
-CONSUMER_SEND_MSG_BACK (36): turning requests into store messages (spec 4.1, 4.2, 4.9, 7)."""
+CONSUMER_SEND_MSG_BACK (36): turning requests into store messages (as RocketMQ 4.9.4's
+SendMessageProcessor)."""
 
 import socket
 import struct
 
-from mqserver.store import format as fmt
-from mqserver.store.store import Message
+from mqserver import message as fmt
+from mqserver.message import Message
 
 from protocols.remoting import codes
 from protocols.remoting.inflate import InflateError, InflateLimitError, inflate
@@ -13,7 +14,7 @@ from protocols.remoting.props import decode_batch_body
 from protocols.remoting.server import BadRequest, to_int
 from protocols.remoting.topicview import DLQ_PREFIX, RETRY_PREFIX
 
-#: SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE short field names (spec 4.1).
+#: SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE short field names (SendMessageRequestHeaderV2).
 SHORT_NAMES = {
     "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
     "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
@@ -122,7 +123,7 @@ def build_messages(ext, body, born_host, max_size):
     sys_flag &= ~_HOST_FLAGS
     if header_bool(ext, "batch"):
         if sys_flag & codes.MSG_COMPRESSED_FLAG:
-            # C++ deflates a whole batch of 4 KiB or more (spec 6.5)
+            # C++ deflates a whole batch of 4 KiB or more
             try:
                 body = inflate(body, max_size)
             except InflateLimitError:
@@ -147,8 +148,8 @@ def build_messages(ext, body, born_host, max_size):
 
 
 def offset_msg_ids(store_host, offsets):
-    """Return the offset message ids (spec 6.2: store IP, 4-byte port, 8-byte commit-log
-    offset, uppercase hex) of records at C{offsets}, comma-joined.
+    """Return the offset message ids (as MessageDecoder.createMessageId: store IP, 4-byte
+    port, 8-byte commit-log offset, uppercase hex) of records at C{offsets}, comma-joined.
 
     C{store_host} is the 8-byte STOREHOST field, which is already IP + port."""
     return ",".join((store_host + o.to_bytes(8, "big")).hex().upper() for o in offsets)
@@ -160,7 +161,7 @@ _DROP_ON_RETRY = {b"MQ_DELAY_ID", b"DELAY"}
 def retry_copy(view, offset_id):
     """Return the L{Message} that CONSUMER_SEND_MSG_BACK stores for the record C{view}:
     same body, flag and born fields, RETRY_TOPIC and ORIGIN_MESSAGE_ID set when
-    missing, reconsumeTimes + 1 (spec 4.9)."""
+    missing, reconsumeTimes + 1 (as consumerSendMsgBack)."""
     pairs = [(k, v) for k, v in fmt.decode_properties(view.properties) if k not in _DROP_ON_RETRY]
     keys = {k for k, _ in pairs}
     if b"RETRY_TOPIC" not in keys:

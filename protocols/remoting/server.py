@@ -17,7 +17,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqserver.idle import IdleWatch
-from mqserver.sendnow import Cork
+from mqserver.runtime.output import Output
 from mqserver.wiretap import OFF, tamper_output
 
 from protocols.remoting import codes
@@ -61,7 +61,7 @@ def command_fields(cmd):
 
 def response_code(value):
     """Return the response code a fault rule's C{respond} value names: a number, or a
-    name of spec 2.2 (C{SYSTEM_BUSY}); raise ValueError for anything else."""
+    name in ResponseCode (C{SYSTEM_BUSY}); raise ValueError for anything else."""
     if value.lstrip("-").isdigit():
         code = int(value)
         if -(1 << 31) <= code < 1 << 31:
@@ -158,14 +158,17 @@ class RemotingProtocol(IdleWatch, Protocol):
     handlers = {}
     door_name = None
     tap = OFF
+    #: a check every request passes before it is handled (or traced), or None: called
+    #: with the request, it returns None to let it run, or the answer refusing it
+    admit = None
     _opaques = itertools.count(1 << 30)
 
     def __init__(self):
         self.decoder = FrameDecoder()
         self.pending = {}  # opaque -> Deferred, for requests this side sent
         self.closed = False
-        self._cork = Cork()  # one send for every reply a read produces
-        self._gathered = 0  # bytes of answers the cork gathered in this read
+        self.output = Output(self)  # one send for every reply a read produces
+        self._gathered = 0  # bytes of answers gathered in this read
         self._out_full = False  # the transport's buffer is full: requests wait
         self._held = None  # requests of a read not handled yet (the buffer filled)
         self._close_after = False  # a framing error: close once the requests before it are handled
@@ -197,15 +200,15 @@ class RemotingProtocol(IdleWatch, Protocol):
             # the frames this read completes, as the client sent them (for the trace)
             self._frames_in = (deque(split_frames(self.decoder.pending() + data))
                                if self.tap.trace.active else None)
-        self._cork.received(self.transport, self._received, data)
+        self.output.received(self._received, data)
 
     def _send(self, data):
-        self._cork.write(self.transport, data)
+        self.output.write(data)
         self._gathered += len(data)
         if self._gathered > GATHER_LIMIT:
             # hand them on now: a full transport buffer pauses this producer
             self._gathered = 0
-            self._cork.flush(self.transport)
+            self.output.flush()
 
     def _received(self, data):
         try:
@@ -247,7 +250,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         held, self._held = self._held, None
         if held is not None:
             self._gathered = 0
-            self._cork.received(self.transport, self._run, held)
+            self.output.received(self._run, held)
         if not self._out_full and not self._close_after and not self.closed:
             self.transport.resumeProducing()
 
@@ -260,6 +263,11 @@ class RemotingProtocol(IdleWatch, Protocol):
             if d is not None:
                 d.callback(cmd)
             return
+        if self.admit is not None:
+            refusal = self.admit(cmd)
+            if refusal is not None:
+                self._reply(refusal, cmd)
+                return
         if self.tap.active:
             self._tapped(cmd)
             return
@@ -306,7 +314,7 @@ class RemotingProtocol(IdleWatch, Protocol):
             result = fault_response(cmd, rule)
         else:
             if action in ("split", "corrupt"):
-                self._cork = self._cork.detach(self.transport)
+                self.output.detach()
                 tamper_output(self, rule, self.tap.clock)
             result = self._handle(cmd)
         if action == "delay":
@@ -344,7 +352,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         self._send(response if type(response) is bytes else encode(response))
 
     def unsupported(self, cmd):
-        """Answer an unknown request code (spec 2.1)."""
+        """Answer an unknown request code, as RocketMQ 4.9.4's NettyRemotingAbstract does."""
         return error(cmd, codes.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
 
     # -- output ----------------------------------------------------------------------

@@ -9,7 +9,6 @@ import shutil
 import time
 
 from mqserver.broker.stats import WINDOWS
-from mqserver.store import format as fmt
 
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
 TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
@@ -53,13 +52,14 @@ def _tps(stats, kind, counts):
 
 
 def runtime_info(stats, store, version, version_desc):
-    """Return the KVTable of GET_BROKER_RUNTIME_INFO with every field clusterList reads."""
+    """Return the KVTable of GET_BROKER_RUNTIME_INFO with every field clusterList reads
+    (C{store}: the broker's L{mqserver.interfaces.IStoreStats})."""
     counts = stats.counts()
     put_m, put_b = counts[("put", None)]
     get_m, _ = counts[("get", None)]
     yesterday, today = stats.history.day_marks
     ratio = _disk_ratio(store.path)
-    earliest = _earliest_ts(store)
+    earliest = store.earliest_store_ts()
     boot = stats.start_ms
     return {
         "brokerVersionDesc": version_desc, "brokerVersion": str(version),
@@ -86,8 +86,8 @@ def runtime_info(stats, store, version, version_desc):
         "dispatchBehindBytes": "0", "earliestMessageTimeStamp": str(earliest),
         "startAcceptSendRequestTimeStamp": "0",
         "commitLogDiskRatio": str(ratio), "consumeQueueDiskRatio": str(ratio),
-        "commitLogMinOffset": str(store.commitlog.min_offset),
-        "commitLogMaxOffset": str(store.commitlog.end),
+        "commitLogMinOffset": str(store.min_offset),
+        "commitLogMaxOffset": str(store.end),
         "putLatency99": "0.00", "putLatency999": "0.00",
     }
 
@@ -104,13 +104,3 @@ def _disk_ratio(path):
         return -1
     return round(u.used / u.total, 4) if u.total else -1
 
-
-def _earliest_ts(store):
-    """The store time of the oldest record in the log (0 when it is empty)."""
-    log = store.commitlog
-    if log.end - log.min_offset < fmt.HEADER_SIZE:
-        return 0
-    try:
-        return fmt.I64.unpack(log.read(log.min_offset + fmt.OFF_STORE_TS, 8))[0]
-    except (OSError, ValueError):
-        return 0

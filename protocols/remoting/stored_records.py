@@ -1,20 +1,18 @@
 """Stored message records served whole by the broker door (view and query by key)."""
 
-import os
-
-from mqserver.store import format as fmt
-from mqserver.store.index import IndexService
+from mqserver import message as fmt
 
 
 class StoredRecords:
     """Owns the reading of whole stored records by commit-log offset (STOREHOST patched
-    in) and the key index (L{IndexService}, fed by the store's dispatch) that finds them
-    by message key."""
+    in) and the key index (L{IMessageLog.open_key_index}) that finds them by message key.
 
-    def __init__(self, store):
-        self.store = store
-        self.index = IndexService(os.path.join(store.path, "index"))
-        store.add_dispatch_listener(self.index.dispatch)
+    @ivar messages: the broker's L{mqserver.interfaces.IMessageLog}.
+    """
+
+    def __init__(self, messages):
+        self.messages = messages
+        self.index = messages.open_key_index()
 
     def close(self):
         """Close the key index."""
@@ -23,21 +21,11 @@ class StoredRecords:
     def raw_record_at(self, offset):
         """Return the stored message record at commit-log C{offset} (STOREHOST patched),
         or None when there is none."""
-        log = self.store.commitlog
-        if offset < log.min_offset or offset + fmt.HEADER_SIZE > self.store.visible_end:
-            return None
-        try:
-            head = log.read(offset, 8)
-            size, magic = fmt.BLANK.unpack_from(head, 0)
-            if magic != fmt.MESSAGE_MAGIC or size < fmt.HEADER_SIZE or offset + size > self.store.visible_end:
-                return None
-            data = log.read(offset, size)
-        except (OSError, ValueError):
-            return None
-        if self.store.damaged(data, offset):  # never served (reported by the store)
+        data = self.messages.message_at(offset)
+        if data is None:
             return None
         data = bytearray(data)
-        data[64:72] = self.store.store_host
+        data[64:72] = self.messages.store_host
         return bytes(data)
 
     def record_at(self, offset):

@@ -1,4 +1,4 @@
-"""Reading the fastjson dialect Java peers may send (spec 5.8): bare integer map keys."""
+"""Reading the fastjson dialect Java peers may send: bare integer map keys."""
 
 import json
 import re

@@ -1,8 +1,6 @@
 """The RocketMQ view of the broker's topics: their configs, the data version nameservers
 compare, and ``topic.json``."""
 
-import os
-
 from twisted.internet import defer
 from twisted.logger import Logger
 
@@ -18,17 +16,18 @@ TOPIC_FILE = "topic.json"
 
 class ConfigFiles:
     """Writes the door's JSON files (``topic.json``, ``subscriptionGroup.json``) into the
-    store directory, atomically, on the store's disk thread or at once.
+    data directory, atomically, on the store's disk thread or at once, through the
+    broker's L{mqserver.interfaces.IDataFiles}.
 
     A write that fails (a full disk) is a disk error of the store: counted and logged
-    as the store's own (one line per disk trouble, L{mqserver.store.disk.DiskGuard}),
+    as the store's own (one line per disk trouble),
     and the file as it was stays (the write goes to a temporary file first).
     """
 
     log = Logger()
 
-    def __init__(self, store):
-        self._store = store
+    def __init__(self, files):
+        self._files = files
 
     def write(self, name, data, sync):
         """Write C{data} as the file C{name}: now when C{sync} (raising OSError), else on
@@ -39,19 +38,18 @@ class ConfigFiles:
             the failure already counted and logged.
         """
         if sync:
-            self._store.io.write_json(os.path.join(self._store.path, name), data)
+            self._files.write_json(name, data)
             return None
         return self.save(name, data).addErrback(self._failed, name)
 
     def save(self, name, data):
         """Write C{data} as the file C{name} on the disk thread; return a Deferred that
         fires once it is written, or fails with the error."""
-        store = self._store
-        return store.runner.run(store.io.write_json, os.path.join(store.path, name), data)
+        return self._files.save_json(name, data)
 
     def _failed(self, f, name):
         if f.check(OSError):
-            raise self._store.disk.failed(f"writing {name}", f.value)
+            raise self._files.disk_failed(f"writing {name}", f.value)
         self.log.failure("writing {name} failed", f, name=name)
         raise StoreError(f"writing {name} failed")
 
@@ -150,7 +148,7 @@ class TopicTable:
 
     def auto_create(self, name, default_topic, queue_nums):
         """Create an unknown topic a producer sends to, or return None when not allowed
-        (spec 4.1 step 2)."""
+        (as SendMessageProcessor checks it)."""
         if name.startswith(RETRY_PREFIX) or name.startswith(DLQ_PREFIX):
             return self.ensure_topic(name, 1)
         if not self.auto_create_enabled:

@@ -25,7 +25,7 @@ def valid_group(name):
 
 
 def valid_name(name):
-    """Return True when C{name} passes RocketMQ's topic name rule (spec 4.1)."""
+    """Return True when C{name} passes RocketMQ's topic name rule (TopicValidator)."""
     return bool(name) and len(name) <= MAX_NAME and bool(_NAME.match(name))
 
 

@@ -1,4 +1,4 @@
-"""RocketMQ 4.x transactional messages (spec 4.12), as the 4.9 broker keeps them.
+"""RocketMQ 4.x transactional messages, as the 4.9 broker keeps them.
 
 A SEND with ``TRAN_MSG=true`` stores a *half message*: the message with ``REAL_TOPIC``
 and ``REAL_QID`` added, transaction bits cleared, on ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0,
@@ -24,8 +24,8 @@ import random
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from mqserver.store import format as fmt
-from mqserver.store.store import Message
+from mqserver import message as fmt
+from mqserver.message import Message
 
 from protocols.remoting import codes
 from protocols.remoting.sending import offset_msg_ids
@@ -97,14 +97,14 @@ class Transactions:
     def __init__(self, door, config):
         self.door = door
         self.broker = door.broker
-        self.store = door.broker.store
+        self.messages = door.broker.messages
         self.timeout_ms = config["rocketmq.transactionTimeoutMs"]
         self.check_max = config["rocketmq.transactionCheckMax"]
         self.check_interval = config["rocketmq.transactionCheckIntervalMs"] / 1000.0
         self.pending = {}
         self.alias = {}
         # only its three topics' records (with properties or not: as it always did)
-        self.store.add_dispatch_listener(self._dispatch, topics=_TX_TOPICS)
+        self.messages.add_dispatch_listener(self._dispatch, topics=_TX_TOPICS)
         self.broker.register_state(STATE_NAME, self)
 
     # -- state (derived from the log, kept in the checkpoint) ------------------------
@@ -127,11 +127,11 @@ class Transactions:
         if h is not None:
             for q in [q for q, r in self.alias.items() if r == root]:
                 del self.alias[q]
-            self.store.mark_dirty()
+            self.broker.state_changed()
 
     def _dispatch(self, offset, topic, properties, store_ts):
         # Called for every message record of _TX_TOPICS written, replicated or replayed.
-        view = self._read(offset, self.store.commitlog.end)
+        view = self._read(offset, self.messages.end)
         if view is None:
             return
         props = dict(fmt.decode_properties(view.properties))
@@ -153,19 +153,8 @@ class Transactions:
 
     def _read(self, offset, end):
         """Return the message record at commit-log C{offset} below C{end}, or None."""
-        log = self.store.commitlog
-        if offset < log.min_offset or offset + fmt.HEADER_SIZE > end:
-            return None
-        try:
-            size, magic = fmt.BLANK.unpack(log.read(offset, 8))
-            if magic != fmt.MESSAGE_MAGIC or size < fmt.HEADER_SIZE or offset + size > end:
-                return None
-            data = log.read(offset, size)
-            if self.store.damaged(data, offset):  # reported by the store; never committed
-                return None
-            return fmt.RecordView(data)
-        except (OSError, ValueError, IndexError):
-            return None
+        data = self.messages.message_at(offset, end)
+        return None if data is None else fmt.RecordView(data)
 
     # -- SEND with TRAN_MSG ----------------------------------------------------------
 
@@ -299,7 +288,7 @@ class Transactions:
             return
         uniq = props.get(b"UNIQ_KEY")
         ext = {"tranStateTableOffset": view.queue_offset, "commitLogOffset": log_offset,
-               "offsetMsgId": offset_msg_ids(self.store.store_host, [log_offset])}
+               "offsetMsgId": offset_msg_ids(self.messages.store_host, [log_offset])}
         if uniq is not None:
             ext["msgId"] = ext["transactionId"] = uniq.decode("utf-8", "replace")
         body = as_real(data, view, props)

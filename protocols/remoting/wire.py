@@ -3,7 +3,8 @@
 The declarative ``construct`` schemas are the one definition (used as they are by
 tests and tooling). The precompiled ``struct.Struct`` objects, sizes, offsets and bit
 positions the codec uses on the hot path are derived from them at import
-(``mqserver.layout``). See specs/rocketmq-remoting.md sections 1.2, 1.5 and 6.7.
+(``mqserver.layout``). Layouts as RocketMQ 4.9.4's RemotingCommand,
+RocketMQSerializable and MessageDecoder write them.
 """
 
 

@@ -7,7 +7,7 @@
  * head of the pushed record: configure() also gets the offsets of its fields, derived
  * from protocols.smss.wire.PUSHED_RECORD.
  *
- * The pushed record is smss's (spec section 7.3), little-endian:
+ * The pushed record is smss's, little-endian:
  *   ts i64, eventId i64, queueId i64, queueOffset+1 i64, then the message record:
  *   S u32 (headers block + body), H u32 (header count), headers (u32 len, key, u32 len,
  *   value)..., body.

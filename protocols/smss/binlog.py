@@ -1,10 +1,10 @@
-"""Translation between mqserver's commit-log records and smss binlog records (spec §11.4).
+"""Translation between mqserver's commit-log records and smss binlog records.
 
 The replication stream is smss's, so a reference smss slave can follow an mqserver master
 and the reverse. Our log keeps one message per record; the records of one write (a PUB,
 MPUB or batch send of several messages, marked by ``SYSFLAG_BATCH_MORE`` on all but the
 last) become one PUB block whose eventId is the first message's, as smss writes it
-(spec §8, §11.4). DelayApply (101) blocks are built from messages carrying the
+(as the smss server replicates them). DelayApply (101) blocks are built from messages carrying the
 ``MQ_DELAY_ID`` property, one block per firing write too.
 
 What smss has no field for travels where smss keeps opaque bytes, so a reference smss
@@ -26,8 +26,8 @@ import json
 from dataclasses import dataclass
 
 from mqserver.broker.topics import create_body
-from mqserver.store import format as fmt
-from mqserver.store.store import Message
+from mqserver import message as fmt
+from mqserver.message import Message
 
 from protocols.smss import wire
 from protocols.smss.errors import InvalidPayload
@@ -37,6 +37,7 @@ from protocols.smss.views import message_record
 CMD_PUB, CMD_CREATE, CMD_DELETE = wire.CMD_PUB, wire.CMD_CREATE, wire.CMD_DELETE
 CMD_DELAY, CMD_DELAY_APPLY = wire.CMD_DELAY, wire.CMD_DELAY_APPLY
 CMD_EPOCH = wire.CMD_EPOCH
+CMD_COMMIT = wire.CMD_COMMIT
 REC_HEADER = b"MQ_REC"
 _I64 = wire.BINLOG_CREATE_STRUCT  # expireAt
 _DELAY_PREFIX = wire.BINLOG_DELAY_STRUCT  # trigger time, delay eventId
@@ -50,13 +51,15 @@ _OWN_BITS = fmt.SYSFLAG_SMSS_FRAMED | fmt.SYSFLAG_BATCH_MORE
 def _smss_record(body, properties, sys_flag, extra):
     if sys_flag & fmt.SYSFLAG_SMSS_FRAMED:
         return bytes(body)
-    pairs = fmt.decode_properties(properties)
-    headers = [(k, v) for k, v in pairs if k != fmt.DELAY_PROPERTY]
-    marker = [(k, v) for k, v in pairs if k == fmt.DELAY_PROPERTY]
-    # The slave rebuilds the properties from the headers (and the delay marker at the
-    # end); when that would not give these bytes back, they travel whole.
-    if fmt.encode_properties(headers + marker[-1:]) != bytes(properties):
-        headers.append((PROPS_HEADER, bytes(properties).hex().encode()))
+    headers = []
+    if properties:  # (none: no headers, and nothing to check; most replicated messages)
+        pairs = fmt.decode_properties(properties)
+        headers = [(k, v) for k, v in pairs if k != fmt.DELAY_PROPERTY]
+        marker = [(k, v) for k, v in pairs if k == fmt.DELAY_PROPERTY]
+        # The slave rebuilds the properties from the headers (and the delay marker at
+        # the end); when that would not give these bytes back, they travel whole.
+        if fmt.encode_properties(headers + marker[-1:]) != bytes(properties):
+            headers.append((PROPS_HEADER, bytes(properties).hex().encode()))
     if extra is not None:
         headers.append((REC_HEADER, extra))
     return message_record(headers, body)
@@ -140,6 +143,11 @@ def record_to_block(view):
     raise ValueError(f"unknown admin operation {op}")
 
 
+def commit_block(event_id, now_ms):
+    """Return the block that tells a follower the master's commit point C{event_id}."""
+    return _block(now_ms, CMD_COMMIT, event_id, now_ms, b"", None)
+
+
 def is_epoch(view):
     """True when C{view} is an epoch record."""
     return view.magic == fmt.ADMIN_MAGIC and view.flag == fmt.OP_EPOCH
@@ -186,7 +194,7 @@ def _message_from_record(payload, start, end, born_ts, extra_props=b""):
     qid = flag = sysf = rc = 0
     born_host = fmt.NO_HOST
     exact = None
-    if headers is not None:
+    if headers:  # (none: most replicated messages)
         rec = [v for k, v in headers if k == REC_HEADER]
         if rec:
             fields = rec[0].split(b",")

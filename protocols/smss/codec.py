@@ -67,7 +67,7 @@ __all__ = [
     "subend",
 ]
 
-#: The reference server has no limit beyond the u32 (spec 17); we need one.
+#: The reference server has no limit beyond the u32; we need one.
 DEFAULT_MAX_PAYLOAD = 64 * 1024 * 1024
 #: CREATE refuses names over 128 bytes with a business ERR; longer ones up to this
 #: limit still reach the handler so it can send that ERR.

@@ -1,5 +1,7 @@
-"""The smss front door's own config keys, under the names smss's config.yaml gives them
-(spec §13), declared for L{mqserver.config.KeySet} by the ``smss`` plugin."""
+"""The smss front door's own config keys, under the names smss's config.yaml gives them,
+declared for L{mqserver.config.KeySet} by the ``smss`` plugin."""
+
+from mqserver.config import UNUSED
 
 KEYS = {
     "store.maxPubPayload": (int, 64 << 20, lambda v: 9 <= v <= 1 << 30, "9..1073741824"),
@@ -14,7 +16,8 @@ KEYS = {
 DOCS = {
     "store.maxPubPayload": "largest smss PUB/DELAY payload, bytes, refused before it is buffered",
     "store.folderCount": "smss's hash-bucket count; only used for `topicRoot` in topic JSON",
-    "timeout.net.write": "accepted for smss compatibility",
+    "timeout.net.write": UNUSED + "smss's write timeout (ms) for its ALIVE replies (its "
+                         "other writes wait a fixed 5 s)",
     "timeout.server.alive": "ms without a write before an idle subscription or REPLICA stream "
                             "gets ALIVE, repeated while it stays idle (alias `time.server.alive`)",
     "timeout.net.idle": "ms without a request before an smss connection is closed (SUB and "

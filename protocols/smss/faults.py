@@ -55,7 +55,7 @@ def apply_fault(conn, ev):
         conn.looked = ev  # when a held SUB comes back, it is not matched again
         return False
     elif action in ("split", "corrupt"):
-        conn._cork = conn._cork.detach(conn.transport)
+        conn.output.detach()
         tamper_output(conn, rule, conn.factory.reactor)
         conn.looked = ev
         return False

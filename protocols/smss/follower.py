@@ -1,4 +1,4 @@
-"""The slave side of smss replication (spec §8.1, §8.3).
+"""The slave side of smss replication.
 
 The follower connects to the master, copies topics with VALID LIST when it starts in the
 middle of the master's log, sends REPLICA with its resume point, and applies every binlog
@@ -19,11 +19,11 @@ from twisted.logger import Logger
 from mqserver import exitstatus
 from mqserver.broker.topics import Topic
 from mqserver.config import MASTER_ENDPOINT_PREFIXES
-from mqserver.broker.cursor import EventNotFound
 from mqserver.replication.applier import Applier
 from mqserver.replication.epochs import EpochError, truncation_point
-from mqserver.replication.logreader import LogReader
-from mqserver.store import format as fmt
+from mqserver.runtime.output import Output
+from mqserver.runtime.soon import call_soon
+from mqserver import message as fmt
 
 from protocols.smss import binlog, wire
 from protocols.smss.client_codec import (
@@ -55,7 +55,11 @@ def topic_from_json(d):
 
 def apply_block(applier, raw):
     """Parse one binlog block and apply it. Returns the store's Deferred or None."""
-    rec = binlog.parse_block(raw)
+    return apply_record(applier, binlog.parse_block(raw))
+
+
+def apply_record(applier, rec):
+    """Apply one parsed binlog block. Returns the store's Deferred or None."""
     if rec.cmd == binlog.CMD_PUB:
         items = binlog.messages_of(rec.payload, rec.timestamp)
         return applier.messages(rec.event_id, rec.topic, items, rec.write_time)
@@ -95,8 +99,11 @@ class FollowerProtocol(Protocol):
         self._failed = False
         # confirming what it holds (an mqserver master asked for it with an empty block)
         self._confirming = False
+        # whether the master sends its commit point (known at the stream's first frame)
+        self._commits_known = False
         self._to_confirm = 0
         self._confirm_call = None
+        self.output = Output(self)
 
     def connectionMade(self):
         f = self.factory
@@ -137,16 +144,12 @@ class FollowerProtocol(Protocol):
             self._replica()
 
     def _diverged(self, after):
-        store = self.applier.store
-        try:
-            offset = LogReader.after_event(store, after).offset
-        except EventNotFound:
-            offset = store.commitlog.min_offset
-        store.request_truncation(after, offset)
+        log = self.applier.broker.replication_log
+        log.request_truncation(after)
         self.log.error(
             "our log goes on for {n} records after eventId {eid}, where the master's term"
             " ended: no master confirmed them; they are cut at the next start. Stopping.",
-            n=store.next_event_id - 1 - after, eid=after)
+            n=log.next_event_id - 1 - after, eid=after)
         self._fail()
         self.factory.diverged()
 
@@ -189,7 +192,10 @@ class FollowerProtocol(Protocol):
                     self._confirm_when_durable(None)
                     continue
                 try:
-                    d = apply_block(self.applier, ev.raw)
+                    rec = binlog.parse_block(ev.raw)
+                    if self._commit_point(rec):
+                        continue
+                    d = apply_record(self.applier, rec)
                 except Exception:
                     self.log.failure("cannot apply a replicated record")
                     self._fail()
@@ -209,29 +215,43 @@ class FollowerProtocol(Protocol):
             elif isinstance(ev, ErrResponse):
                 self.log.error("master refused replication: {text}", text=ev.text)
                 self._fail()
-            elif isinstance(ev, AliveResponse):
-                pass
+            elif isinstance(ev, AliveResponse) and self._phase == "replica":
+                self._commit_point(None)
+
+    def _commit_point(self, rec):
+        # A master with synchronous replication sends its commit point first, before
+        # any record, and again as it moves: consumers here see only what it covers. A
+        # stream that starts otherwise comes from a master that holds nothing back.
+        if rec is not None and rec.cmd == binlog.CMD_COMMIT:
+            self._commits_known = True
+            self.applier.committed(rec.event_id)
+            return True
+        if not self._commits_known:
+            self._commits_known = True
+            self.applier.committed(None)
+        return False
 
     def _confirm_when_durable(self, d):
         # Confirm what the store holds once it is as durable as our flush level asks:
         # a record already held (d None) may still wait for the group commit.
         event_id = self.applier.applied_event_id
         if d is None:
-            d = self.applier.store.durable_now()
+            d = self.applier.broker.replication_log.durable_now()
         d.addCallbacks(lambda _: self._confirm(event_id), self._store_failed)
 
     def _confirm(self, event_id):
-        # Confirmations of one turn of the reactor go out as one frame.
+        # Confirmations of one turn of the reactor go out as one frame, at the end of
+        # that turn and straight to the socket: the master's writers wait for it.
         if self._failed or self.transport is None or event_id <= self._to_confirm:
             return
         self._to_confirm = event_id
         if self._confirm_call is None:
-            self._confirm_call = self.factory.reactor.callLater(0, self._send_confirm)
+            self._confirm_call = call_soon(self.factory.reactor, self._send_confirm)
 
     def _send_confirm(self):
         self._confirm_call = None
         if not self._failed and self.transport is not None:
-            self.transport.write(encode_replica(self._to_confirm))
+            self.output.write(encode_replica(self._to_confirm))
 
     def _store_failed(self, f):
         self.log.failure("storing a replicated record failed", f)

@@ -1,4 +1,4 @@
-"""ALIVE on an smss stream that has been quiet (spec §7.3): subscriptions and the
+"""ALIVE on an smss stream that has been quiet: subscriptions and the
 master's REPLICA feed."""
 
 

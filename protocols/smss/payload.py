@@ -1,4 +1,4 @@
-"""Message records inside PUB/DELAY payloads (spec section 5).
+"""Message records inside PUB/DELAY payloads.
 
 A payload is one or more records back to back: ``S u32 | H u32 | headers | body``
 where S counts the bytes after the first 8.  The walk rules are the server's:

@@ -24,14 +24,13 @@ from mqserver.errors import (
 )
 from mqserver.broker.topics import validate_topic_name
 from mqserver.idle import IdleWatch
-from mqserver.sendnow import Cork, send_now
-from mqserver.store.message import PutResult
+from mqserver.message import PutResult
+from mqserver.runtime.output import Output
 
 from protocols.smss import codec, messages as m, wire
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
 from protocols.smss.faults import DOOR, apply_fault
 from protocols.smss.trace import out_frame, request_fields, request_names
-from mqserver.replication.logreader import LogReader
 from mqserver.replication.status import replication_status
 
 from protocols.smss.payload import count_messages
@@ -79,7 +78,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self._paused = False
         self._held_sub = None  # a SUB waiting for the answers before it
         self.replica_feed = None
-        self._cork = Cork()
+        self.output = Output(self)
         self.tap = factory.broker.wiretap
         self.looked = None  # the request a fault rule delayed (smss.faults)
         self._last_event = None  # the last request of the read being handled
@@ -105,7 +104,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         answers to a pipelined read), else at once."""
         if self.tap.active:
             self.trace_out(data)
-        self._cork.write(self.transport, data)
+        self.output.write(data)
 
     def trace_out(self, data, buf=None, locs=None):
         """Report C{data}, which the door writes, to the wire trace while someone traces:
@@ -119,15 +118,13 @@ class SmssServerProtocol(IdleWatch, Protocol):
         """Send C{data} now, after what this read gathered so far: for a stream whose
         next write depends on the transport's buffer (a subscription, the transport's
         producer, pauses when it fills)."""
-        if self.transport is not None:
-            self._cork.flush(self.transport)
-            send_now(self.transport, data)
+        self.output.send(data)
 
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
         self.active = True
-        self._cork.received(self.transport, self._decode, data)
+        self.output.received(self._decode, data)
 
     def _decode(self, arg, step=None):
         """Handle the events of C{step(arg)}: the decoder's feed (None) of bytes read,
@@ -312,11 +309,10 @@ class SmssServerProtocol(IdleWatch, Protocol):
 
     def _send_ok(self, result):
         """Answer a publish the broker has written with OK, at once: after what this
-        read gathered before it (the cork), before the broker's bookkeeping."""
+        read gathered before it, before the broker's bookkeeping."""
         if self.tap.active:
             self.trace_out(_OK)
-        self._cork.flush(self.transport)  # usually nothing: the PUB is alone in its read
-        send_now(self.transport, _OK)
+        self.output.send(_OK)  # what the read gathered first: usually nothing
 
     def do_Delay(self, ev):
         if not self.broker.is_master:
@@ -360,7 +356,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         if ev.topic == EPOCHS_INFO:
             return codec.ok_json(json.dumps({
                 "epochs": self.broker.epochs,
-                "lastEventId": self.broker.store.next_event_id - 1,
+                "lastEventId": self.broker.replication_log.next_event_id - 1,
                 "master": self.broker.is_master}).encode())
         if ev.topic == STATS_INFO or ev.topic.startswith(STATS_INFO + b":"):
             return self._stats_info(ev.topic[len(STATS_INFO) + 1:])
@@ -430,7 +426,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         if ev.event_id < 0:
             return codec.err("invalid replica eventId")
         try:
-            reader = LogReader.after_event(self.broker.store, ev.event_id)
+            reader = self.broker.replication_log.reader_after(ev.event_id)
         except EventNotFound as e:
             return codec.err(str(e))
         confirms = ev.trace == wire.CONFIRM_TRACE

@@ -1,16 +1,23 @@
-"""The master side of smss replication: a REPLICA stream of binlog blocks (spec §8.2).
+"""The master side of smss replication: a REPLICA stream of binlog blocks.
 
 The feed is a push producer on the connection: it stops reading the log while the
 socket's buffer is full, so a slow slave costs a bounded amount of memory. When it has
 sent everything it waits for the next append, and sends ALIVE when idle.
+
+The records appended in one reactor turn go out together at the end of that turn, in one
+send straight to the socket: a write waiting for its follower's confirmation (synchronous
+replication) waits for no reactor turn more than the round trip itself.
 """
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from mqserver.runtime.soon import call_soon
+
 from protocols.smss import codec, wire
-from protocols.smss.binlog import continues, is_epoch, record_to_block, records_to_block
+from protocols.smss.binlog import (
+    commit_block, continues, is_epoch, record_to_block, records_to_block)
 from protocols.smss.keepalive import IdleAlive
 
 _READS_PER_TURN = 8
@@ -34,13 +41,15 @@ class ReplicaFeed:
         self._gate = proto.broker.sync_gate if confirms else None
         self.confirmed_event_id = None
         self._reader = reader
-        self._store = proto.broker.store
+        self._replication_log = proto.broker.replication_log
         self._reactor = proto.factory.reactor
         self._paused = False
         self._active = False
         self._pump_call = None
         self._alive = IdleAlive(self._reactor, proto.factory.alive_interval, self._send_alive)
         self._write = []  # message records of a write whose last record is not read yet
+        self._commit_sent = None  # the commit point last sent to the follower
+        self._commit_call = None
         self.sent = 0
         self.last_event_id = after_event_id
         peer = proto.transport.getPeer()
@@ -53,19 +62,23 @@ class ReplicaFeed:
         if self.confirms:
             # an empty block: "send your confirmations" (a reference smss master never
             # sends one, so a follower that sees none keeps quiet)
-            self._proto.transport.write(
+            self._proto.write_through(
                 wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, 0))
             self.confirmed_event_id = 0
             if self._gate is not None:
                 self._gate.attach(self)
+                # before any record: the follower shows its consumers only what the
+                # commit points cover
+                self._send_commit()
+                self._gate.add_commit_listener(self._committed)
         self._proto.transport.registerProducer(self, True)
-        self._store.add_append_listener(self._wake)
+        self._replication_log.add_append_listener(self._wake)
         self._alive.start()
         self._pump()
 
     def _wake(self):
         if self._active and not self._paused and self._pump_call is None:
-            self._pump_call = self._reactor.callLater(0, self._pump)
+            self._pump_call = call_soon(self._reactor, self._pump)
 
     def _pump(self):
         self._pump_call = None
@@ -83,7 +96,7 @@ class ReplicaFeed:
             # the last eventId sent (a write still open waits in _write, unsent)
             self.last_event_id = self._write[0].event_id - 1 if self._write else views[-1].event_id
             if frames:
-                self._proto.transport.write(b"".join(frames))
+                self._proto.write_through(b"".join(frames))
                 self._alive.wrote()
         # More may be waiting: yield to the reactor between rounds.
         self._wake()
@@ -119,14 +132,29 @@ class ReplicaFeed:
             if self._gate is not None:
                 self._gate.confirm(self, event_id)
 
+    def _committed(self):
+        # The commit points of one turn of the reactor go out as one block.
+        if self._active and self._commit_call is None:
+            self._commit_call = call_soon(self._reactor, self._send_commit)
+
+    def _send_commit(self):
+        self._commit_call = None
+        point = self._gate.committed_event_id
+        if not self._active or point == self._commit_sent:
+            return
+        self._commit_sent = point
+        block = commit_block(point, self._proto.broker.now_ms())
+        self._proto.transport.write(
+            wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)) + block)
+
     def behind_bytes(self):
         """Return how many bytes of the log this follower has not been sent yet."""
-        return max(0, self._store.commitlog.end - self._reader.offset)
+        return max(0, self._replication_log.end - self._reader.offset)
 
     def _send_alive(self):
         if not self._active:
             return False
-        self._proto.transport.write(codec.alive())
+        self._proto.write_through(codec.alive())
         return True
 
     # IPushProducer
@@ -147,7 +175,11 @@ class ReplicaFeed:
         self._proto.broker.stats.remove_replica(self)
         if self._gate is not None:
             self._gate.detach(self)
-        self._store.remove_append_listener(self._wake)
+            self._gate.remove_commit_listener(self._committed)
+        if self._commit_call is not None and self._commit_call.active():
+            self._commit_call.cancel()
+        self._commit_call = None
+        self._replication_log.remove_append_listener(self._wake)
         self._alive.stop()
         if self._pump_call is not None and self._pump_call.active():
             self._pump_call.cancel()

@@ -1,4 +1,4 @@
-"""An smss subscription stream (spec §7): batches, acks, ALIVE when idle, SUBEND.
+"""An smss subscription stream: batches, acks, ALIVE when idle, SUBEND.
 
 One batch is in flight at a time: the next is read only after the client acks. Acks
 can arrive before the client has read a batch (2-byte acks pipelined in one read, or sent
@@ -17,7 +17,7 @@ from zope.interface import implementer
 
 from mqserver.broker.stats import SMSS, Consumer
 from mqserver.interfaces import IWatcher
-from mqserver.soon import call_soon
+from mqserver.runtime.soon import call_soon
 
 from protocols.smss import codec
 from protocols.smss.keepalive import IdleAlive
@@ -108,7 +108,7 @@ class Subscription:
     def ack(self, value):
         """Handle a 2-byte ack from the client."""
         if not self.awaiting_ack:
-            # An extra ack is a client bug; ignore it rather than stall (spec §7.4 bug).
+            # An extra ack is a client bug; ignore it rather than stall (the smss server stalls).
             return
         self.awaiting_ack = False
         self.stats.in_flight = 0

@@ -1,7 +1,7 @@
 """The smss door's frames as the wire trace shows them (L{mqserver.trace}): a request's
 command and fields, and the status of what the door writes."""
 
-from mqserver.store import format as fmt
+from mqserver import message as fmt
 from mqserver.trace import dataclass_fields
 
 from protocols.smss import wire

@@ -10,15 +10,15 @@ body, flagged with SYSFLAG_SMSS_FRAMED, so smss subscribers still get them byte 
 import json
 
 from mqserver import speedups
-from mqserver.store import format as fmt
-from mqserver.store.store import Message
+from mqserver import message as fmt
+from mqserver.message import Message
 
 from protocols.smss import wire
 from protocols.smss.errors import InvalidPayload
 from protocols.smss.payload import parse_record, record_spans
 
 _U32 = wire.U32
-_PREFIX = wire.MESSAGE_PREFIX_STRUCT  # S, H of a PUB record (spec §5)
+_PREFIX = wire.MESSAGE_PREFIX_STRUCT  # S, H of a PUB record
 _PUSHED = wire.PUSHED_RECORD_HEAD_STRUCT
 _PUSHED_PREFIX = wire.PUSHED_PREFIX_STRUCT
 _FNV_OFFSET = 0xCBF29CE484222325
@@ -36,7 +36,7 @@ def fnv1a64(data):
 
 
 def topic_root(name, folder_count):
-    """Return smss's C{topicRoot} for C{name} (spec §11.3)."""
+    """Return smss's C{topicRoot} for C{name}."""
     raw = name.encode("utf-8")
     p1 = fnv1a64(raw + b"talk is cheap, show me your code") % folder_count
     p2 = fnv1a64(raw + b"The world is beautiful") % folder_count
@@ -70,7 +70,7 @@ def topic_json(t, folder_count):
 
 
 def topics_json(topics, folder_count):
-    """Return LIST's body: a JSON array, or b"" when there are no topics (spec §6.5)."""
+    """Return LIST's body: a JSON array, or b"" when there are no topics."""
     if not topics:
         return b""
     return _go_json([topic_dict(t, folder_count) for t in topics])

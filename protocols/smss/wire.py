@@ -1,4 +1,4 @@
-"""Byte layouts of the smss protocol (spec: shared/specs/smss-protocol.md).
+"""Byte layouts of the smss protocol, as the smss server reads and writes them.
 
 The ``construct`` schemas below are the single written definition of every smss
 format we handle: the 20-byte request header (section 3), the 10-byte response
@@ -61,6 +61,10 @@ CMD_DELAY_APPLY = 101  # binlog record type only; refused from the network
 #: confirm what they hold); a reference smss slave is not sent it and sees its eventId
 #: missing from the stream
 CMD_EPOCH = 102
+#: ours: the master's commit point (the block's eventId: every write up to it is
+#: acknowledged), sent only to mqserver followers of a master with synchronous
+#: replication, which show their consumers only what it covers; no record of the log
+CMD_COMMIT = 103
 
 # -- response status codes (section 4) -----------------------------------------
 

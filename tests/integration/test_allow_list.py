@@ -1,4 +1,4 @@
-"""security.allow on the real server (issue 16.4): a peer outside the list is refused at
+"""security.allow on the real server: a peer outside the list is refused at
 accept on every door (TLS ones too) and logged once; a peer inside it is served."""
 
 import socket

@@ -1,4 +1,4 @@
-"""Damaged records with real broker processes (issue #13.3): one byte flipped in a message
+"""Damaged records with real broker processes: one byte flipped in a message
 body in an older segment is never served to a subscriber nor copied to a slave, and the
 records after it stay reachable; a damaged checkpoint is rebuilt from the log."""
 

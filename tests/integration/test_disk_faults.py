@@ -1,4 +1,4 @@
-"""A full disk with a real broker process (issue #13.5): the test-only fault injection
+"""A full disk with a real broker process: the test-only fault injection
 (MQSERVER_FAULT_INJECT, mqserver/store/fileio.py) makes every commit-log write fail with
 ENOSPC while a control file exists. Each protocol answers a publish with its own error
 (smss error response, NSQ E_PUB_FAILED, RocketMQ SERVICE_NOT_AVAILABLE), reads go on,

@@ -1,4 +1,4 @@
-"""Optional tokens on the doors without authentication of their own (issue 16.4):
+"""Optional tokens on the doors without authentication of their own:
 msgout's HTTP API and the admin API ask for a bearer token (msgout refuses from the
 request head, before any body is read), mqctl sends it, and the console asks for an
 AUTH line, on the real server."""

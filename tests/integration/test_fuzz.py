@@ -1,4 +1,4 @@
-"""Fuzzing the real broker (issue 13.7): the regressions ``bench/fuzz.py`` found, each as
+"""Fuzzing the real broker: the regressions ``bench/fuzz.py`` found, each as
 the exact bytes that caused it, and a short hypothesis run per door (a few seconds each)
 after which the door must still serve a normal client and the log hold no traceback."""
 

@@ -1,6 +1,6 @@
 """Compressed input that inflates to gigabytes, sent to the real broker process: every
 door stops inflating at its size limit, answers with its protocol's error, and the
-broker's peak RSS (VmHWM) stays under 200 MB (issue 13.4)."""
+broker's peak RSS (VmHWM) stays under 200 MB."""
 
 import json
 import struct
@@ -238,7 +238,7 @@ def test_remoting_deeply_nested_body_is_refused(srv):
     assert_alive_and_small(srv)
 
 
-# -- idle connections (issue 13.8) ----------------------------------------------------------
+# -- idle connections ----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")

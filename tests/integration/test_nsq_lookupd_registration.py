@@ -1,13 +1,9 @@
-"""Registering with lookupds (issue 19.6 and 19.8), with real processes: a broker that
+"""Registering with lookupds, with real processes: a broker that
 names its own embedded lookupd is listed once, and topics NSQ cannot name (RocketMQ's
 %RETRY%group) are never sent, so a standalone mqlookupd learns every other topic; and
 deleting a channel as nsqadmin does (the lookupd first, then the nsqd)."""
 
-import os
-import re
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,7 +11,7 @@ import pytest
 from protocols.remoting import codes
 from tests.support.nsq import NsqPorts, http, http_json, nsq_broker
 from tests.support.remoting_client import RemotingClient
-from tests.support.server import ROOT, terminate
+from tests.support.server import Standalone
 
 pytestmark = pytest.mark.timeout(120)
 LOOPBACK = "tcp:0:interface=127.0.0.1"
@@ -24,22 +20,12 @@ LOOPBACK = "tcp:0:interface=127.0.0.1"
 @pytest.fixture
 def mqlookupd(tmp_path):
     """A standalone C{twistd mqlookupd}; yields (tcp port, http port, log path)."""
-    log_path = tmp_path / "lookupd.log"
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
-         "-l", "-", "mqlookupd", "--tcp", LOOPBACK, "--http", LOOPBACK],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=log, stderr=subprocess.STDOUT)
+    lookupd = Standalone("mqlookupd", ["--tcp", LOOPBACK, "--http", LOOPBACK],
+                         tmp_path / "lookupd.log").start()
     try:
-        ports = {}
-        deadline = time.monotonic() + 20
-        while len(ports) < 2 and time.monotonic() < deadline:
-            ports = dict(re.findall(r"(\w+) starting on (\d+)", log_path.read_text()))
-            time.sleep(0.05)
-        assert len(ports) == 2, log_path.read_text()
-        yield int(ports["LookupdFactory"]), int(ports["LookupdHttpSite"]), log_path
+        yield lookupd.ports["lookupd_tcp"], lookupd.ports["lookupd_http"], tmp_path / "lookupd.log"
     finally:
-        terminate(proc, log)
+        lookupd.close()
 
 
 def wait_for(check, timeout=15.0):

@@ -1,16 +1,12 @@
 """Channels, positions and paused flags survive a restart; a standalone mqlookupd learns
 this broker's topics and channels; NSQ and smss share one log."""
 
-import os
-import re
-import subprocess
-import sys
 import time
 
 from protocols.nsq.codec import encode_mpub
 from protocols.smss.client import SmssClient
-from tests.support.nsq import ROOT, V2, NsqPorts, http, http_json, nsq_listen
-from tests.support.server import terminate
+from tests.support.nsq import V2, NsqPorts, http, http_json, nsq_listen
+from tests.support.server import Standalone
 
 
 def drain(c, n):
@@ -95,20 +91,11 @@ def test_nsq_and_smss_share_one_log(server_factory):
 
 
 def test_standalone_mqlookupd_learns_this_broker(tmp_path, server_factory):
-    log = open(tmp_path / "lookupd.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=",
-         "-l", "-", "mqlookupd", "--tcp", "tcp:0:interface=127.0.0.1",
-         "--http", "tcp:0:interface=127.0.0.1"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=log, stderr=subprocess.STDOUT)
+    lookupd = Standalone("mqlookupd", ["--tcp", "tcp:0:interface=127.0.0.1",
+                                       "--http", "tcp:0:interface=127.0.0.1"],
+                         tmp_path / "lookupd.log").start()
     try:
-        ports = {}
-        deadline = time.monotonic() + 20
-        while len(ports) < 2 and time.monotonic() < deadline:
-            ports = dict(re.findall(r"(\w+) starting on (\d+)", (tmp_path / "lookupd.log").read_text()))
-            time.sleep(0.05)
-        assert len(ports) == 2, (tmp_path / "lookupd.log").read_text()
-        lk_tcp, lk_http = int(ports["LookupdFactory"]), int(ports["LookupdHttpSite"])
+        lk_tcp, lk_http = lookupd.ports["lookupd_tcp"], lookupd.ports["lookupd_http"]
         s = server_factory("lk", listen={"nsqd_tcp": "tcp:0:interface=127.0.0.1",
                                          "nsqd_http": "tcp:0:interface=127.0.0.1"},
                            config={"nsq": {"lookupdTcpAddresses": [f"127.0.0.1:{lk_tcp}"]}})
@@ -133,7 +120,7 @@ def test_standalone_mqlookupd_learns_this_broker(tmp_path, server_factory):
             time.sleep(0.1)
         assert http_json(lk_http, "GET", "/lookup?topic=lk_t")[1]["producers"] == []
     finally:
-        terminate(proc, log)
+        lookupd.close()
 
 
 def test_lookupd_v1_protocol(tmp_path, server_factory):

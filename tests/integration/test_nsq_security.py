@@ -1,5 +1,5 @@
 """nsqd's TLS inside the connection (IDENTIFY tls_v1, --tls-required) and AUTH against a
-real auth server, with pynsq and raw frames (issue 16.1, 16.2)."""
+real auth server, with pynsq and raw frames."""
 
 import json
 import os

@@ -1,5 +1,5 @@
 """nsqd V2 TCP protocol against the real broker, with raw sockets: frames, the message
-header, RDY/FIN/REQ/TOUCH semantics, and error frames / close behaviour (spec §4)."""
+header, RDY/FIN/REQ/TOUCH semantics, and error frames / close behaviour (as nsqd 1.3.0)."""
 
 import json
 import socket

@@ -5,6 +5,8 @@ message, and the old leader, restarted (by the test, or by its supervisor after 
 with status 75), follows it with the same log."""
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -13,6 +15,7 @@ import pytest
 from mqserver.exitstatus import RESTART
 from protocols.smss.client import SmssClient, SmssError
 from tests.support.group import Member, leader_of, member_config, wait_converged, writable_leader
+from tests.support.server import ROOT
 from tests.support.smss import read_topic
 from tests.support.wait import wait_until
 
@@ -112,3 +115,29 @@ def test_the_group_fails_over_without_losing_acknowledged_messages(group):
     on_newer = bodies_on(newer)
     assert set(acked + more + [b"third"]) <= on_newer
     assert b"late" not in on_newer
+
+
+def test_mqctl_sends_a_write_a_follower_refuses_to_the_leader(tmp_path, etcd_server):
+    """A follower's admin door refuses `mqctl topic create` naming the leader's admin
+    door, and mqctl sends the request there once more."""
+    members = [Member(tmp_path / name, name, member_config(etcd_server, name, LEASE_MS),
+                      doors=("smss", "admin")) for name in ("m1", "m2", "m3")]
+    try:
+        for m in members:
+            m.start()
+        lead = leader_of(members, TAKEOVER_BOUND)
+        wait_until(lambda: lead.status().get("sync", {}).get("available"), TAKEOVER_BOUND,
+                   "a follower confirming to the leader", interval=0.1)
+        follower = next(m for m in members if m is not lead)
+        p = subprocess.run(
+            [sys.executable, "-m", "protocols.admin.ctl", "--url",
+             f"http://127.0.0.1:{follower.ports['admin']}", "topic", "create", "x"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+            env={"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin"})
+        assert p.returncode == 0, p.stderr
+        assert f"127.0.0.1:{lead.ports['admin']}" in p.stderr
+        with SmssClient("127.0.0.1", lead.port) as c:
+            assert c.topic_info("x")["name"] == "x"
+    finally:
+        for m in members:
+            m.stop()

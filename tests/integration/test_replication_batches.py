@@ -1,4 +1,4 @@
-"""smss REPLICA batching (issue #19.4, spec §8 and §11.4): a PUB of several messages goes
+"""smss REPLICA batching: a PUB of several messages goes
 out as one binlog record whose eventId is the first message's, with the PUB payload as
 received; a REPLICA resume eventId inside a record's id range resumes after that record;
 and our slave applies such records as before (one record per message, same eventIds)."""
@@ -15,7 +15,7 @@ from tests.support.wait import wait_until
 
 
 def smss_records(messages):
-    """The smss PUB payload (spec §5) of [(headers, body)]."""
+    """The smss PUB payload of [(headers, body)]."""
     out = []
     for headers, body in messages:
         block = b"".join(struct.pack("<I", len(k)) + k + struct.pack("<I", len(v)) + v

@@ -1,4 +1,4 @@
-"""Replication carries every field of a record (issue #19.7): after smss, NSQ and
+"""Replication carries every field of a record: after smss, NSQ and
 RocketMQ writes (born hosts, batches, queue ids, flags, properties as the clients send
 them), a slave's records equal its master's field for field, physical offset and store
 host aside (docs/replication.md)."""

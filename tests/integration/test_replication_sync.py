@@ -11,12 +11,14 @@ import time
 
 import pytest
 
+from mqserver.store import format as fmt
 from protocols.remoting import codes
 from protocols.smss.client import SmssClient, SmssError
 from tests.support.msgout import Api, Console
 from tests.support.nsq import V2
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import namesrv_addr, run_client, sends
+from tests.integration.test_replication import log_records
 from tests.support.server import ServerProcess
 from tests.support.smss import read_topic
 from tests.support.wait import wait_until
@@ -142,6 +144,44 @@ def test_a_restarted_master_shows_only_confirmed_writes(server_factory, tmp_path
             b"confirmed", b"unconfirmed"]
     finally:
         master.close()
+
+
+def test_a_follower_shows_its_consumers_only_what_the_master_committed(server_factory):
+    """A follower holds records its master wrote but did not commit (two replicas wanted,
+    one connected: nothing confirms) back from its consumers, across a restart of the
+    follower too, and shows them once the master commits them."""
+    master = server_factory("master", config=master_config(replicas=2))
+    first = start_follower(server_factory, master.smss_port, "first")
+    wait_until(lambda: len(status(master.smss_port)["sync"]["confirming"]) == 1, 30,
+               "the first follower confirming")
+    with SmssClient("127.0.0.1", master.smss_port) as c:
+        with pytest.raises(SmssError):
+            c.create("t")
+        with pytest.raises(SmssError) as e:
+            c.publish("t", [b"unconfirmed"])
+        assert "1 of 2 replicas" in str(e.value)
+    last = status(master.smss_port)["appliedEventId"]
+    assert status(master.smss_port)["sync"]["committedEventId"] < last
+
+    def holds_all():
+        return status(first.smss_port)["appliedEventId"] == last
+
+    wait_until(holds_all, 30, "the follower holding the master's writes")
+    assert read_topic(first, "t", until_alive=True) == []
+    first.stop()
+    first.start()
+    wait_until(holds_all, 30, "the restarted follower holding the master's writes")
+    assert read_topic(first, "t", until_alive=True) == []
+    second = start_follower(server_factory, master.smss_port, "second")
+    wait_until(lambda: status(master.smss_port)["sync"]["committedEventId"] >= last, 30,
+               "the master committing its writes")
+    for server in (first, second):
+        assert [m.body for m in read_topic(server, "t", count=1)] == [b"unconfirmed"]
+    with SmssClient("127.0.0.1", master.smss_port) as c:
+        c.publish("t", [b"confirmed"])
+    for server in (first, second):
+        assert [m.body for m in read_topic(server, "t", count=2)] == [
+            b"unconfirmed", b"confirmed"]
 
 
 def test_nsq_pub_fails_without_follower(server_factory):
@@ -320,10 +360,18 @@ class Publisher(threading.Thread):
             client.close()
 
 
+def held_bodies(server, topic):
+    """The bodies of C{topic}'s messages in C{server}'s commit log (what it holds, shown
+    to its consumers or not yet)."""
+    return {r[6] for r in log_records(server.data)
+            if r[1] == fmt.MESSAGE_MAGIC and r[3] == topic}
+
+
 def test_master_sigkilled_loses_no_acknowledged_message(server_factory, tmp_path):
     """Publishers on smss, NSQ and RocketMQ; the master SIGKILLed at random moments,
     eight times: after each kill the follower holds every message the master
-    acknowledged, on every protocol."""
+    acknowledged, on every protocol, and its consumers receive them all once the master
+    is back and commits what the follower holds."""
     rng = random.Random(7)
     ports = {door: free_port() for door in ("smss", "nsqd_tcp", "broker")}
     config = master_config(timeout_ms=3000)
@@ -353,10 +401,21 @@ def test_master_sigkilled_loses_no_acknowledged_message(server_factory, tmp_path
                 assert not p.is_alive()
                 acked[p.kind] += p.acked
             for kind, topic in Publisher.TOPICS.items():
-                held = {m.body for m in read_topic(follower, topic, until_alive=True, timeout=60)}
+                held = held_bodies(follower, topic)
                 lost = [b for b in acked[kind] if b not in held]
                 assert not lost, (f"kill {k + 1}: {len(lost)} of {len(acked[kind])} messages"
                                   f" acknowledged over {kind} not on the follower")
         assert all(len(v) > 20 for v in acked.values()), {k: len(v) for k, v in acked.items()}
+        master.start()
+        wait_confirming(master)
+
+        def all_committed():
+            s = status(follower.smss_port)
+            return (s["committedEventId"] or 0) >= s["appliedEventId"]
+
+        wait_until(all_committed, 30, "the follower told that the master committed its log")
+        for kind, topic in Publisher.TOPICS.items():
+            shown = {m.body for m in read_topic(follower, topic, until_alive=True, timeout=60)}
+            assert set(acked[kind]) <= shown, kind
     finally:
         master.close()

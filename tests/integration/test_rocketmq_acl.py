@@ -1,4 +1,4 @@
-"""RocketMQ plain ACL on the real broker (issue 16.3): raw frames signed as the Java
+"""RocketMQ plain ACL on the real broker: raw frames signed as the Java
 client's AclClientRPCHook signs them, and the C++ client with session credentials."""
 
 import base64

@@ -1,4 +1,4 @@
-"""RocketMQ transactional messages (issue 19.1) against the real server process, with raw
+"""RocketMQ transactional messages against the real server process, with raw
 frames shaped like the Java 4.9.4 client's TransactionMQProducer: half messages,
 END_TRANSACTION (37), CHECK_TRANSACTION_STATE (39) back to the producer group, the
 check limit, and a restart in between. The Python client of PyPI (C++ 1.2.3) has no

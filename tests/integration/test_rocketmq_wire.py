@@ -452,7 +452,7 @@ def test_golden_cpp_session_frames(srv):
 
 
 def test_golden_java_and_go_frames(srv):
-    """The Java 4.9.4 and Go 2.1.2 request headers (spec 13) are served; the Java
+    """The Java 4.9.4 and Go 2.1.2 request headers are served; the Java
     one-way offset commit gets no answer."""
     text = (VECTORS / "java-go-client-frames.txt").read_text().splitlines()
     frames = []

@@ -1,6 +1,6 @@
 """Names that cannot be directory names are refused by every front door with that
 protocol's own error, through raw frames and requests; nothing appears outside the data
-directory's consume-queue tree (issue 16.5)."""
+directory's consume-queue tree."""
 
 import json
 import os

@@ -102,7 +102,7 @@ def test_create_permanent_topic_info_fields_and_types(client):
     assert info["stateChangeEventId"] == info["createEventId"]
     assert info["stateChangeTime"] == info["createTimeStamp"]
     assert info["state"] == 0
-    # Spec §11.3 [seen]: with folderCount 10, "order" hashes to /3/3.
+    # As the smss server does: with folderCount 10, "order" hashes to /3/3.
     assert info["topicRoot"] == "/3/3/order"
 
 
@@ -127,7 +127,7 @@ def test_create_with_too_short_lifetime_is_refused(client, offset_ms):
 
 
 def test_create_with_negative_expire_at_is_refused(client):
-    """A negative expireAt gets 'expire MUST more than 10s' (spec §6.3)."""
+    """A negative expireAt gets 'expire MUST more than 10s' (as the smss server answers)."""
     assert err_of(client.create, "neg-life", expire_at=-1) == "expire MUST more than 10s"
     assert err_of(client.topic_info, "neg-life") == "topic not exist"
 

@@ -1,4 +1,4 @@
-"""Start-up is all or nothing (issue 13, points 1 and 2), with real broker processes.
+"""Start-up is all or nothing, with real broker processes.
 
 A second broker on a data directory another live broker holds refuses to start, names the
 directory and the holder's pid, exits non-zero and changes nothing in the directory; a

@@ -1,4 +1,4 @@
-"""TLS on every front door (issue 16.1): each door listens on an ``ssl:`` endpoint with
+"""TLS on every front door: each door listens on an ``ssl:`` endpoint with
 certificates made at test time, and a client speaking that door's protocol over TLS
 (a CA-checked ``ssl`` socket, or HTTPS) gets through a real round trip."""
 

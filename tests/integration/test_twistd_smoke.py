@@ -1,18 +1,16 @@
 """Smoke test of the installed entry point: the venv's own ``twistd`` console script."""
 
+import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 
 from protocols.smss.client import SmssClient
 from protocols.smss.messages import AliveResponse, Batch
 from protocols.smss import client_codec as cc
 from tests.support.server import ROOT
-
-_PORT = re.compile(r"door smss starting on (\d+)")
+from tests.support.wait import wait_until
 
 
 def other_doors_off():
@@ -28,12 +26,14 @@ def test_twistd_console_script_serves_smss_and_stops_cleanly(tmp_path):
     twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
     assert os.access(twistd, os.X_OK), twistd
     data = tmp_path / "data"
+    ready = tmp_path / "ready.json"
     out_path = tmp_path / "twistd.out"
     env = dict(os.environ, PYTHONPATH=ROOT)
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(
             [twistd, "-n", "--pidfile=", "mqserver", "--data", str(data),
-             "--listen", "smss=tcp:0:interface=127.0.0.1", *other_doors_off()],
+             "--listen", "smss=tcp:0:interface=127.0.0.1", *other_doors_off(),
+             "--ready-file", str(ready)],
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
 
@@ -41,16 +41,12 @@ def test_twistd_console_script_serves_smss_and_stops_cleanly(tmp_path):
         return out_path.read_bytes().decode("utf-8", "replace")
 
     try:
-        deadline = time.monotonic() + 20
-        port = None
-        while port is None:
+        def started():
             assert proc.poll() is None, f"twistd exited with {proc.returncode}:\n{output()}"
-            assert time.monotonic() < deadline, f"no port in twistd's output:\n{output()}"
-            m = _PORT.search(output())
-            if m:
-                port = int(m.group(1))
-            else:
-                time.sleep(0.05)
+            return ready.exists()
+
+        wait_until(started, 20, "the ready file")
+        port = json.loads(ready.read_text())["doors"]["smss"]["port"]
 
         with SmssClient("127.0.0.1", port, timeout=10) as c:
             c.send_raw(cc.encode_alive())
@@ -81,5 +77,5 @@ def test_twistd_console_script_serves_smss_and_stops_cleanly(tmp_path):
     assert "Server Shut Down" in log, log
     assert "Traceback" not in log, log
     # makeService installs the busy-polling reactor when twistd was given none
-    assert "reactor class: mqserver.reactor.SpinningEPollReactor" in log, log
+    assert "reactor class: mqserver.runtime.reactor.SpinningEPollReactor" in log, log
     assert (data / "metadata.json").is_file()

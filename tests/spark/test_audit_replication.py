@@ -1,5 +1,5 @@
 """The audit job compares a healthy master/slave pair written through every protocol
-(smss, RocketMQ, NSQ) and finds no divergence (issue #19.7)."""
+(smss, RocketMQ, NSQ) and finds no divergence."""
 
 from tests.integration.test_replication_fields import write_pair
 from tests.spark.test_audit_job import audit

@@ -1,6 +1,8 @@
 """The audit on a real Spark standalone cluster (a master and a worker started from
 pyspark's own distribution on 127.0.0.1), submitted as a user would, with
 ``spark-submit --master spark://... --py-files <zip>``: the same summary as the local run.
+(It is also the test that the zip alone carries the job: spark-submit runs without
+PYTHONPATH, from a directory outside the source tree.)
 
 The driver runs in its own directory and is given the data directory as a path relative
 to it; the worker runs elsewhere (its own cwd and work directory), so an executor that
@@ -74,13 +76,14 @@ def test_cluster_audit_matches_local(cluster, spark, broker_dir, tmp_path):
     assert len(ran) == 1, ("the job did not run on the cluster", ran, cluster.logs())
     assert os.listdir(os.path.join(cluster.work_dir, ran.pop())), "no executor ran in the worker's work directory"
     printed = json.loads(proc.stdout[: proc.stdout.rindex("}") + 1])
+    assert printed["verdict"] == "INTEGRITY FINDINGS"
     assert printed["findings"] == {"integrity.crc_failures": 1}
     with open(out / "summary.json") as f:
         on_cluster = json.load(f)
     assert on_cluster["data_dir"] == "data"
     assert [(p["problem"], p["event_id"]) for p in on_cluster["integrity_examples"]["problems"]] == [("crc", FLIPPED)]
     assert on_cluster["log"]["records"] == dd.RECORDS
-    assert (out / "tables" / "queue_stats").is_dir()
+    assert (out / "tables" / "queue_stats").is_dir() and (out / "report.html").exists()
 
     local, code = job.run(spark, job.parse_args([data, "--out", str(tmp_path / "local"), "--quiet"]))
     assert code == 1

@@ -8,6 +8,7 @@ import shutil
 import threading
 
 from mqserver.exitstatus import RESTART
+from mqserver.store.fileio import FAULT_ENV
 from protocols.smss.client import SmssClient, SmssError
 from tests.integration.test_replication import log_records
 from tests.support.etcd import free_port
@@ -35,17 +36,25 @@ class Member:
     @ivar errors: restarts that failed.
     """
 
-    def __init__(self, data, name, config, doors=("smss",), host="127.0.0.1", netns=None):
+    def __init__(self, data, name, config, doors=("smss",), host="127.0.0.1", netns=None,
+                 disk_faults=False):
         """
         @param host: the address its doors listen on; C{netns}: the network namespace
             it runs in (the host is then one of that namespace's addresses).
+        @param disk_faults: its store's writes can be made to fail (L{disk_full}).
         """
         self.name = name
         self.host = host
         self.ports = {door: free_port() for door in doors}
+        #: the control directory of its store's fault injection, or None
+        self.faults = str(data) + ".faults" if disk_faults else None
+        env = {}
+        if self.faults is not None:
+            os.makedirs(self.faults, exist_ok=True)
+            env[FAULT_ENV] = self.faults
         self.server = ServerProcess(data, config=config, listen={
             door: f"tcp:{port}:interface={host}" for door, port in self.ports.items()},
-            command_prefix=("ip", "netns", "exec", netns) if netns else ())
+            env=env, command_prefix=("ip", "netns", "exec", netns) if netns else ())
         self.server.host = host
         self.exits = []
         self.errors = []
@@ -95,6 +104,14 @@ class Member:
                 os.remove(self.server.data + suffix)
             except FileNotFoundError:
                 pass
+
+    def disk_full(self, full=True):
+        """Make every write of its store fail with ENOSPC (the disk full), or work again."""
+        path = os.path.join(self.faults, "enospc")
+        if full:
+            open(path, "w").close()
+        elif os.path.exists(path):
+            os.remove(path)
 
     def status(self):
         """The member's $replication status, or None when it does not answer."""

@@ -111,7 +111,7 @@ _MQ_KEY = re.compile(r'\{"brokerName":"([^"]*)","queueId":(\d+),"topic":"([^"]*)
 
 
 def mq_json(body):
-    """Parse a fastjson body whose maps are keyed by MessageQueue objects (spec 5.8):
+    """Parse a fastjson body whose maps are keyed by MessageQueue objects:
     each key becomes C{"topic/queueId"}."""
     text = body.decode()
     assert _MQ_KEY.search(text), text

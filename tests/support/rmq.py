@@ -10,7 +10,7 @@ import time
 
 from protocols.remoting import codes
 from tests.support.remoting_client import RemotingClient
-from tests.support.server import ROOT, ServerProcess
+from tests.support.server import ROOT, ServerProcess, Standalone
 from tests.support.wait import wait_until
 
 CLIENT = os.path.join(ROOT, "tests", "support", "rmq_client.py")
@@ -166,45 +166,16 @@ def sends(lines):
     return [x for x in lines if "status" in x]
 
 
-class NamesrvProcess:
+class NamesrvProcess(Standalone):
     """A standalone ``twistd -n mqnamesrv`` on an ephemeral port."""
 
     def __init__(self, log_path):
-        self.log_path = str(log_path)
-        self.proc = None
-        self.port = None
+        super().__init__("mqnamesrv", ["--listen", "tcp:0:interface=127.0.0.1"], log_path)
 
-    def start(self, timeout=20.0):
-        self._log = open(self.log_path, "ab")
-        env = dict(os.environ, PYTHONPATH=ROOT)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from twisted.scripts.twistd import run; run()", "-n", "--pidfile=", "-l", "-",
-             "mqnamesrv", "--listen", "tcp:0:interface=127.0.0.1"],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = open(self.log_path, "rb").read().decode("latin-1")
-            m = re.search(r"NamesrvFactory starting on (\d+)", text)
-            if m:
-                self.port = int(m.group(1))
-                return self
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.close()
-        raise RuntimeError("mqnamesrv did not start:\n" + open(self.log_path, "rb").read().decode("latin-1"))
+    @property
+    def port(self):
+        return self.ports["namesrv"]
 
     @property
     def addr(self):
         return f"127.0.0.1:{self.port}"
-
-    def close(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        if getattr(self, "_log", None):
-            self._log.close()

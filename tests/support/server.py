@@ -57,12 +57,60 @@ def read_log_file(path):
 
 def twistd_command(root=None):
     """The command starting twistd from source tree C{root} (default L{ROOT}):
-    C{python -m mqserver}, twistd with the lean start-up of the broker's own C{make run}
-    (mqserver/leanstart.py), or, for a tree from before it (benchmarks compare trees),
-    twistd as its script starts."""
+    C{python -m mqserver}, as the broker's own C{make run} starts it, or, for a tree from
+    before it (benchmarks compare trees), twistd as its script starts."""
     if os.path.exists(os.path.join(root or ROOT, "mqserver", "__main__.py")):
         return [sys.executable, "-m", "mqserver"]
     return [sys.executable, "-c", "from twisted.scripts.twistd import run; run()"]
+
+
+class Standalone:
+    """A standalone server of this tree, C{twistd -n PLUGIN ARGS} (C{mqnamesrv},
+    C{mqlookupd}), logging to C{log_path}.
+
+    @ivar ports: door (e.g. C{namesrv}, C{lookupd_tcp}) -> the port it listens on, from
+        its ready file (C{--ready-file}).
+    """
+
+    def __init__(self, plugin, args, log_path):
+        self.plugin, self.args = plugin, list(args)
+        self.log_path = str(log_path)
+        self.ready_path = self.log_path + ".ready.json"
+        self.proc = None
+        self.ports = {}
+
+    def start(self, timeout=20.0):
+        """Start the process and wait until its ready file says where it listens."""
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [*twistd_command(), "-n", "--pidfile=", "-l", "-", self.plugin, *self.args,
+             "--ready-file", self.ready_path],
+            cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=self._log,
+            stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                with open(self.ready_path) as f:
+                    ready = json.load(f)
+            except FileNotFoundError:
+                time.sleep(0.05)
+                continue
+            if ready["pid"] == self.proc.pid:
+                self.ports = {door: where["port"] for door, where in ready["doors"].items()}
+                return self
+            time.sleep(0.05)
+        self.close()
+        raise RuntimeError(f"{self.plugin} did not start:\n{read_log_file(self.log_path)}")
+
+    def close(self):
+        """Stop the process (L{terminate}) and close its log."""
+        if self.proc is not None and self.proc.poll() is None:
+            terminate(self.proc)
+        if getattr(self, "_log", None):
+            self._log.close()
+            self._log = None
 
 
 def _door_names():
@@ -82,8 +130,10 @@ class ServerProcess:
     """
 
     def __init__(self, data, config=None, listen=None, extra_args=(), env=None,
-                 command_prefix=()):
+                 command_prefix=(), root=None):
         self.data = str(data)
+        #: the source tree the broker runs from (benchmarks compare trees)
+        self.root = root or ROOT
         self.env = dict(env or {})
         self.config = dict(config or {})
         self.listen = dict(listen or {"smss": "tcp:0:interface=127.0.0.1"})
@@ -152,17 +202,17 @@ class ServerProcess:
         cfg["listen"] = dict({name: "off" for name in _door_names()}, **self.listen)
         with open(cfg_path, "w") as f:
             yaml.safe_dump(cfg, f)
-        env = dict(os.environ, PYTHONPATH=ROOT, **self.env)
+        env = dict(os.environ, PYTHONPATH=self.root, **self.env)
         if getattr(self, "_log", None):
             self._log.close()  # a restart of the same object: one handle per run
         self._log = open(self.log_path, "ab")
         self._log_start = os.path.getsize(self.log_path)
-        self._ready_file = has_ready_file()
+        self._ready_file = has_ready_file(self.root)
         ready = ["--ready-file", self.ready_path] if self._ready_file else []
         self.proc = subprocess.Popen(
-            [*self.command_prefix, *twistd_command(), "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path,
+            [*self.command_prefix, *twistd_command(self.root), "-n", "--pidfile=", "-l", "-", "mqserver", "--config", cfg_path,
              *ready, *self.extra_args],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=self.root, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
 
     def start_and_wait_exit(self, timeout=20.0):

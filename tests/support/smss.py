@@ -12,7 +12,7 @@ from tests.support.wait import wait_until  # noqa: F401 (re-exported: tests impo
 
 HOST = "127.0.0.1"
 
-#: The server's CREATE error for bad names (spec §14).
+#: The server's CREATE error for bad names.
 NAME_RULE = "topic name MUST be less than 128 char and NOT contains space/enter/tab"
 
 _who_counter = itertools.count(1)

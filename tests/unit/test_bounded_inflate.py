@@ -1,4 +1,4 @@
-"""Bounded decompression (issue 13.4): NSQ's deflate and snappy stream readers hand out
+"""Bounded decompression: NSQ's deflate and snappy stream readers hand out
 at most one piece a call, the nsqd protocol takes a stream that inflates to far more
 one piece per reactor turn with reading paused meanwhile, and RocketMQ's zlib bodies
 stop inflating at their limit."""

@@ -1,4 +1,4 @@
-"""The checked adapter between the fast paths and Twisted's internals (issue 13.6).
+"""The checked adapter between the fast paths and Twisted's internals.
 
 A Twisted release without one of the private attributes SpinningEPollReactor or send_now
 read is simulated by deleting that attribute from the real Twisted class or module
@@ -10,20 +10,20 @@ import socket
 import threading
 
 import pytest
-from twisted.internet import abstract, posixbase, protocol
+from twisted.internet import _newtls, abstract, posixbase, protocol
 from twisted.internet.epollreactor import EPollReactor
 from twisted.logger import LogLevel, globalLogPublisher
 
-from mqserver import fastpath, sendnow
-from mqserver.reactor import SpinningEPollReactor
-from mqserver.sendnow import send_now
+from mqserver.runtime import fastpath, output
+from mqserver.runtime.reactor import SpinningEPollReactor
+from mqserver.runtime.output import send_now
 
 
 @pytest.fixture(autouse=True)
 def restore_send_now():
-    before = sendnow._SUPPORTED
+    before = output._SUPPORTED
     yield
-    sendnow.enable(before)
+    output.enable(before)
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def warnings():
     seen = []
 
     def observe(event):
-        if event.get("log_namespace") == "mqserver.fastpath" and event["log_level"] >= LogLevel.warn:
+        if event.get("log_namespace") == "mqserver.runtime.fastpath" and event["log_level"] >= LogLevel.warn:
             seen.append(event)
 
     globalLogPublisher.addObserver(observe)
@@ -43,7 +43,7 @@ def test_this_twisted_has_every_internal_the_fast_paths_read(warnings):
     choice = fastpath.choose(0.0002)
     assert choice.missing == []
     assert type(choice.reactor) is SpinningEPollReactor
-    assert choice.spinning and choice.send_now and sendnow._SUPPORTED
+    assert choice.spinning and choice.send_now and output._SUPPORTED
     assert choice.describe() == "fast paths in use: SpinningEPollReactor and send_now"
     assert warnings == []
 
@@ -53,6 +53,7 @@ def test_this_twisted_has_every_internal_the_fast_paths_read(warnings):
     (posixbase, "_NO_FILEDESC", "twisted.internet.posixbase._NO_FILEDESC"),
     (abstract.FileDescriptor, "_writeDisconnected", "tcp.Connection._writeDisconnected"),
     (abstract.FileDescriptor, "dataBuffer", "tcp.Connection.dataBuffer"),
+    (_newtls.ConnectionMixin, "TLS", "tcp.Connection.TLS"),
 ])
 def test_a_missing_internal_means_one_warning_and_the_standard_paths(
         monkeypatch, warnings, owner, name, shown):
@@ -60,7 +61,7 @@ def test_a_missing_internal_means_one_warning_and_the_standard_paths(
     choice = fastpath.choose(0.0002)
     assert choice.missing == [shown]
     assert type(choice.reactor) is EPollReactor  # Twisted's own, not our subclass
-    assert not choice.spinning and not choice.send_now and not sendnow._SUPPORTED
+    assert not choice.spinning and not choice.send_now and not output._SUPPORTED
     assert len(warnings) == 1
     text = warnings[0]["log_format"].format(**warnings[0])
     assert shown in text and "standard epoll reactor and transport.write" in text
@@ -70,7 +71,7 @@ def test_a_missing_internal_means_one_warning_and_the_standard_paths(
 def test_the_operator_can_choose_the_standard_paths(warnings):
     choice = fastpath.choose(0.0002, standard=True)
     assert type(choice.reactor) is EPollReactor
-    assert not choice.send_now and not sendnow._SUPPORTED
+    assert not choice.send_now and not output._SUPPORTED
     assert choice.describe() == ("standard Twisted paths in use (epoll reactor, "
                                  "transport.write): server.reactor is standard")
     assert warnings == []
@@ -88,7 +89,7 @@ class _Probe(protocol.Protocol):
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_send_now_writes_directly_only_on_the_fast_path(fast):
-    sendnow.enable(fast)
+    output.enable(fast)
     reactor = EPollReactor()
     factory = protocol.Factory.forProtocol(_Probe)
     factory.queued = []
@@ -111,28 +112,3 @@ def test_send_now_writes_directly_only_on_the_fast_path(fast):
     port.stopListening()
     assert got == [b"ping"]
     assert factory.queued == [not fast]
-
-
-def test_a_write_cork_flushes_through_the_transport_write():
-    """WriteCork (a connection that started TLS) hands what it gathered to
-    transport.write on flush too, never to the socket under the TLS layer."""
-    from twisted.internet import tcp
-
-    sendnow.enable(True)
-
-    class Socket:
-        sent = []
-
-        def send(self, data):
-            self.sent.append(data)
-            return len(data)
-
-    server = tcp.Server.__new__(tcp.Server)  # what a TLS connection's transport is
-    server.socket, server.dataBuffer, server._tempDataBuffer = Socket(), b"", []
-    server.connected, server.disconnecting, server._writeDisconnected = True, False, False
-    written = []
-    server.write = written.append
-    cork = sendnow.WriteCork()
-    cork.received(server, lambda data: (cork.write(server, data), cork.flush(server)),
-                  b"answer")
-    assert written == [b"answer"] and Socket.sent == []

@@ -43,6 +43,9 @@ class Member:
         self.node = Node(path)
         self.broker = self.node.broker
         self.clock = self.node.clock
+        # Twisted 25.5's MemoryReactor starts with hasStopped set: the tests ask whether
+        # the member stopped it
+        self.clock.hasStopped = False
         self.followed = []
         self.broker.is_master = False  # a member starts with no role
         self.roles = Roles(self.broker, self._make_follower, replicas, 2000)

@@ -1,4 +1,4 @@
-"""HTTP doors answering late (issue 18.5): the answer is written when it is ready, and
+"""HTTP doors answering late: the answer is written when it is ready, and
 not at all when the client left first.
 
 The doors learn that the client left through C{IRequest.notifyFinish} (public API),

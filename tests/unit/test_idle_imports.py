@@ -28,11 +28,11 @@ def test_cramjam_loaded_only_when_a_stream_needs_it():
     )
 
 
-def test_broker_start_leaves_the_tls_stack_unloaded():
+def test_broker_start_with_plain_tcp_doors_leaves_endpoints_unloaded():
     """Building the broker with plain TCP doors (smss, nsqd, and the RocketMQ broker
-    with its nameserver in the same process: what twistd mqserver does at start) imports
-    neither pyOpenSSL/cryptography nor twisted.internet.endpoints (which imports
-    them): about 12 MB resident an idle broker without TLS does not use."""
+    with its nameserver in the same process: what twistd mqserver does at start) does
+    not import twisted.internet.endpoints: C{tcp:} descriptions are listened on with the
+    reactor's C{listenTCP} (mqserver.listen), other descriptions import it when parsed."""
     _run(
         "import sys, tempfile\n"
         "from mqserver import tap\n"
@@ -45,50 +45,7 @@ def test_broker_start_leaves_the_tls_stack_unloaded():
         "    args += ['--listen', f'{name}={plain.get(name, \"off\")}']\n"
         "o.parseOptions(args)\n"
         "tap.makeService(o)\n"
-        "loaded = [m for m in ('OpenSSL', 'cryptography', 'service_identity',\n"
-        "          'twisted.protocols.tls', 'twisted.internet.ssl',\n"
-        "          'twisted.internet.endpoints') if m in sys.modules]\n"
-        "assert not loaded, loaded\n"
-    )
-
-
-def test_deferred_tls_stack_loads_at_first_start_tls():
-    """After L{mqserver.lazytls.defer_tls_import} the reactor's TCP connections can still
-    start TLS: a server listening with listenSSL and a client doing startTLS on a plain
-    connection complete a TLS exchange over loopback (both go through the stand-ins:
-    C{posixbase.tls} and C{_newtls.TLSMemoryBIOFactory})."""
-    _run(
-        "import sys\n"
-        "from mqserver.lazytls import defer_tls_import\n"
-        "assert defer_tls_import()\n"
-        "assert 'OpenSSL' not in sys.modules\n"
-        "from twisted.internet import reactor, protocol, tcp, interfaces\n"
-        "assert interfaces.ITLSTransport.implementedBy(tcp.Server)\n"
-        "assert 'OpenSSL' not in sys.modules\n"
-        "from twisted.internet import ssl\n"
-        "from tests.support.tls import Certs\n"
-        "import tempfile\n"
-        "certs = Certs(tempfile.mkdtemp())\n"
-        "pem = lambda p: open(p, 'rb').read()\n"
-        "server_options = ssl.PrivateCertificate.loadPEM(pem(certs.cert) + pem(certs.key)).options()\n"
-        "client_options = ssl.optionsForClientTLS('localhost', ssl.Certificate.loadPEM(pem(certs.ca)))\n"
-        "got = []\n"
-        "class Echo(protocol.Protocol):\n"
-        "    def dataReceived(self, data):\n"
-        "        self.transport.write(data.upper())\n"
-        "class Client(protocol.Protocol):\n"
-        "    def connectionMade(self):\n"
-        "        self.transport.startTLS(client_options)\n"
-        "        self.transport.write(b'hello')\n"
-        "    def dataReceived(self, data):\n"
-        "        got.append(data)\n"
-        "        reactor.stop()\n"
-        "port = reactor.listenSSL(0, protocol.Factory.forProtocol(Echo),\n"
-        "                         server_options, interface='127.0.0.1')\n"
-        "protocol.ClientCreator(reactor, Client).connectTCP('127.0.0.1', port.getHost().port)\n"
-        "reactor.callLater(20, reactor.stop)\n"
-        "reactor.run()\n"
-        "assert got == [b'HELLO'], got\n"
+        "assert 'twisted.internet.endpoints' not in sys.modules\n"
     )
 
 
@@ -102,27 +59,10 @@ def test_free_heap_released_after_start_on_glibc():
     assert release_free_heap() is (platform.libc_ver()[0] == "glibc")
 
 
-def test_deferred_tls_fallback_puts_the_real_modules_back():
-    """When the stand-ins are not where L{defer_tls_import} expects them (a Twisted
-    release that imports TLS differently), its fallback binds the real modules where
-    Twisted's own import would have."""
-    _run(
-        "import sys\n"
-        "from mqserver import lazytls\n"
-        "assert lazytls.defer_tls_import()\n"
-        "from twisted.internet import _newtls, posixbase\n"
-        "lazytls._restore(posixbase, _newtls)\n"
-        "import twisted.protocols.tls as tls, twisted.internet.ssl as ssl\n"
-        "assert posixbase.tls is tls and posixbase.ssl is ssl\n"
-        "assert _newtls.TLSMemoryBIOFactory is tls.TLSMemoryBIOFactory\n"
-        "assert not isinstance(sys.modules['twisted.protocols.tls'], lazytls._StandIn)\n"
-    )
-
-
 def test_msgout_door_loads_no_http_client_until_a_push():
     """A started msgout door without push subscriptions imports neither treq nor
-    twisted.web.client (which import twisted.internet.endpoints and the TLS stack, about
-    13 MB resident); its push manager makes the connection pool at the first push."""
+    twisted.web.client (which import twisted.internet.endpoints); its push manager makes
+    the connection pool at the first push."""
     _run(
         "import sys, tempfile\n"
         "from mqserver import tap\n"
@@ -135,8 +75,8 @@ def test_msgout_door_loads_no_http_client_until_a_push():
         "svc = tap.makeService(o)\n"
         "svc.privilegedStartService()\n"
         "svc.startService()\n"
-        "loaded = [m for m in ('treq', 'twisted.web.client', 'twisted.internet.endpoints',\n"
-        "          'OpenSSL', 'cryptography') if m in sys.modules]\n"
+        "loaded = [m for m in ('treq', 'twisted.web.client', 'twisted.internet.endpoints')\n"
+        "          if m in sys.modules]\n"
         "assert not loaded, loaded\n"
         "from protocols.msgout.push import PushManager\n"
         "from twisted.internet import reactor\n"

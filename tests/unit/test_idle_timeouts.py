@@ -1,4 +1,4 @@
-"""Idle connections are closed after each door's idle timeout (issue 13.8), driven by a
+"""Idle connections are closed after each door's idle timeout, driven by a
 Clock: a connection that sends nothing goes, one that keeps sending stays, and smss
 streams (SUB) are never closed for silence."""
 

@@ -1,8 +1,8 @@
 """The import graph of C{mqserver/} and C{protocols/} points one way (docs/architecture.md).
 
 Every import statement counts, the ones inside functions too: an import moved into a
-function to dodge a circular import still ties the two modules together (issue 18.5:
-C{protocols.nsq.node} and C{protocols.nsq.lookupd_client} imported each other that way).
+function to dodge a circular import still ties the two modules together
+(C{protocols.nsq.node} and C{protocols.nsq.lookupd_client} imported each other that way).
 The graph is read from the source with C{ast}, so the test imports nothing it checks.
 """
 
@@ -129,4 +129,83 @@ def test_no_protocol_imports_another(graph):
 
     bad = sorted((m, d) for m, deps in graph.items() if m.startswith("protocols.")
                  for d in deps if d.startswith("protocols.") and door(d) != door(m))
+    assert bad == []
+
+
+def _twisted_imports(path):
+    """The C{twisted.*} modules an import statement of the file at C{path} names."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return {n for n in names if n.startswith("twisted.")}
+
+
+#: What the rest of the code may use of mqserver.runtime: the output object and calls in
+#: the next turn (every door), and the reactor choice (start-up only).
+RUNTIME_PUBLIC = {
+    "mqserver.runtime.output": None,
+    "mqserver.runtime.soon": None,
+    "mqserver.runtime.fastpath": ("mqserver.tap", "mqserver.service"),
+}
+#: Twisted's modules whose internals the tuned paths read: only mqserver.runtime imports them.
+TWISTED_INTERNALS = ("twisted.internet.epollreactor", "twisted.internet.posixbase",
+                     "twisted.internet.tcp", "twisted.internet._newtls",
+                     "twisted.internet.abstract")
+
+
+def test_the_runtime_package_is_used_through_its_public_modules(graph):
+    bad = []
+    for m, deps in graph.items():
+        if m.startswith("mqserver.runtime"):
+            continue
+        for d in deps:
+            if d == "mqserver.runtime" or not d.startswith("mqserver.runtime."):
+                continue
+            if d not in RUNTIME_PUBLIC:
+                bad.append((m, d))
+            elif RUNTIME_PUBLIC[d] is not None and m not in RUNTIME_PUBLIC[d]:
+                bad.append((m, d))
+    assert sorted(bad) == []
+
+
+def test_only_the_runtime_package_imports_twisted_internals():
+    modules = _modules()
+    bad = sorted((m, n) for m, p in modules.items() if not m.startswith("mqserver.runtime")
+                 for n in _twisted_imports(p) if n.startswith(TWISTED_INTERNALS))
+    assert bad == []
+    # the check sees the runtime package's own imports (it would pass vacuously otherwise)
+    assert "twisted.internet.epollreactor" in _twisted_imports(
+        modules["mqserver.runtime.reactor"])
+def test_no_protocol_imports_the_store(graph):
+    # doors reach the store only through the broker's interfaces (mqserver/interfaces.py:
+    # IMessageLog, IReplicationLog, IStoreStats, IDataFiles)
+    bad = sorted((m, d) for m, deps in graph.items() if m.startswith("protocols")
+                 for d in deps if d == "mqserver.store" or d.startswith("mqserver.store."))
+    assert bad == []
+
+
+def store_reads(path):
+    """(line, source) of every C{.store} attribute read in the module at C{path}."""
+    source = open(path, encoding="utf-8").read()
+    tree = ast.parse(source, path)
+    return [(node.lineno, ast.get_source_segment(source, node)) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "store"]
+
+
+def test_store_reads_are_found():
+    assert store_reads(os.path.join(ROOT, "mqserver", "broker", "channels.py"))
+
+
+def test_no_protocol_reads_the_store_of_the_broker():
+    # not even under another name (a door's own `self.store = broker.store` would hide
+    # every later use): no protocol reads any attribute called `store`
+    bad = []
+    for module, path in sorted(_modules().items()):
+        if module.startswith("protocols"):
+            bad += [(module, line, text) for line, text in store_reads(path)]
     assert bad == []

@@ -1,6 +1,6 @@
 """Every implementation of the core's contracts is checked against its interface
 (zope.interface.verify.verifyObject: the attributes are there and the methods take the
-declared arguments), on real objects built as the broker builds them (issue 18.6)."""
+declared arguments), on real objects built as the broker builds them."""
 
 import pytest
 from twisted.internet.testing import MemoryReactorClock
@@ -9,7 +9,8 @@ from zope.interface.verify import verifyClass, verifyObject
 from mqserver.broker.broker import Broker
 from mqserver.broker.channel_registry import ChannelRegistry
 from mqserver.broker.queue_consumer import _Waiter
-from mqserver.interfaces import IBroker, IChannelConsumer, IWatcher
+from mqserver.interfaces import (
+    IBroker, IChannelConsumer, IDataFiles, IMessageLog, IReplicationLog, IStoreStats, IWatcher)
 from mqserver.tap import Options, makeService
 from protocols.console.protocol import _Follower
 from protocols.nsq.factory import make_factory as nsqd_factory
@@ -33,6 +34,19 @@ def test_the_broker_provides_ibroker(built):
     broker, _, _ = built
     assert verifyClass(IBroker, Broker)
     assert verifyObject(IBroker, broker)
+
+
+def test_the_broker_gives_doors_the_store_only_through_interfaces(built):
+    broker, _, _ = built
+    assert "store" not in IBroker.names()
+    broker.store.open()  # the figures of an open store
+    try:
+        assert verifyObject(IMessageLog, broker.messages)
+        assert verifyObject(IReplicationLog, broker.replication_log)
+        assert verifyObject(IStoreStats, broker.store_stats)
+        assert verifyObject(IDataFiles, broker.files)
+    finally:
+        broker.store.close()
 
 
 def test_watchers_provide_iwatcher(built):

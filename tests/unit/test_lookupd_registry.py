@@ -1,4 +1,4 @@
-"""The lookupd registration client and registry (issues 19.6, 19.8) in process."""
+"""The lookupd registration client and registry in process."""
 
 import struct
 

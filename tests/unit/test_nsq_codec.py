@@ -39,7 +39,7 @@ def only_error(data, **kw):
     return out[0]
 
 
-# Every client->server byte example of spec §12 (hex written as the spec shows it).
+# Client->server byte examples, as NSQ's TCP protocol documentation and nsqd 1.3.0 take them.
 GOLDEN = [
     (bytes.fromhex("49 44 45 4e 54 49 46 59 0a 00 00 00 47") + IDENTIFY_JSON,
      Identify(IDENTIFY_JSON)),

@@ -11,7 +11,7 @@ from protocols.nsq.compress import (SNAPPY_STREAM_IDENTIFIER, CompressionError,
                                     SnappyDecompressor)
 from protocols.nsq.messages import Nop, Pub
 
-# observed right after nsqd's IDENTIFY JSON frame (spec §5.1)
+# observed right after nsqd's IDENTIFY JSON frame
 SNAPPY_OK = bytes.fromhex("ff 06 00 00 73 4e 61 50 70 59 01 0e 00 00 26 98 2b cf"
                           "00 00 00 06 00 00 00 00 4f 4b")
 DEFLATE_OK = bytes.fromhex("62 60 60 60 63 60 60 60 f0 f7 06 00 00 00 ff ff 00 00 00 ff ff")

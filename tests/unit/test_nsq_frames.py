@@ -14,7 +14,7 @@ from protocols.nsq.messages import Message
 ID = b"18a3258a24e69000"
 TS = 1795267410341448703
 
-# spec §2.3 / §12 (f), observed from nsqd v1.3.0
+# observed from nsqd v1.3.0
 OK_BYTES = bytes.fromhex("00 00 00 06 00 00 00 00 4f 4b")
 CLOSE_WAIT_BYTES = bytes.fromhex("00 00 00 0e 00 00 00 00 43 4c 4f 53 45 5f 57 41 49 54")
 HEARTBEAT_BYTES = bytes.fromhex("00 00 00 0f 00 00 00 00 5f 68 65 61 72 74 62 65 61 74 5f")

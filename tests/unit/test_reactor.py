@@ -11,8 +11,8 @@ from twisted.internet import protocol
 from twisted.internet.epollreactor import EPollReactor
 from twisted.internet.testing import StringTransport
 
-from mqserver.reactor import SpinningEPollReactor
-from mqserver.sendnow import send_now
+from mqserver.runtime.reactor import SpinningEPollReactor
+from mqserver.runtime.output import send_now
 
 
 def _run(reactor, limit=20.0):
@@ -386,7 +386,7 @@ def _model_run(monkeypatch, seconds, probe=True, **peer):
 def _model_reactor(monkeypatch, probe=True, **peer):
     """A spinning reactor (200 µs spin, 10 ms probe windows every 50 ms) whose epoll,
     clocks and one connection are a L{_ModelPeer}'s: (clock, peer, reactor)."""
-    import mqserver.reactor as mr
+    import mqserver.runtime.reactor as mr
 
     clock = _FakeClock()
     fake = _ModelPeer(clock, **peer)
@@ -489,7 +489,7 @@ def test_a_probe_without_a_spin_gives_no_verdict_that_it_pays(monkeypatch):
     (C{probe_every} later, or a window later when there was too little traffic to
     tell), and the last verdict is kept for the next one's hold; a window in which it
     spun is judged as before."""
-    import mqserver.reactor as mr
+    import mqserver.runtime.reactor as mr
 
     verdict = []
     monkeypatch.setattr(mr, "spin_pays", lambda on, off: verdict[-1])
@@ -525,7 +525,7 @@ def test_a_probe_without_a_spin_gives_no_verdict_that_it_pays(monkeypatch):
 def test_spin_pays_verdict():
     """(CPU seconds, bytes, seconds) of the window with the spin, then of the one
     without."""
-    from mqserver.reactor import spin_pays
+    from mqserver.runtime.reactor import spin_pays
 
     # the same CPU per byte: the spin bought back the wake-ups it saved
     assert spin_pays((0.008, 200_000, 0.01), (0.004, 100_000, 0.01))
@@ -545,7 +545,7 @@ def test_readable_bytes_counts_what_waits_on_real_sockets():
     that is not readable in the event."""
     from select import EPOLLIN, EPOLLOUT
 
-    from mqserver.reactor import readable_bytes
+    from mqserver.runtime.reactor import readable_bytes
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -576,7 +576,7 @@ def test_probes_count_the_bytes_real_peers_send(monkeypatch):
     """A probing reactor and a real client that waits for each 200-byte answer: the
     probes' windows count the bytes read through FIONREAD on the real connection (whole
     requests, since each read finds exactly one) and the thread's CPU time."""
-    import mqserver.reactor as mr
+    import mqserver.runtime.reactor as mr
 
     windows = []
     real = mr.spin_pays
@@ -617,7 +617,7 @@ def test_a_repeated_verdict_holds_longer(monkeypatch):
     """Each verdict that repeats the last doubles the time it holds, up to
     C{probe_every_most}; a changed one starts again from C{probe_every}; a window nearly
     idle (no verdict) changes nothing and is followed by a probe a window later."""
-    import mqserver.reactor as mr
+    import mqserver.runtime.reactor as mr
 
     verdicts = iter([False, False, False, False, False, True, True, None, True, False])
     monkeypatch.setattr(mr, "spin_pays", lambda on, off: next(verdicts))

@@ -1,15 +1,20 @@
 """RocketMQ 4.9 plain ACL: signatures as the clients compute them, the file, the checks
-and the broker's refusal remarks (issue 16.3)."""
+and the broker's refusal remarks; the broker door's requests checked in process."""
 
 import pytest
+from twisted.internet.address import IPv4Address
 
 from protocols.remoting import codes
 from protocols.remoting.acl import (AclConfigError, AclError, PlainAcl, address_matcher,
                                     resources, sign)
-from protocols.remoting.codec import decode_json_header
+from protocols.remoting.broker_door import make_factory
+from protocols.remoting.codec import decode_json_header, encode
+from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.messages import RemotingCommand
+from protocols.remoting.server import RemotingProtocol, error
+from tests.support.inprocess import Connection, running
 
-# C++ client 2.x frames from the spec (section 10): empty credentials still sign.
+# C++ client frames: empty credentials still sign.
 SEND_HEADER = (
     '{"code":10,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":"Rwo1VMtUh7Uja96UGKQ1zzxnyqk=",'
     '"batch":"0","bornTimestamp":"1795267749004","defaultTopic":"TBW102","defaultTopicQueueNums":4,"flag":0,'
@@ -140,3 +145,72 @@ def test_broken_files_are_refused(tmp_path):
             acl_in(tmp_path, text)
     with pytest.raises(AclConfigError):
         acl_in(tmp_path, ACL.replace("topicA=DENY", "topicA"))
+
+
+class _Counting(RemotingProtocol):
+    """A remoting server whose one handler counts the requests it ran."""
+
+    handlers = {codes.GET_BROKER_CLUSTER_INFO: "info"}
+
+    def __init__(self):
+        super().__init__()
+        self.ran = []
+
+    def info(self, cmd):
+        self.ran.append(cmd.opaque)
+        return error(cmd, codes.SUCCESS, "ran")
+
+
+def test_admit_answers_a_refused_request_instead_of_its_handler():
+    """The protocol's C{admit} check runs before every request's handler; its answer
+    replaces the handler's. Answers to this side's own requests are not checked."""
+    p = _Counting()
+    seen = []
+
+    def admit(cmd):
+        seen.append(cmd.opaque)
+        return error(cmd, codes.NO_PERMISSION, "no") if cmd.opaque % 2 else None
+
+    p.admit = admit
+    c = Connection(p)
+    frames = b"".join(encode(RemotingCommand(code=codes.GET_BROKER_CLUSTER_INFO, opaque=n))
+                      for n in (1, 2, 3))
+    c.send(frames)
+    answers = FrameDecoder().feed(c.take())
+    assert [(a.opaque, a.code, a.remark) for a in answers] == [
+        (1, codes.NO_PERMISSION, "no"), (2, codes.SUCCESS, "ran"), (3, codes.NO_PERMISSION, "no")]
+    assert p.ran == [2] and seen == [1, 2, 3]
+    d = p.request(codes.GET_BROKER_CLUSTER_INFO)
+    (sent,) = FrameDecoder().feed(c.take())
+    got = []
+    d.addCallback(got.append)
+    c.send(encode(RemotingCommand(code=codes.SUCCESS, opaque=sent.opaque, flag=1)))
+    assert [g.opaque for g in got] == [sent.opaque] and seen == [1, 2, 3]
+
+
+def test_broker_door_with_acl_checks_each_request_from_its_peer_address(tmp_path):
+    """With C{rocketmq.aclEnable} the broker door answers an unsigned request with the
+    broker's refusal, serves a signed one, and lets a globally white address through."""
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACL)
+    config = {"rocketmq": {"aclEnable": True, "aclFile": str(path)}}
+    with running(tmp_path / "data", make_factory, config=config) as node:
+        send = {"producerGroup": "pg", "topic": "topicB", "defaultTopic": "TBW102",
+                "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0",
+                "bornTimestamp": "1", "flag": "0", "reconsumeTimes": "0"}
+
+        def ask(peer, cmd):
+            c = node.connect(node.factory, IPv4Address("TCP", peer, 5000))
+            cmd.opaque = 9
+            c.send(encode(cmd))
+            (answer,) = FrameDecoder().feed(c.take())
+            return answer
+
+        refused = ask("127.0.0.1", RemotingCommand(code=codes.SEND_MESSAGE, ext_fields=dict(send), body=b"m"))
+        assert (refused.code, refused.opaque) == (codes.SYSTEM_ERROR, 9)
+        assert refused.remark.startswith(
+            "org.apache.rocketmq.acl.common.AclException: No accessKey is configured, ")
+        assert ask("127.0.0.1", signed(codes.SEND_MESSAGE, send, b"m")).code == codes.SUCCESS
+        white = ask("10.10.103.7", RemotingCommand(code=codes.SEND_MESSAGE, ext_fields=dict(send), body=b"m"))
+        assert white.code == codes.SUCCESS
+        node.clock.advance(0)  # the new topic's registration with nameservers (none)

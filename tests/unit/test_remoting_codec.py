@@ -103,7 +103,7 @@ def test_construct_batch_schema_agrees_with_encoder(messages):
 
 
 def test_binary_header_matches_spec_example():
-    """Spec 1.5's constructed ROCKETMQ-type GET_ROUTEINFO_BY_TOPIC frame is reproduced byte for byte."""
+    """A constructed ROCKETMQ-type GET_ROUTEINFO_BY_TOPIC frame is reproduced byte for byte."""
     command = RemotingCommand(code=105, language="JAVA", version=401, opaque=3, ext_fields={"topic": "T"}, serialize_type=1)
     expected = "00000025 01000021 0069 00 0191 00000003 00000000 00000000 0000000c 0005 746f706963 00000001 54"
     assert encode(command) == bytes.fromhex(expected.replace(" ", ""))
@@ -111,7 +111,7 @@ def test_binary_header_matches_spec_example():
 
 
 def test_binary_header_spec_example_parses_with_the_schema():
-    """Spec 1.5's frame parses with FRAME and ROCKETMQ_HEADER, and the structs the codec
+    """That constructed frame parses with FRAME and ROCKETMQ_HEADER, and the structs the codec
     uses (derived from them) read the same fixed fields."""
     frame = bytes.fromhex("00000025 01000021 0069 00 0191 00000003 00000000 00000000 0000000c"
                           " 0005 746f706963 00000001 54".replace(" ", ""))
@@ -219,7 +219,7 @@ def test_large_frame_in_small_chunks():
 
 
 def test_json_header_is_java_shaped():
-    """A response header reproduces spec 10.2 exactly: sorted keys, no remark, serializeTypeCurrentRPC."""
+    """A response header reproduces a Java 4.9 broker's exactly: sorted keys, no remark, serializeTypeCurrentRPC."""
     response = make_response(RemotingCommand(code=105, language="CPP", version=63, opaque=0, remark=""), codes.SUCCESS)
     frame = encode(response)
     assert frame[8:] == b'{"code":0,"flag":1,"language":"JAVA","opaque":0,"serializeTypeCurrentRPC":"JSON","version":401}'
@@ -227,7 +227,7 @@ def test_json_header_is_java_shaped():
 
 
 def test_response_ext_fields_are_json_strings():
-    """Numbers and booleans given as extFields go out as JSON strings (spec 1.3 rule 1, section 8)."""
+    """Numbers and booleans given as extFields go out as JSON strings (as the Go and C++ clients need)."""
     request = RemotingCommand(code=10, opaque=1)
     response = make_response(request, codes.SUCCESS, ext_fields={"msgId": "X", "queueId": 0, "queueOffset": 5, "TRACE_ON": True})
     assert _json_header(encode(response))["extFields"] == {"msgId": "X", "queueId": "0", "queueOffset": "5", "TRACE_ON": "true"}
@@ -283,7 +283,7 @@ def test_json_control_characters_are_escaped():
 
 
 def _reference_json_header(command):
-    """The header as json.dumps writes the dict a Java 4.9 server would (spec 10.2)."""
+    """The header as json.dumps writes the dict a Java 4.9 server would."""
     obj = {"code": command.code}
     if command.ext_fields:
         obj["extFields"] = {k: str(v) for k, v in command.ext_fields.items()}
@@ -360,7 +360,7 @@ def test_flag_helpers(flag, response, oneway):
 
 
 def test_code_constants_match_spec_tables():
-    """A sample of code values from spec section 2 and the language byte codes of section 1.3."""
+    """A sample of code values of RequestCode and ResponseCode, and the language byte codes of LanguageCode."""
     assert (codes.SEND_MESSAGE, codes.PULL_MESSAGE, codes.HEART_BEAT, codes.GET_ROUTEINFO_BY_TOPIC) == (10, 11, 34, 105)
     assert (codes.SEND_MESSAGE_V2, codes.SEND_BATCH_MESSAGE, codes.GET_CONSUMER_RUNNING_INFO) == (310, 320, 307)
     assert (codes.TOPIC_NOT_EXIST, codes.PULL_NOT_FOUND, codes.QUERY_NOT_FOUND, codes.NO_MESSAGE) == (17, 19, 22, 208)
@@ -433,7 +433,7 @@ def test_java_string_hash_matches_definition(value):
 
 
 def test_tag_hash_code_of_missing_tag_is_zero():
-    """Messages without a tag hash to 0 (spec 6.6)."""
+    """Messages without a tag hash to 0."""
     assert tag_hash_code(None) == tag_hash_code("") == 0 and tag_hash_code("TagA") == 2598919
 
 
@@ -441,7 +441,7 @@ def test_tag_hash_code_of_missing_tag_is_zero():
 
 
 def test_offset_msg_id_spec_example():
-    """127.0.0.1:10911 at commit log offset 0xB0 gives spec 6.2's id, and parses back."""
+    """127.0.0.1:10911 at commit log offset 0xB0 gives the id MessageDecoder.createMessageId makes, and parses back."""
     assert make_offset_msg_id("127.0.0.1", 10911, 0xB0) == "7F00000100002A9F00000000000000B0"
     assert parse_offset_msg_id("7f00000100002a9f00000000000000b0") == ("127.0.0.1", 10911, 176)
 
@@ -485,7 +485,7 @@ def test_batch_body_must_tile_exactly(cut):
         decode_batch_body(grown)
 
 
-# -- deep nesting (issue 13.8) ------------------------------------------------------------
+# -- deep nesting ------------------------------------------------------------------------
 
 
 def test_deeply_nested_json_header_is_a_protocol_error():

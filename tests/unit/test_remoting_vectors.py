@@ -103,7 +103,7 @@ def _header_len(frame: bytes) -> int:
 
 
 def _expected_ext(logged: dict) -> dict[str, str]:
-    """The logged extFields as strings, the normalisation spec 1.3 prescribes (numbers -> str)."""
+    """The logged extFields as strings, the normalisation servers apply (numbers -> str)."""
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in (logged.get("extFields") or {}).items()}
 
 
@@ -167,7 +167,7 @@ def test_java_frames_reencode_byte_for_byte():
 
 
 def test_java_style_responses_reencode_byte_for_byte():
-    """Captured responses without remark/extFields (e.g. spec 10.2) re-encode to the identical bytes."""
+    """Captured responses without remark/extFields re-encode to the identical bytes."""
     plain = [c for c in ALL if c.direction == "RSP" and set(c.logged) == {"code", "flag", "language", "opaque", "serializeTypeCurrentRPC", "version"}]
     assert len(plain) > 50
     for capture in plain:
@@ -189,7 +189,7 @@ def test_cpp_requests_follow_spec_conventions():
     assert commits and all(command.flag == 0 for command in commits)
 
 
-# Required request fields per code, from spec sections 3.1, 4.1, 4.3, 4.6-4.9.
+# Required request fields per code, as RocketMQ 4.9.4's request headers mark them (@CFNotNull).
 REQUIRED_FIELDS = {
     codes.GET_ROUTEINFO_BY_TOPIC: {"topic"},
     codes.SEND_MESSAGE: {"producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp", "flag", "properties"},
@@ -234,7 +234,7 @@ def test_responses_answer_outstanding_requests():
 
 
 def test_spec_example_10_1_is_the_first_captured_frame():
-    """Spec 10.1's hex is byte-identical to the first frame of the silent-listener capture."""
+    """The worked route lookup example is byte-identical to the first frame of the silent-listener capture."""
     spec_hex = (
         "000000c2000000be"
         "7b22636f6465223a3130352c226578744669656c6473223a7b224163636573734b6579223a22222c224f6e73"
@@ -254,7 +254,7 @@ def test_spec_example_10_1_is_the_first_captured_frame():
 
 
 def test_spec_examples_10_3_to_10_6():
-    """The send request/response and pull response of spec 10.3-10.6 decode to the documented values."""
+    """The send request/response and pull response of the worked examples decode to the documented values."""
     examples = CAPTURES["cpp-client-examples.log"]
     send = decode_frame(examples[2].frame)
     assert (len(examples[2].frame), _header_len(examples[2].frame), send.body) == (0x203 + 4, 506, b"hello")
@@ -301,7 +301,7 @@ def test_captured_properties_round_trip_per_client_style():
 
 
 def test_java_and_go_header_differences():
-    """Spec 13: Java one-way flag 2, missing/empty extFields on heartbeats, Go remark "", UNIQ_KEY shapes."""
+    """Client quirks: Java one-way flag 2, missing/empty extFields on heartbeats, Go remark "", UNIQ_KEY shapes."""
     frames = {(c.peer, c.logged["code"]): decode_frame(c.frame) for c in CAPTURES["java-go-client-frames.txt"]}
     assert frames["JAVA", 15].is_oneway() and not frames["GO", 15].is_oneway()
     assert frames["JAVA", 34].ext_fields == {} and frames["GO", 34].ext_fields == {}
@@ -315,7 +315,7 @@ def test_java_and_go_header_differences():
 
 
 def test_json_bodies_of_cpp_requests_end_with_newline():
-    """C++ heartbeat and lock bodies are JSON followed by a newline (spec 5.2, 10.7)."""
+    """C++ heartbeat and lock bodies are JSON followed by a newline."""
     bodies = [decode_frame(c.frame) for c in ALL if c.direction == "REQ" and c.logged["code"] in (34, 41, 42) and c.body_captured]
     assert len(bodies) == 13
     for command in bodies:

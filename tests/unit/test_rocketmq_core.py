@@ -152,7 +152,7 @@ def test_retry_copy_keeps_the_message_and_counts():
 
 def test_register_body_plain_and_compressed():
     """RegisterBrokerBody in JSON (fastjson bare keys tolerated) and in the compressed
-    layout of spec 5.6."""
+    layout of RegisterBrokerBody."""
     import struct
     import zlib
 

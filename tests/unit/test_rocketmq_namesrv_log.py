@@ -1,4 +1,4 @@
-"""The nameserver logs brokers joining, leaving and expiring (issue 19.9), as RocketMQ's
+"""The nameserver logs brokers joining, leaving and expiring, as RocketMQ's
 RouteInfoManager does: requests over StringTransport, the scan on a Clock, the log
 captured."""
 

@@ -6,6 +6,7 @@ segment and consume-queue file boundaries, tags) and the body built from their r
 import pytest
 from twisted.internet.task import Clock
 
+from mqserver.broker.storeviews import MessageLog
 from mqserver.store import format as fmt
 from mqserver.store.store import Message, MessageStore
 from protocols.remoting import codes
@@ -77,7 +78,7 @@ def test_pull_stops_before_the_record_that_would_pass_the_limit(store):
     and the pull after that takes the rest (it used to read the same entry forever)."""
     big = [bytes([65 + i]) * 300_000 for i in range(5)]
     _put(store, "big", 0, big)
-    spy = CountingStore(store)
+    spy = CountingStore(MessageLog(store))
     r = pull_once(spy, HOST, "big", 0, 0, 32, None)
     assert (r.code, r.count, r.next_offset) == (codes.SUCCESS, 3, 3)
     assert len(r.body) <= MAX_BYTES
@@ -90,7 +91,7 @@ def test_pull_stops_before_the_record_that_would_pass_the_limit(store):
 def test_a_record_larger_than_the_limit_is_served_alone(store):
     """A pull returns at least one message even when it alone passes 1 MiB."""
     _put(store, "huge", 0, [b"h" * (MAX_BYTES + 10), b"small"])
-    r = pull_once(CountingStore(store), HOST, "huge", 0, 0, 32, None)
+    r = pull_once(CountingStore(MessageLog(store)), HOST, "huge", 0, 0, 32, None)
     assert (r.code, r.count, r.next_offset) == (codes.SUCCESS, 1, 1)
     assert r.body == _expected(store, "huge", 0, 0, 1)
 
@@ -117,7 +118,7 @@ def test_pull_of_interleaved_queues_across_files(tmp_path, start, want):
 def test_tagged_pull_serves_only_matching_records(store):
     for i in range(40):
         _put(store, "tags", 0, [b"m%d" % i], tags=b"A" if i % 3 else b"B")
-    r = pull_once(CountingStore(store), HOST, "tags", 0, 0, 5, {tag_hash_code("B")})
+    r = pull_once(CountingStore(MessageLog(store)), HOST, "tags", 0, 0, 5, {tag_hash_code("B")})
     assert r.code == codes.SUCCESS
     assert [bytes(v.body) for v in records(r.body)] == [b"m0", b"m3", b"m6", b"m9", b"m12"]
     assert r.next_offset == 13
@@ -188,14 +189,14 @@ def test_a_pull_at_the_tail_serves_the_record_just_written_without_reading_it(st
     store.commitlog.read = counted
     _put(store, "T", 0, [b"first", b"second"])
     _put(store, "T", 0, [b"third"])
-    got = pull_once(store, HOST, "T", 0, 2, 32, None)
+    got = pull_once(MessageLog(store), HOST, "T", 0, 2, 32, None)
     assert reads == [], "the newest record is not read back"
     assert (got.code, got.next_offset, got.count) == (codes.SUCCESS, 3, 1)
     assert got.body == _expected(store, "T", 0, 2, 3)
     reads.clear()
-    behind = pull_once(store, HOST, "T", 0, 1, 32, None)
+    behind = pull_once(MessageLog(store), HOST, "T", 0, 1, 32, None)
     assert reads and (behind.count, behind.next_offset) == (2, 3)
     assert behind.body == _expected(store, "T", 0, 1, 3)
     reads.clear()
-    tagged = pull_once(store, HOST, "T", 0, 2, 32, {tag_hash_code("A")})
+    tagged = pull_once(MessageLog(store), HOST, "T", 0, 2, 32, {tag_hash_code("A")})
     assert reads and tagged.body == got.body

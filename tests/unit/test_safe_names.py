@@ -1,5 +1,5 @@
 """No name reaches the file system as a path: the store's own check, the last line of
-defence behind every protocol's name rules (issue 16.5)."""
+defence behind every protocol's name rules."""
 
 import os
 

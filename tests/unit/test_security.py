@@ -1,5 +1,5 @@
 """The core's network-safety pieces: the allow-list, the bearer token resource and the
-console's AUTH line gate (issue 16.4)."""
+console's AUTH line gate."""
 
 import pytest
 import pytest_twisted

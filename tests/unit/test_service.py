@@ -1,5 +1,5 @@
 """The service tree in-process: start-up order, all-or-nothing start, ports told to
-factories, background loops as services (issue 13.2, 18.4)."""
+factories, background loops as services."""
 
 import os
 
@@ -141,7 +141,7 @@ def test_background_loops_are_services_stopped_before_the_store_closes(tmp_path)
 
 @pytest_twisted.inlineCallbacks
 def test_msgout_pushes_are_a_service_started_after_the_broker(tmp_path):
-    # they started on a timer the site armed when its listener started (issue 18.4):
+    # they started on a timer the site armed when its listener started:
     # now the tree starts them after the broker and stops them after the listener
     from twisted.internet import reactor
 

@@ -1,6 +1,6 @@
-"""Unit tests of the sans-IO smss codec (spec: shared/specs/smss-protocol.md).
+"""Unit tests of the sans-IO smss codec.
 
-Golden vectors are the worked hex examples of spec section 15; the golden
+Golden vectors are the worked hex examples of smss's protocol description; the golden
 decoding tests feed their input both whole and one byte at a time.
 """
 
@@ -48,7 +48,7 @@ def h(text: str) -> bytes:
 
 Z16 = "00 " * 16
 
-# -- spec section 15 vectors ----------------------------------------------------------
+# -- worked example vectors -----------------------------------------------------------
 
 HELLO = h("05 00 00 00 00 00 00 00 68 65 6c 6c 6f")
 HELLO_KV = h("0f 00 00 00 01 00 00 00 01 00 00 00 6b 01 00 00 00 76 68 65 6c 6c 6f")
@@ -253,7 +253,7 @@ def test_response_encoders_match_golden_vectors():
 
 
 def test_ok_json_with_empty_body_is_header_only():
-    """An empty LIST result is a bare 10-byte header with length 0 (spec 6.5)."""
+    """An empty LIST result is a bare 10-byte header with length 0."""
     assert codec.ok_json(b"") == h("c8 00 00 00 00 00 00 00 00 00")
 
 
@@ -839,7 +839,7 @@ def _header_fields(schema_fields):
 
 @pytest.mark.parametrize("name, data, event", REQUEST_VECTORS, ids=[v[0] for v in REQUEST_VECTORS])
 def test_request_vector_headers_parse_with_the_schema(name, data, event):
-    """Each spec section 15 request header parses with REQUEST_HEADER, and the struct
+    """Each worked example request header parses with REQUEST_HEADER, and the struct
     the decoder uses (derived from the schema) reads the same values."""
     parsed = wire.REQUEST_HEADER.parse(data[: wire.REQUEST_HEADER_SIZE])
     topic = getattr(event, "topic", b"")
@@ -884,7 +884,7 @@ _RESPONSE_STRUCTS = {
 @pytest.mark.parametrize("name, schema, data, fields", RESPONSE_VECTORS,
                          ids=[v[0] for v in RESPONSE_VECTORS])
 def test_response_vector_headers_parse_with_the_schema(name, schema, data, fields):
-    """Each spec section 15 response header parses with its schema, and the struct the
+    """Each worked example response header parses with its schema, and the struct the
     encoders use (derived from it) reads and writes the same bytes."""
     raw = h(data)
     assert _header_fields(schema.parse(raw)) == fields
@@ -910,7 +910,7 @@ def test_pushed_record_head_parses_with_the_schema():
 
 
 def test_binlog_payload_prefixes_parse_with_the_schema():
-    """CREATE and DELAY binlog payloads (spec 11.4) parse with their schemas, and the
+    """CREATE and DELAY binlog payloads parse with their schemas, and the
     derived structs the binlog code runs read the same values."""
     from protocols.smss import binlog
 

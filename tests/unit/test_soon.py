@@ -1,9 +1,9 @@
-"""mqserver.soon: calls in the reactor's next turn, on the spinning reactor and elsewhere."""
+"""mqserver.runtime.soon: calls in the reactor's next turn, on the spinning reactor and elsewhere."""
 
 from twisted.internet.task import Clock
 
-from mqserver.reactor import SpinningEPollReactor
-from mqserver.soon import call_soon
+from mqserver.runtime.reactor import SpinningEPollReactor
+from mqserver.runtime.soon import call_soon
 
 
 def test_call_soon_runs_in_the_next_turn_in_order_and_cancelled_calls_do_not():

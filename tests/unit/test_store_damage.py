@@ -1,4 +1,4 @@
-"""Damaged records (issue #13.3): bytes flipped at chosen places in the commit log, and a
+"""Damaged records: bytes flipped at chosen places in the commit log, and a
 damaged checkpoint. Every read path (cursors, the replication log reader, recovery and
 rebuilds) leaves a damaged record out, reports it once and goes on with the records after
 it."""

@@ -1,4 +1,4 @@
-"""A full or failing disk (issue #13.5) through the store's file I/O seam (FaultyIO): a
+"""A full or failing disk through the store's file I/O seam (FaultyIO): a
 failed write or fsync fails the publish and is never acknowledged, reads go on, writes
 resume once the disk works again, nothing acknowledged is lost and the log recovers; and
 the disk-usage watermark store.diskMaxUsedRatio."""

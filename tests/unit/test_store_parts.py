@@ -1,4 +1,4 @@
-"""MessageStore is a facade over its parts (issue 18.5): what it shows outside stays as
+"""MessageStore is a facade over its parts: what it shows outside stays as
 it was before the split (its log lines' namespace, its per-message paths' cost)."""
 
 import pytest

@@ -8,13 +8,16 @@ from twisted.internet.testing import StringTransport
 
 from mqserver.errors import ReplicasUnavailable, ReplicationTimeout
 from mqserver.replication.applier import Applier
+from mqserver.replication.logreader import LogReader
 from mqserver.replication.sync import SyncGate
 from mqserver.store import format as fmt
 from mqserver.store.store import Message
+from protocols.smss import binlog
 from protocols.smss import client_codec as cc
 from protocols.smss import wire
 from protocols.smss.factory import make_factory
 from protocols.smss.follower import FollowerFactory
+from protocols.smss.payload import encode_payload
 from tests.support.inprocess import Node, failure_of, result_of
 
 OK = bytes.fromhex("c8000000000000000000")
@@ -56,6 +59,29 @@ def test_a_write_waits_for_its_confirmation():
     assert d.called and result_of(d) is None
     assert g.committed_event_id == 5 and commits == [4, 5]
     assert g.wait(5).called  # committed already
+    clock.advance(1)  # the gate's timer finds nothing to fail, and disarms
+    assert clock.getDelayedCalls() == [] and g.timeouts == 0
+
+
+def test_one_timer_serves_every_waiting_write():
+    """The writes waiting share one timer, each failing at its own deadline; the
+    confirmed ones are never failed."""
+    clock, g = gate(timeout_ms=1000)
+    f = Follower()
+    g.attach(f)
+    first = g.wait(1)
+    clock.advance(0.4)
+    second, third = g.wait(2), g.wait(3)
+    assert len(clock.getDelayedCalls()) == 1
+    g.confirm(f, 1)
+    assert first.called and not second.called
+    clock.advance(0.6)  # the first's deadline: nothing to fail
+    assert not second.called and g.timeouts == 0
+    g.confirm(f, 3)  # a confirmation after the deadline of the first, before theirs
+    assert second.called and third.called
+    later = g.wait(4)
+    clock.advance(1)
+    assert isinstance(failure_of(later).value, ReplicationTimeout) and g.timeouts == 1
     assert clock.getDelayedCalls() == []
 
 
@@ -238,3 +264,162 @@ def test_a_bad_frame_on_a_confirming_stream_closes_it(node):
     assert b"confirmation must be a REPLICA frame" in side.take()
     assert not side.connected
     assert node.broker.sync_gate.followers() == []
+
+
+def test_a_follower_store_shows_only_what_its_master_committed(tmp_path):
+    """A follower's writes (the master's eventIds) wait for the master's commit point;
+    one committed before it is durable here waits for its fsync too (flush level 2)."""
+    n = Node(tmp_path / "follower", flush_level=2, hold_disk=True)
+    try:
+        store = n.store
+        arrivals = []
+        store.add_arrival_listener(lambda t, q: arrivals.append((t, q)))
+        store.follow_commits(0)
+        d1 = store.put_messages("t", 0, [Message(body=b"one")], event_id=1)
+        d2 = store.put_messages("t", 0, [Message(body=b"two")], event_id=2)
+        n.runner.release()
+        assert fired(d1) and fired(d2)  # durable: the follower may confirm them
+        assert readable(store, "t") == [] and arrivals == []
+        store.follow_commits(1)
+        assert readable(store, "t") == [b"one"] and arrivals == [("t", 0)]
+        store.follow_commits(3)  # ahead of what this follower holds
+        assert readable(store, "t") == [b"one", b"two"]
+        store.put_messages("t", 0, [Message(body=b"three")], event_id=3)
+        assert readable(store, "t") == [b"one", b"two"]  # committed, not durable here
+        n.runner.release()
+        assert readable(store, "t") == [b"one", b"two", b"three"]
+        store.follow_commits(2)  # never goes back
+        assert store.commit_point == 3
+        store.put_messages("t", 0, [Message(body=b"four")], event_id=4)
+        n.runner.release()
+        assert readable(store, "t") == [b"one", b"two", b"three"]
+        store.stop_following_commits()  # a master that holds nothing back
+        assert readable(store, "t") == [b"one", b"two", b"three", b"four"]
+        assert store.commit_point is None
+    finally:
+        n.close()
+
+
+def test_a_follower_shows_a_write_once_the_master_commits_it(node, tmp_path):
+    """The master sends its commit point after the empty block and whenever it moves;
+    a follower's consumers see a replicated write only once it is committed (two
+    replicas wanted: this follower's confirmation alone does not commit)."""
+    g = node.broker.require_replicas(2, 5000)
+    f = node.door(make_factory)
+    fnode, follower, to_master = follower_node(tmp_path, node)
+    try:
+        master_side = node.connect(f)
+        master_side.send(to_master.value())  # TOPIC INFO $epochs
+        to_master.clear()
+        follower.dataReceived(master_side.take())
+        master_side.send(to_master.value())  # REPLICA, offering confirmations
+        to_master.clear()
+        out = master_side.take()
+        commit = binlog.commit_block(0, node.broker.now_ms())
+        assert out.startswith(EMPTY_BLOCK + OK + len(commit).to_bytes(4, "little") + commit)
+        follower.dataReceived(out)
+        assert fnode.store.commit_point == 0
+        other = Follower()  # a second follower, confirming by hand
+        g.attach(other)
+        publisher = node.connect(f)
+        publisher.send(cc.encode_create(b"t"))
+        publisher.send(cc.encode_pub(b"t", encode_payload([b"hello"])))
+        node.clock.advance(0)
+        follower.dataReceived(master_side.take())
+        fnode.clock.advance(0)
+        master_side.send(to_master.value())  # the follower holds and confirms them
+        to_master.clear()
+        last = node.store.next_event_id - 1
+        assert fnode.store.next_event_id - 1 == last
+        assert publisher.take() == b""  # one replica of two: nothing committed
+        node.clock.advance(0)
+        follower.dataReceived(master_side.take())
+        assert readable(fnode.store, "t") == []
+        g.confirm(other, last)
+        assert publisher.take() == OK + OK
+        node.clock.advance(0)  # the commit points of one turn: one block
+        out = master_side.take()
+        commit = binlog.commit_block(last, node.broker.now_ms())
+        assert out == OK + len(commit).to_bytes(4, "little") + commit
+        follower.dataReceived(out)
+        assert readable(fnode.store, "t") == [b"hello"]
+        assert fnode.broker.state_of("replica").status()["committedEventId"] == last
+    finally:
+        fnode.close()
+
+
+def test_a_follower_of_a_master_without_synchronous_replication_shows_all(node, tmp_path):
+    """A master that holds nothing back sends no commit point: the follower shows every
+    write it holds (and what it held back before, from a master that did)."""
+    f = node.door(make_factory)
+    fnode, follower, to_master = follower_node(tmp_path, node)
+    try:
+        fnode.store.follow_commits(0)  # as a restart after following a master that did
+        master_side = node.connect(f)
+        master_side.send(to_master.value())
+        to_master.clear()
+        follower.dataReceived(master_side.take())
+        master_side.send(to_master.value())
+        to_master.clear()
+        publisher = node.connect(f)
+        publisher.send(cc.encode_create(b"t"))
+        publisher.send(cc.encode_pub(b"t", encode_payload([b"hello"])))
+        node.clock.advance(0)
+        follower.dataReceived(master_side.take())
+        assert readable(fnode.store, "t") == [b"hello"]
+        assert fnode.store.commit_point is None
+    finally:
+        fnode.close()
+
+
+def test_a_follower_promoted_without_synchronous_replication_shows_what_it_held(tmp_path):
+    """Promoted with no synchronous replicas, a follower shows the writes its old master
+    had not committed (nothing would ever commit them) and its own new ones."""
+    n = Node(tmp_path / "follower")
+    try:
+        n.broker.is_master = False
+        n.store.follow_commits(0)
+        n.store.put_messages("t", 0, [Message(body=b"held")], event_id=1)
+        assert readable(n.store, "t") == []
+        assert n.broker.become_master() is None
+        assert readable(n.store, "t") == [b"held"]
+        n.store.put_messages("t", 0, [Message(body=b"new")])
+        assert readable(n.store, "t") == [b"held", b"new"]
+    finally:
+        n.close()
+
+
+def test_a_follower_promoted_with_synchronous_replication_shows_them_once_confirmed(
+        tmp_path):
+    """Promoted with synchronous replicas, a follower shows what its old master had not
+    committed once its own followers confirm it, as it does its new writes."""
+    n = Node(tmp_path / "follower")
+    try:
+        n.broker.is_master = False
+        n.store.follow_commits(0)
+        n.store.put_messages("t", 0, [Message(body=b"held")], event_id=1)
+        n.broker.become_master(1, 5000)
+        assert readable(n.store, "t") == []
+        f = Follower()
+        n.broker.sync_gate.attach(f)
+        n.broker.sync_gate.confirm(f, n.store.next_event_id - 1)  # the term's epoch record
+        assert readable(n.store, "t") == [b"held"]
+    finally:
+        n.close()
+
+
+def test_a_follower_reads_its_whole_log_whatever_its_consumers_see(tmp_path):
+    """The writes a follower holds back from its consumers are in its log for everything
+    else: finding where to cut it (its terms against a new master's), feeding it on."""
+    n = Node(tmp_path / "follower")
+    try:
+        n.broker.is_master = False
+        n.store.follow_commits(0)
+        for eid in (1, 2, 3):
+            n.store.put_messages("t", 0, [Message(body=b"m%d" % eid)], event_id=eid)
+        assert readable(n.store, "t") == []
+        third = LogReader.after_event(n.store, 2)
+        assert [v.event_id for v in third.read()] == [3]
+        assert [v.event_id for v in LogReader(n.store, 0).read()] == [1, 2, 3]
+    finally:
+        n.close()

@@ -1,10 +1,10 @@
 """mqserver reads no private state of Twisted objects outside its one checked adapter
-(issue 18.5; docs/architecture.md, "One checked adapter for Twisted internals").
+(docs/architecture.md, "One checked adapter for Twisted internals").
 
 A read of such an attribute works until a Twisted release renames it, and then fails
 only on the path that reads it. The ones the code used to read are named here with the
 public way instead; the fast paths' reads of the reactor and of TCP transports are
-listed and checked at start-up by L{mqserver.fastpath} (tests/unit/test_fastpath.py).
+listed and checked at start-up by L{mqserver.runtime.fastpath} (tests/unit/test_fastpath.py).
 """
 
 import ast

@@ -1,17 +1,18 @@
 """The one checked adapter between mqserver's fast paths and Twisted's internals.
 
 Two fast paths read attributes Twisted does not promise to keep:
-L{mqserver.reactor.SpinningEPollReactor} (the epoll reactor's poller, selectables,
-dispatch helpers and timed-call queues) and L{mqserver.sendnow.send_now} (a TCP
-connection's socket and write buffers; L{mqserver.sendnow.TRANSPORT_ATTRIBUTES} lists
+L{mqserver.runtime.reactor.SpinningEPollReactor} (the epoll reactor's poller, selectables,
+dispatch helpers and timed-call queues) and L{mqserver.runtime.output.send_now} (a TCP
+connection's socket and write buffers; L{mqserver.runtime.output.TRANSPORT_ATTRIBUTES} lists
 them next to the code that reads them). L{choose} checks, on real instances, that every
 one of them is there before the broker uses either; if any is missing (a Twisted
 release renamed it) it logs one warning and the broker runs on Twisted's standard epoll
 reactor and plain C{transport.write}, which are slower but rely on public API only.
 The operator can ask for the standard path too (C{server.reactor: standard}).
 
-C{setup.cfg} pins the Twisted releases this was tested with; the check is what keeps a
-release outside that range from breaking start-up.
+C{setup.cfg} admits the Twisted releases the tests run on (the oldest and the newest
+of its range); the check is what keeps a release outside that range from breaking
+start-up.
 """
 
 import sys
@@ -19,10 +20,10 @@ import sys
 from twisted.internet.main import installReactor
 from twisted.logger import Logger
 
-from mqserver import sendnow
+from mqserver.runtime import output
 # send_now lists the transport internals it reads (TRANSPORT_ATTRIBUTES) next to the
 # code reading them, and how to check them on a real connection
-from mqserver.sendnow import missing_transport_internals
+from mqserver.runtime.output import missing_transport_internals
 
 log = Logger()
 
@@ -74,7 +75,7 @@ def missing_reactor_internals(reactor):
 
 def choose(spin, standard=False, probe=True):
     """Build the reactor twistd should install, and decide whether L{send_now} writes
-    directly (L{mqserver.sendnow.enable}). Returns a L{Choice}; logs one warning when
+    directly (L{mqserver.runtime.output.enable}). Returns a L{Choice}; logs one warning when
     a fast path's Twisted internals are missing.
 
     @param spin: seconds of busy polling for the spinning reactor.
@@ -84,10 +85,10 @@ def choose(spin, standard=False, probe=True):
     from twisted.internet.epollreactor import EPollReactor
 
     if standard:
-        sendnow.enable(False)
+        output.enable(False)
         return Choice(EPollReactor(), False, False, reason="server.reactor is standard")
     try:
-        from mqserver.reactor import SpinningEPollReactor
+        from mqserver.runtime.reactor import SpinningEPollReactor
 
         fast = SpinningEPollReactor(spin, probe)
     except Exception as e:  # an import or constructor that no longer fits Twisted
@@ -96,9 +97,9 @@ def choose(spin, standard=False, probe=True):
         missing = missing_reactor_internals(fast)
     missing += missing_transport_internals()
     if not missing:
-        sendnow.enable(True)
+        output.enable(True)
         return Choice(fast, True, True)
-    sendnow.enable(False)
+    output.enable(False)
     log.warn(
         "this Twisted ({version}) lacks internals mqserver's fast paths read ({missing}); "
         "running on Twisted's standard epoll reactor and transport.write",
@@ -132,7 +133,7 @@ def service_reactor(spin, standard=False, probe=True):
             service_reactor.choice = choice
             return choice.reactor
     elif standard:
-        sendnow.enable(False)
+        output.enable(False)
     from twisted.internet import reactor
 
     return reactor

@@ -4,7 +4,7 @@ A broker coalesces the arrivals of one reactor turn into one delivery pass: the 
 pump, an smss subscription's send. Through C{callLater(0)} each pass costs a
 L{DelayedCall}, a heap insertion and its comparisons and Twisted's full
 C{runUntilCurrent}, some 250 bytecodes, as much as a third of what delivering the message
-costs. L{mqserver.reactor.SpinningEPollReactor} keeps a plain list of such calls
+costs. L{mqserver.runtime.reactor.SpinningEPollReactor} keeps a plain list of such calls
 instead and runs it at the start of its next turn, before timers; on any other reactor
 (Twisted's own, a test's L{Clock} or C{MemoryReactor}) L{call_soon} is C{callLater(0)}.
 """

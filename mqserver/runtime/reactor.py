@@ -58,7 +58,7 @@ error handling as Twisted's C{_doReadOrWrite}, which still handles every other e
 and C{runUntilCurrent} returns at once when no timed call is due and no thread has
 queued a call, which is what it finds between most polls.
 
-It reads EPollReactor's and ReactorBase's private attributes; L{mqserver.fastpath} checks
+It reads EPollReactor's and ReactorBase's private attributes; L{mqserver.runtime.fastpath} checks
 they exist before twistd installs it, and installs Twisted's own epoll reactor if not.
 """
 
@@ -70,16 +70,12 @@ from select import EPOLLIN
 from termios import FIONREAD
 from time import monotonic, thread_time
 
-from mqserver.lazytls import defer_tls_import
-from mqserver.soon import SoonCall
+from twisted.internet import posixbase
+from twisted.internet.epollreactor import EPollReactor
+from twisted.internet.main import installReactor
+from twisted.python import log
 
-# before Twisted's reactor modules are imported, so they leave the TLS stack for later
-defer_tls_import()
-
-from twisted.internet.epollreactor import EPollReactor  # noqa: E402
-from twisted.internet.main import installReactor  # noqa: E402
-from twisted.internet import posixbase  # noqa: E402
-from twisted.python import log  # noqa: E402
+from mqserver.runtime.soon import SoonCall
 
 __all__ = ["SpinningEPollReactor", "install", "DEFAULT_SPIN"]
 
@@ -125,7 +121,7 @@ class SpinningEPollReactor(EPollReactor):
     def __init__(self, spin=DEFAULT_SPIN, probe=True):
         super().__init__()
         self._last_event = 0.0
-        self._soon = []  # SoonCalls for the next turn (mqserver.soon)
+        self._soon = []  # SoonCalls for the next turn (mqserver.runtime.soon)
         self.probe_window = PROBE_WINDOW
         self.probe_every = PROBE_EVERY
         self.probe_every_most = PROBE_EVERY_MOST
@@ -211,7 +207,7 @@ class SpinningEPollReactor(EPollReactor):
             in_read = False
             try:
                 if selectable.fileno() == -1:
-                    why = posixbase._NO_FILEDESC  # checked by mqserver.fastpath
+                    why = posixbase._NO_FILEDESC  # checked by mqserver.runtime.fastpath
                 else:
                     in_read = True
                     why = selectable.doRead()
@@ -273,7 +269,7 @@ class SpinningEPollReactor(EPollReactor):
         self._spun = False
 
     def call_soon(self, f, args):
-        """Queue C{f(*args)} for the start of the next turn (L{mqserver.soon.call_soon});
+        """Queue C{f(*args)} for the start of the next turn (L{mqserver.runtime.soon.call_soon});
         return its L{SoonCall}."""
         call = SoonCall(f, args)
         self._soon.append(call)
