@@ -5,7 +5,7 @@ RocketMQ broker, side by side, alternating A B A B.
     PYTHONPATH=. .venv/bin/python bench/rocketmq_official.py [--rounds 2]
         [--threads 4,16] [--flush 1,2] [--messages 150000]
         [--benchmark CMD] [--namesrv CMD] [--broker CMD] [--only mqserver|java]
-        [--profile DIR]
+        [--variant NAME:KEY=VALUE[,KEY=VALUE]] [--profile DIR]
 
 For each flush level and producer thread count, every round starts a fresh mqserver
 (C{store.flushLevel} 1 or 2, its nameserver and broker doors on loopback) and then a fresh
@@ -28,7 +28,8 @@ by path (options or environment variables); nothing here builds or fetches it:
 - C{ROCKETMQ_BROKER}: a command starting the broker, run as C{CMD -c FILE}. It must listen
   on 127.0.0.1 only (see docs/performance.md).
 
-C{--profile DIR} runs mqserver under twistd's cProfile (C{DIR/mqserver-fFLUSH-wTHREADS.pstats},
+C{--variant} adds an mqserver column with other settings (e.g.
+C{--variant spin0:server.spinMicros=0}). C{--profile DIR} runs mqserver under twistd's cProfile (C{DIR/NAME-fFLUSH-wTHREADS.pstats},
 written when it stops) and the Java side not at all; profiled figures are slow, take
 throughput from runs without it.
 """
@@ -50,7 +51,7 @@ for p in (HERE, ROOT):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from compare import Mq  # noqa: E402
+from compare import Mq, settings  # noqa: E402
 from procstat import cpu_seconds, peak_rss_mb  # noqa: E402
 from refservers import binary, free_port, wait_listening  # noqa: E402
 import tests.support.server as support  # noqa: E402
@@ -303,14 +304,16 @@ FIGURES = [("send_tps", "send TPS", "{:.0f}"), ("rt_ms", "RT avg ms", "{:.2f}"),
 
 
 def print_table(results, systems):
+    """Markdown: per figure each system's median (its rounds in brackets), then each
+    mqserver column's median over the Java broker's."""
+    ours = [s for s in systems if s != "java"] if "java" in systems else []
     print()
-    print("| flush | threads | figure | " + " | ".join(systems)
-          + (" | mqserver / java |" if len(systems) == 2 else " |"))
-    print("|---|---|---|" + "---:|" * (len(systems) + (len(systems) == 2)))
+    print("| flush | threads | figure | " + " | ".join(systems + [f"{s} / java" for s in ours])
+          + " |")
+    print("|---|---|---|" + "---:|" * (len(systems) + len(ours)))
     for (flush, threads), by_sys in results.items():
         for key, label, fmt in FIGURES:
-            meds = {}
-            cells = []
+            meds, cells = {}, []
             for s in systems:
                 runs = [r[key] for r in by_sys.get(s, [])]
                 if not runs:
@@ -319,19 +322,22 @@ def print_table(results, systems):
                 meds[s] = statistics.median(runs)
                 cells.append(fmt.format(type(runs[0])(meds[s])) + " ("
                              + ", ".join(fmt.format(v) for v in runs) + ")")
-            ratio = ""
-            if len(meds) == 2 and meds["java"]:
-                ratio = f" | {meds['mqserver'] / meds['java']:.2f}"
-            elif len(systems) == 2:
-                ratio = " | -"
-            print(f"| {flush} | {threads} | {label} | " + " | ".join(cells) + ratio + " |")
+            for s in ours:
+                ok = meds.get("java") and s in meds
+                cells.append(f"{meds[s] / meds['java']:.2f}" if ok else "-")
+            print(f"| {flush} | {threads} | {label} | " + " | ".join(cells) + " |")
 
 
 def run(a):
     tmp = tempfile.mkdtemp(prefix="rmq-official-", dir=a.tmpdir)
     systems = []
+    variants = {}  # another mqserver column: name -> {setting: value}
     if "mqserver" in a.only:
         systems.append("mqserver")
+        for v in a.variant:
+            name, _, kv = v.partition(":")
+            variants[name] = settings(kv.split(","))
+            systems.append(name)
     if "java" in a.only and not a.profile:
         if not (a.namesrv and a.broker):
             print("java: no ROCKETMQ_NAMESRV / ROCKETMQ_BROKER given; mqserver only")
@@ -348,13 +354,15 @@ def run(a):
                             def make(flush=flush):
                                 return JavaRocketMQ("java", tmp, a.namesrv, a.broker, flush)
                         elif a.profile:
-                            path = os.path.join(a.profile, f"mqserver-f{flush}-w{threads}.pstats")
+                            path = os.path.join(a.profile, f"{s}-f{flush}-w{threads}.pstats")
 
-                            def make(flush=flush, path=path):
-                                return Profiled("mq", tmp, {"store.flushLevel": flush}, path)
+                            def make(flush=flush, path=path, s=s):
+                                return Profiled("mq", tmp, {"store.flushLevel": flush,
+                                                            **variants.get(s, {})}, path)
                         else:
-                            def make(flush=flush):
-                                return Mq("mq", tmp, {"store.flushLevel": flush}, rocket=True)
+                            def make(flush=flush, s=s):
+                                return Mq("mq", tmp, {"store.flushLevel": flush,
+                                                      **variants.get(s, {})}, rocket=True)
                         with open("/proc/loadavg") as f:
                             ld = f.read().split()[0]
                         r = one_run(a, make, s, flush, threads, tmp)
@@ -381,6 +389,8 @@ def parse_args(argv=None):
     ap.add_argument("--namesrv", default=os.environ.get("ROCKETMQ_NAMESRV"))
     ap.add_argument("--broker", default=os.environ.get("ROCKETMQ_BROKER"))
     ap.add_argument("--only", action="append", choices=["mqserver", "java"])
+    ap.add_argument("--variant", action="append", default=[],
+                    help="another mqserver column: NAME:KEY=VALUE[,KEY=VALUE]")
     ap.add_argument("--profile", metavar="DIR")
     ap.add_argument("--tmpdir")
     a = ap.parse_args(argv)
