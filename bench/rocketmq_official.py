@@ -5,7 +5,7 @@ RocketMQ broker, side by side, alternating A B A B.
     PYTHONPATH=. .venv/bin/python bench/rocketmq_official.py [--rounds 2]
         [--threads 4,16] [--flush 1,2] [--messages 150000]
         [--benchmark CMD] [--namesrv CMD] [--broker CMD] [--only mqserver|java]
-        [--variant NAME:KEY=VALUE[,KEY=VALUE]] [--profile DIR]
+        [--variant NAME:KEY=VALUE[,KEY=VALUE]] [--tree NAME:PATH] [--profile DIR]
 
 For each flush level and producer thread count, every round starts a fresh mqserver
 (C{store.flushLevel} 1 or 2, its nameserver and broker doors on loopback) and then a fresh
@@ -29,9 +29,10 @@ by path (options or environment variables); nothing here builds or fetches it:
   on 127.0.0.1 only (see docs/performance.md).
 
 C{--variant} adds an mqserver column with other settings (e.g.
-C{--variant spin0:server.spinMicros=0}). C{--profile DIR} runs mqserver under twistd's cProfile (C{DIR/NAME-fFLUSH-wTHREADS.pstats},
-written when it stops) and the Java side not at all; profiled figures are slow, take
-throughput from runs without it.
+C{--variant spin0:server.spinMicros=0}), C{--tree NAME:PATH} one run from another
+source tree (A B A B of code). C{--profile DIR} runs mqserver under twistd's cProfile
+(C{DIR/NAME-fFLUSH-wTHREADS.pstats}, written when it stops) and the Java side not at
+all; profiled figures are slow, take throughput from runs without it.
 """
 
 import argparse
@@ -158,8 +159,8 @@ class JavaRocketMQ:
 class Profiled(Mq):
     """mqserver under twistd's cProfile, its stats written to C{path} when it stops."""
 
-    def __init__(self, name, tmp, overrides, path):
-        super().__init__(name, tmp, overrides, rocket=True)
+    def __init__(self, name, tmp, overrides, path, tree=ROOT):
+        super().__init__(name, tmp, overrides, tree=tree, rocket=True)
         self.path = path
 
     def start(self):
@@ -211,6 +212,10 @@ def produce(cmd, sysm, topic, threads, messages, home):
             c = _COMPLETE.search(line)
             if c:
                 total = int(c[1])
+                if m and not windows:  # a run shorter than one window: the whole run
+                    windows.append((time.monotonic(), cpu_seconds(sysm.pid), int(m[1]),
+                                    float(m[2])))
+                    conns.append(_connections(sysm.rmq_port))
                 f = _FAILED.search(line)
                 failed = int(f[1]) + int(f[2]) if f else 0
         proc.wait(60)
@@ -332,11 +337,16 @@ def run(a):
     tmp = tempfile.mkdtemp(prefix="rmq-official-", dir=a.tmpdir)
     systems = []
     variants = {}  # another mqserver column: name -> {setting: value}
+    trees = {}  # another mqserver column run from another source tree: name -> path
     if "mqserver" in a.only:
         systems.append("mqserver")
         for v in a.variant:
             name, _, kv = v.partition(":")
             variants[name] = settings(kv.split(","))
+            systems.append(name)
+        for t in a.tree:
+            name, _, path = t.partition(":")
+            trees[name] = os.path.abspath(path)
             systems.append(name)
     if "java" in a.only and not a.profile:
         if not (a.namesrv and a.broker):
@@ -358,11 +368,13 @@ def run(a):
 
                             def make(flush=flush, path=path, s=s):
                                 return Profiled("mq", tmp, {"store.flushLevel": flush,
-                                                            **variants.get(s, {})}, path)
+                                                            **variants.get(s, {})}, path,
+                                                tree=trees.get(s, ROOT))
                         else:
                             def make(flush=flush, s=s):
                                 return Mq("mq", tmp, {"store.flushLevel": flush,
-                                                      **variants.get(s, {})}, rocket=True)
+                                                      **variants.get(s, {})},
+                                          tree=trees.get(s, ROOT), rocket=True)
                         with open("/proc/loadavg") as f:
                             ld = f.read().split()[0]
                         r = one_run(a, make, s, flush, threads, tmp)
@@ -391,6 +403,9 @@ def parse_args(argv=None):
     ap.add_argument("--only", action="append", choices=["mqserver", "java"])
     ap.add_argument("--variant", action="append", default=[],
                     help="another mqserver column: NAME:KEY=VALUE[,KEY=VALUE]")
+    ap.add_argument("--tree", action="append", default=[],
+                    help="another mqserver column run from another source tree: NAME:PATH "
+                         "(its C extensions built in place)")
     ap.add_argument("--profile", metavar="DIR")
     ap.add_argument("--tmpdir")
     a = ap.parse_args(argv)
