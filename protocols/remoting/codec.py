@@ -347,21 +347,22 @@ def py_decode_binary_header(header: bytes, body: bytes = b"") -> RemotingCommand
 def encode_binary_header(command: RemotingCommand) -> bytes:
     """Encode the ROCKETMQ binary header; unknown language names are sent as OTHER."""
     remark = command.remark.encode("utf-8") if command.remark else b""
+    return _binary_header(command.code, codes.LANGUAGE_CODES.get(command.language, _OTHER_LANGUAGE_CODE),
+                          command.version, command.opaque, command.flag, remark,
+                          _ext_fields_out(command.ext_fields))
+
+
+def _binary_header(code, language_code, version, opaque, flag, remark, ext_fields) -> bytes:
+    """The binary header of these fields: C{remark} in bytes, C{ext_fields} mapping
+    strings to strings."""
     parts = []
-    for key, value in _ext_fields_out(command.ext_fields).items():
+    for key, value in ext_fields.items():
         key_bytes = key.encode("utf-8")
         value_bytes = value.encode("utf-8")
         parts += (INT16_STRUCT.pack(len(key_bytes)), key_bytes, INT32_STRUCT.pack(len(value_bytes)), value_bytes)
     ext = b"".join(parts)
     try:
-        fixed = BINARY_HEADER_FIXED.pack(
-            command.code,
-            codes.LANGUAGE_CODES.get(command.language, _OTHER_LANGUAGE_CODE),
-            command.version,
-            command.opaque,
-            command.flag,
-            len(remark),
-        )
+        fixed = BINARY_HEADER_FIXED.pack(code, language_code, version, opaque, flag, len(remark))
     except struct.error as exc:
         raise RemotingProtocolError(f"header field out of range for the binary header: {exc}") from None
     return b"".join((fixed, remark, INT32_STRUCT.pack(len(ext)), ext))
@@ -425,6 +426,8 @@ _ANSWER_LANGUAGE = _LANGUAGE_JSON[codes.SERVER_LANGUAGE]
 _ANSWER_FLAG = codes.FLAG_RESPONSE
 _ANSWER_VERSION = codes.SERVER_VERSION
 _JSON_TYPE_WORD = codes.SERIALIZE_JSON << SERIALIZE_TYPE_SHIFT
+_BINARY_TYPE_WORD = codes.SERIALIZE_ROCKETMQ << SERIALIZE_TYPE_SHIFT
+_ANSWER_LANGUAGE_CODE = codes.LANGUAGE_CODES[codes.SERVER_LANGUAGE]
 
 
 def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, str],
@@ -432,15 +435,23 @@ def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, s
     """Return the frame of C{make_response(request, code, remark, ext_fields, body)}, the
     same bytes C{encode} gives it, without building the command (the answers of the
     per-message requests). C{ext_fields} maps strings to strings."""
-    if request.serialize_type != codes.SERIALIZE_JSON:
+    if request.serialize_type == codes.SERIALIZE_ROCKETMQ:
+        # what encode_binary_header writes for make_response's command
+        header = _binary_header(code, _ANSWER_LANGUAGE_CODE, _ANSWER_VERSION, request.opaque,
+                                _ANSWER_FLAG, remark.encode("utf-8") if remark else b"",
+                                _ext_fields_out(ext_fields) if ext_fields else {})
+        type_word = _BINARY_TYPE_WORD
+    elif request.serialize_type == codes.SERIALIZE_JSON:
+        header = _templated_header(code, ext_fields, _ANSWER_FLAG, _ANSWER_LANGUAGE,
+                                   request.opaque, remark, _ANSWER_VERSION)
+        type_word = _JSON_TYPE_WORD
+    else:
         return encode(make_response(request, code, remark, ext_fields, body))
-    header = _templated_header(code, ext_fields, _ANSWER_FLAG, _ANSWER_LANGUAGE, request.opaque,
-                               remark, _ANSWER_VERSION)
     n = len(header)
     length = WORD_SIZE + n + len(body)
     if n > MAX_HEADER_LENGTH or length > 0xFFFFFFFF:
         raise RemotingProtocolError(f"answer of {length} bytes does not fit its frame")
-    return b"".join((FRAME_PREFIX_STRUCT.pack(length, _JSON_TYPE_WORD | n), header, body))
+    return b"".join((FRAME_PREFIX_STRUCT.pack(length, type_word | n), header, body))
 
 
 #: The SUCCESS answer to a send (broker_protocol.sent) as a template: only the msgId (hex),
