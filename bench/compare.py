@@ -7,17 +7,22 @@ every run and the ratio of the medians (mqserver / reference; for CPU per messag
 is better). Reference servers are optional: with a binary absent its column says why.
 
     PYTHONPATH=. .venv/bin/python bench/compare.py [--rounds 2] [--seconds 5]
-        [--smss-bin PATH] [--nsqd-bin PATH] [--bench-writer PATH] [--bench-reader PATH]
+        [--smss-bin PATH] [--smss-sdk PATH] [--nsqd-bin PATH] [--bench-writer PATH]
+        [--bench-reader PATH]
         [--only smss|nsq|rocketmq|steady|rss] [--variant NAME:KEY=VALUE[,KEY=VALUE]]
         [--nsq-buffers default,25,none]
 
-The paths can also come from SMSS_BIN, NSQD_BIN, NSQ_BENCH_WRITER, NSQ_BENCH_READER.
+The paths can also come from SMSS_BIN, SMSS_SDK_LOAD, NSQD_BIN, NSQ_BENCH_WRITER,
+NSQ_BENCH_READER. C{--smss-sdk} adds rows driven by the smss Go SDK (a small load driver
+built outside the repository: four goroutines publishing one message per round trip, and
+a subscriber catching up with batch 20).
 C{--variant} adds a second mqserver column with other configuration (e.g.
 C{--variant spin0:server.spinMicros=0}), C{--tree NAME:PATH} one run from another source
 tree (e.g. C{--tree main:../main}); see bench/README.md.
 """
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import re
@@ -157,6 +162,37 @@ def smss_catchup(sysm, a, batch):
     cpu = cpu_seconds(sysm.pid) - c0
     got, elapsed = r[0], r[1]
     return {"rate": got / elapsed, "cpu_us": 1e6 * cpu / got}
+
+
+def _sdk_load(a, port, *args, timeout):
+    """Run the smss Go SDK load driver (C{--smss-sdk}); return its C{(messages, seconds)}."""
+    done = subprocess.run([a.smss_sdk, "-port", str(port), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        raise RuntimeError(f"smss SDK driver failed: {done.stderr[-500:]}")
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    return r["messages"], r["seconds"]
+
+
+def smss_sdk_publish(sysm, a, conns):
+    """C{conns} goroutines of the smss Go SDK, one Publish (200 bytes) per round trip."""
+    topic = "cmp-sdk-pub"
+    sb.create_topic(sysm.smss_port, topic)
+    c0 = cpu_seconds(sysm.pid)
+    n, t = _sdk_load(a, sysm.smss_port, "-topic", topic, "-conns", conns, "-seconds",
+                     a.seconds, "-size", 200, "pub", timeout=a.seconds + 60)
+    return {"rate": n / t, "cpu_us": 1e6 * (cpu_seconds(sysm.pid) - c0) / n}
+
+
+def smss_sdk_catchup(sysm, a, batch):
+    """One smss Go SDK subscriber from eventId 0 reads the C{--backlog}, C{batch} a time."""
+    topic = "cmp-sdk-catchup"
+    sb.create_topic(sysm.smss_port, topic)
+    sb.bulk_publish(sysm.smss_port, topic, a.backlog)
+    c0 = cpu_seconds(sysm.pid)
+    n, t = _sdk_load(a, sysm.smss_port, "-topic", topic, "-batch", batch, "-expect",
+                     a.backlog, "sub", timeout=300)
+    return {"rate": n / t, "cpu_us": 1e6 * (cpu_seconds(sysm.pid) - c0) / n}
 
 
 def _go_tool(path, port, topic, seconds, extra=()):
@@ -452,6 +488,10 @@ def run(a):
     nsqd_bin = binary(a.nsqd_bin, "NSQD_BIN")
     a.bench_writer = binary(a.bench_writer, "NSQ_BENCH_WRITER")
     a.bench_reader = binary(a.bench_reader, "NSQ_BENCH_READER")
+    a.smss_sdk = binary(a.smss_sdk, "SMSS_SDK_LOAD")
+    if not a.smss_sdk:
+        skipped.append(("smss Go SDK rows", "no smss SDK load driver (--smss-sdk or "
+                        "SMSS_SDK_LOAD)"))
     if not smss_bin:
         skipped.append(("Go smss column", "no smss binary (--smss-bin or SMSS_BIN)"))
     if not nsqd_bin:
@@ -498,6 +538,11 @@ def run(a):
         for b in a.batches:
             plan.append((smss_sys, f"smss catch-up batch {b}",
                          lambda s, b=b: smss_catchup(s, a, b)))
+        if a.smss_sdk:
+            plan.append((smss_sys, "smss Go SDK publish 4 goroutines",
+                         lambda s: smss_sdk_publish(s, a, 4)))
+            plan.append((smss_sys, "smss Go SDK catch-up batch 20",
+                         lambda s: smss_sdk_catchup(s, a, 20)))
     if "nsq" in only:
         if a.bench_writer and a.bench_reader:
             plan.append((nsq_sys, "nsq bench", lambda s: nsq_writer_reader(s, a)))
@@ -589,6 +634,10 @@ def parse_args(argv=None):
                          "per PUB and nothing else, with and without the pwrite) to the smss "
                          "publish rows: the floor under the broker's own work")
     ap.add_argument("--smss-bin")
+    ap.add_argument("--smss-sdk", help="a load driver on the smss Go SDK (see "
+                    "docs/performance.md): `-port P -topic T -conns N -seconds S -size B pub` "
+                    "and `-port P -topic T -batch N -expect M sub`, each printing "
+                    '{"messages": N, "seconds": T}')
     ap.add_argument("--nsqd-bin")
     ap.add_argument("--bench-writer")
     ap.add_argument("--bench-reader")

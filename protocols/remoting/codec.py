@@ -37,12 +37,16 @@ _json_command = None
 #: The C reading of a read that is one whole frame (framing.FrameDecoder.whole; None:
 #: Python only).
 json_frame = None
+#: The C speedup of decode_binary_header (None: py_decode_binary_header only).
+_binary_command = None
 if _header is not None:
     _header.configure(RemotingCommand, tuple(f.name for f in dataclasses.fields(RemotingCommand)),
                       codes.SERIALIZE_JSON, codes.LANGUAGE_JAVA, SERIALIZE_TYPE_SHIFT,
                       MAX_HEADER_LENGTH)
+    _header.configure_binary(codes.SERIALIZE_ROCKETMQ, codes.LANGUAGE_NAMES, codes.LANGUAGE_OTHER)
     _json_command = _header.json_command
     json_frame = _header.json_frame
+    _binary_command = _header.binary_command
 
 _JSON_TYPE_NAME = codes.SERIALIZE_TYPE_NAMES[codes.SERIALIZE_JSON]
 _OTHER_LANGUAGE_CODE = codes.LANGUAGE_CODES[codes.LANGUAGE_OTHER]
@@ -112,6 +116,16 @@ def _int_field(obj: dict, name: str, default: int) -> int:
 # -- JSON header -----------------------------------------------------------------------
 
 
+def _read_header(c_reading, py_reading, header, body) -> RemotingCommand:
+    """The command C{c_reading} (a C speedup, or None) makes of C{header} and C{body};
+    when it leaves them (None), the one C{py_reading} (its Python reference) makes."""
+    if c_reading is not None:
+        cmd = c_reading(header, body)
+        if cmd is not None:
+            return cmd
+    return py_reading(header, body)
+
+
 def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
     """Decode a JSON header (serializeType 0) into a command carrying ``body``.
 
@@ -120,11 +134,7 @@ def decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
     The C speedup (C{_header.c}) reads the headers clients send; whatever it leaves
     (None) goes to L{py_decode_json_header}, the reference.
     """
-    if _json_command is not None:
-        cmd = _json_command(header, body)
-        if cmd is not None:
-            return cmd
-    return py_decode_json_header(header, body)
+    return _read_header(_json_command, py_decode_json_header, header, body)
 
 
 def py_decode_json_header(header: bytes, body: bytes = b"") -> RemotingCommand:
@@ -280,8 +290,16 @@ def _utf8(data) -> str:
 def decode_binary_header(header: bytes, body: bytes = b"") -> RemotingCommand:
     """Decode a ROCKETMQ binary header (serializeType 1) into a command carrying ``body``.
 
-    A zero-length remark decodes as None, as in Java.
+    A zero-length remark decodes as None, as in Java. The C speedup (C{_header.c}) reads
+    the headers clients send (the Java clients with C{rocketmq.serialize.type=ROCKETMQ});
+    whatever it leaves (None) goes to L{py_decode_binary_header}, the reference.
     """
+    return _read_header(_binary_command, py_decode_binary_header, header, body)
+
+
+def py_decode_binary_header(header: bytes, body: bytes = b"") -> RemotingCommand:
+    """L{decode_binary_header} in Python: the reference of the C speedup, and what reads
+    every header the speedup leaves (and says what is wrong with it)."""
     view = memoryview(header)
     end = len(view)
     if end < BINARY_HEADER_FIXED.size + 4:
@@ -329,21 +347,22 @@ def decode_binary_header(header: bytes, body: bytes = b"") -> RemotingCommand:
 def encode_binary_header(command: RemotingCommand) -> bytes:
     """Encode the ROCKETMQ binary header; unknown language names are sent as OTHER."""
     remark = command.remark.encode("utf-8") if command.remark else b""
+    return _binary_header(command.code, codes.LANGUAGE_CODES.get(command.language, _OTHER_LANGUAGE_CODE),
+                          command.version, command.opaque, command.flag, remark,
+                          _ext_fields_out(command.ext_fields))
+
+
+def _binary_header(code, language_code, version, opaque, flag, remark, ext_fields) -> bytes:
+    """The binary header of these fields: C{remark} in bytes, C{ext_fields} mapping
+    strings to strings."""
     parts = []
-    for key, value in _ext_fields_out(command.ext_fields).items():
+    for key, value in ext_fields.items():
         key_bytes = key.encode("utf-8")
         value_bytes = value.encode("utf-8")
         parts += (INT16_STRUCT.pack(len(key_bytes)), key_bytes, INT32_STRUCT.pack(len(value_bytes)), value_bytes)
     ext = b"".join(parts)
     try:
-        fixed = BINARY_HEADER_FIXED.pack(
-            command.code,
-            codes.LANGUAGE_CODES.get(command.language, _OTHER_LANGUAGE_CODE),
-            command.version,
-            command.opaque,
-            command.flag,
-            len(remark),
-        )
+        fixed = BINARY_HEADER_FIXED.pack(code, language_code, version, opaque, flag, len(remark))
     except struct.error as exc:
         raise RemotingProtocolError(f"header field out of range for the binary header: {exc}") from None
     return b"".join((fixed, remark, INT32_STRUCT.pack(len(ext)), ext))
@@ -407,6 +426,8 @@ _ANSWER_LANGUAGE = _LANGUAGE_JSON[codes.SERVER_LANGUAGE]
 _ANSWER_FLAG = codes.FLAG_RESPONSE
 _ANSWER_VERSION = codes.SERVER_VERSION
 _JSON_TYPE_WORD = codes.SERIALIZE_JSON << SERIALIZE_TYPE_SHIFT
+_BINARY_TYPE_WORD = codes.SERIALIZE_ROCKETMQ << SERIALIZE_TYPE_SHIFT
+_ANSWER_LANGUAGE_CODE = codes.LANGUAGE_CODES[codes.SERVER_LANGUAGE]
 
 
 def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, str],
@@ -414,15 +435,23 @@ def encode_response(request: RemotingCommand, code: int, ext_fields: dict[str, s
     """Return the frame of C{make_response(request, code, remark, ext_fields, body)}, the
     same bytes C{encode} gives it, without building the command (the answers of the
     per-message requests). C{ext_fields} maps strings to strings."""
-    if request.serialize_type != codes.SERIALIZE_JSON:
+    if request.serialize_type == codes.SERIALIZE_ROCKETMQ:
+        # what encode_binary_header writes for make_response's command
+        header = _binary_header(code, _ANSWER_LANGUAGE_CODE, _ANSWER_VERSION, request.opaque,
+                                _ANSWER_FLAG, remark.encode("utf-8") if remark else b"",
+                                _ext_fields_out(ext_fields) if ext_fields else {})
+        type_word = _BINARY_TYPE_WORD
+    elif request.serialize_type == codes.SERIALIZE_JSON:
+        header = _templated_header(code, ext_fields, _ANSWER_FLAG, _ANSWER_LANGUAGE,
+                                   request.opaque, remark, _ANSWER_VERSION)
+        type_word = _JSON_TYPE_WORD
+    else:
         return encode(make_response(request, code, remark, ext_fields, body))
-    header = _templated_header(code, ext_fields, _ANSWER_FLAG, _ANSWER_LANGUAGE, request.opaque,
-                               remark, _ANSWER_VERSION)
     n = len(header)
     length = WORD_SIZE + n + len(body)
     if n > MAX_HEADER_LENGTH or length > 0xFFFFFFFF:
         raise RemotingProtocolError(f"answer of {length} bytes does not fit its frame")
-    return b"".join((FRAME_PREFIX_STRUCT.pack(length, _JSON_TYPE_WORD | n), header, body))
+    return b"".join((FRAME_PREFIX_STRUCT.pack(length, type_word | n), header, body))
 
 
 #: The SUCCESS answer to a send (broker_protocol.sent) as a template: only the msgId (hex),
