@@ -111,9 +111,31 @@ class Writer:
             raise self._disk.refusal
         if event_id is not None:
             self._force_event_id(event_id)
+        q = self._queues.get((topic, queue_id))
+        tail = self._topic_tails.get(topic)
+        log = self.commitlog
+        start = log.end
+        event_id = self.next_event_id
+        now = int(self._clock() * 1000) if now_ms is None else now_ms
+        t0 = 0.0 if event_id & _TIME_EVERY_MASK else _perf_counter()
         try:
-            result, entries, q, qoff = self._write(topic, queue_id, messages,
-                                                   _MESSAGE_MAGIC, 0, now_ms)
+            if (q is not None and tail is not None and _pack is not None
+                    and (packed := _pack.usual(
+                        messages, queue_id, q.max_offset, start, log.open_end - start,
+                        now, self.store_host, event_id, tail, self.max_message_size))):
+                # The packing of one message (a list of one) to a queue written before,
+                # into the segment written last: its record, queue entry and PutResult
+                # in one C call (None when it is anything else); _write packs the rest.
+                data, entries, result = packed
+                qoff = q.max_offset
+                log.append_open(data)  # which leaves nothing of a failed write
+                self.next_event_id = event_id + 1
+                self.last_record = (topic, queue_id, qoff, start, data)
+                if t0:
+                    self.write_latency.observe(_perf_counter() - t0)
+            else:
+                result, entries, q, qoff = self._write(topic, queue_id, messages,
+                                                       _MESSAGE_MAGIC, 0, now)
         except OSError as e:
             raise self._write_failed(e) from None
         answered = answer is not None and self._notifier.complete_at_write
@@ -211,14 +233,6 @@ class Writer:
                 result, entries, data = self._pack_py(messages, magic, queue_id, op,
                                                       q is not None, qoff, now, tail,
                                                       event_id)
-            elif (q is not None and len(messages) == 1 and log.open_end
-                    and (packed := _pack.usual(
-                        messages, queue_id, qoff, start, log.open_end - start, now,
-                        self.store_host, event_id, tail, self.max_message_size))):
-                # One message into the open segment, the usual publish: packed, and its
-                # PutResult made, in one C call (None when it does not fit there).
-                data, entries, result = packed
-                log.append_open(data)
             else:
                 result, entries, data = self._pack_c(messages, magic, queue_id, op,
                                                      q is not None, qoff, now, tail,
