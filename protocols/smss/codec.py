@@ -84,6 +84,7 @@ _unpack_u32 = wire.U32.unpack_from
 _unpack_i64 = wire.I64.unpack_from
 #: A PUB's payload must be longer than this (its first record's S and H).
 _PUB_MIN = wire.MESSAGE_PREFIX_STRUCT.size
+_unpack_prefix = wire.MESSAGE_PREFIX_STRUCT.unpack_from  # S, H
 
 # Commands with no body after topic + trace, mapped to their event builders.
 _NO_BODY = {
@@ -133,6 +134,8 @@ class RequestDecoder:
     switches back to header mode by itself, so a request pipelined right after
     it decodes correctly.  Any value other than 0 or 1 pauses the decoder: the
     server is going to close the connection (``invalid ack``).
+
+    @ivar paused: True after Sub, Replica or an invalid ack, until a mode is chosen.
     """
 
     def __init__(
@@ -148,7 +151,7 @@ class RequestDecoder:
         self._need = 0  # buffered bytes required before parsing can progress
         self._skip = 0  # body bytes still to be discarded (TooLarge, PayloadTooSmall)
         self._mode = Mode.HEADERS
-        self._paused = False
+        self.paused = False
         self._error = None
 
     # -- mode control ---------------------------------------------------------
@@ -161,7 +164,7 @@ class RequestDecoder:
     @mode.setter
     def mode(self, mode: Mode) -> None:
         self._mode = Mode(mode)
-        self._paused = False
+        self.paused = False
         self._need = 0
 
     @property
@@ -172,11 +175,6 @@ class RequestDecoder:
     @ack_mode.setter
     def ack_mode(self, on: bool) -> None:
         self.mode = Mode.ACKS if on else Mode.HEADERS
-
-    @property
-    def paused(self) -> bool:
-        """True after Sub, Replica or an invalid ack, until a mode is chosen."""
-        return self._paused
 
     @property
     def failed(self) -> bool:
@@ -205,7 +203,7 @@ class RequestDecoder:
         if self._error is not None:
             raise self._error
         buf = self._buf
-        if not buf and not self._skip and self._mode is _HEADERS and not self._paused:
+        if not buf and not self._skip and self._mode is _HEADERS and not self.paused:
             # A read that is exactly one PUB, what the SDKs send one message at a time:
             # decoded in one step (in C when built), without the buffer; anything else
             # returns None and takes the general way below, which applies every rule.
@@ -220,7 +218,7 @@ class RequestDecoder:
                 return []
             data = memoryview(data)[skipped:]
         buf += data
-        if self._paused or len(buf) < self._need:
+        if self.paused or len(buf) < self._need:
             return []
         events = []
         try:
@@ -245,7 +243,7 @@ class RequestDecoder:
                 self._skip -= skipped
                 if self._skip:
                     return off
-            if self._paused:
+            if self.paused:
                 return off
             mode = self._mode
             if mode is _HEADERS:
@@ -269,7 +267,7 @@ class RequestDecoder:
                 if value == wire.ACK_END:
                     self._mode = _HEADERS
                 elif value != wire.ACK_NEXT:
-                    self._paused = True
+                    self.paused = True
             elif mode is _CONFIRMS:
                 if end - off < _CONFIRM_SIZE:
                     self._need = _CONFIRM_SIZE
@@ -337,7 +335,7 @@ class RequestDecoder:
                 return stop, Create(topic, trace, value)
             if code == wire.CMD_VALID_LIST:
                 return stop, ValidList(trace, value)
-            self._paused = True
+            self.paused = True
             return stop, Replica(value, trace)
 
         if code == wire.CMD_SUB:
@@ -368,7 +366,7 @@ class RequestDecoder:
             (ack_timeout_ns,) = _unpack_i64(buf, body + 8)
             if ack_timeout_ns <= 0:
                 ack_timeout_ns = None
-        self._paused = True
+        self.paused = True
         who = bytes(buf[who_at:stop])
         return stop, Sub(topic, trace, event_id, batch, ack_timeout_ns, who)
 
@@ -378,7 +376,9 @@ class RequestDecoder:
 def py_one_pub(data, max_topic, max_payload):
     """Return the L{Pub} event of C{data} when it is bytes holding exactly one PUB that
     L{RequestDecoder.feed} accepts (topic within C{max_topic}, payload over 8 bytes and
-    within C{max_payload}); else None.
+    within C{max_payload}); else None. When the payload is one message record without
+    headers, the event's C{messages} is C{[body]}, as C{views.payload_to_messages}
+    gives it.
 
     The fast decode of L{RequestDecoder.feed} for a read holding one request, and the
     reference of its C speedup (C{_pub.c})."""
@@ -389,12 +389,16 @@ def py_one_pub(data, max_topic, max_payload):
     if (code != wire.CMD_PUB or topic_len > max_topic or arg <= _PUB_MIN
             or arg > max_payload or body + arg != len(data)):
         return None
-    return Pub(data[_HDR:_HDR + topic_len], data[_HDR + topic_len:body], data[body:])
+    size, header_count = _unpack_prefix(data, body)
+    return Pub(data[_HDR:_HDR + topic_len], data[_HDR + topic_len:body], data[body:],
+               [data[body + _PUB_MIN:]] if header_count == 0 and size + _PUB_MIN == arg
+               else None)
 
 
 _pub = speedups.load("protocols.smss._pub")
 if _pub is not None:
-    _pub.configure(_HDR, wire.PUB_HEADER_SPANS, _PUB_MIN, wire.CMD_PUB, Pub)
+    _pub.configure(_HDR, wire.PUB_HEADER_SPANS, _PUB_MIN, wire.MESSAGE_PREFIX_SPANS,
+                   wire.CMD_PUB, Pub)
     _one_pub = _pub.one_pub
 else:
     _one_pub = py_one_pub

@@ -82,6 +82,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self.tap = factory.broker.wiretap
         self.looked = None  # the request a fault rule delayed (smss.faults)
         self._last_event = None  # the last request of the read being handled
+        self._framing_error = None  # the decoder's, once answered
 
     def connectionMade(self):
         if hasattr(self.transport, "setTcpNoDelay"):
@@ -130,12 +131,13 @@ class SmssServerProtocol(IdleWatch, Protocol):
         """Handle the events of C{step(arg)}: the decoder's feed (None) of bytes read,
         or its set_mode, which decodes what it held back. A framing error is answered
         and closes."""
-        decoder = self.decoder
-        if decoder.failed:
-            return  # answered and closing already
         try:
-            events = decoder.feed(arg) if step is None else step(arg)
+            events = self.decoder.feed(arg) if step is None else step(arg)
         except SmssProtocolError as e:
+            # a failed decoder raises its error again on every later call (set_mode too)
+            if e is self._framing_error:
+                return  # answered and closing already
+            self._framing_error = e
             for ev in e.events:
                 self._event(ev)
             self.log.warn("closing smss connection {peer}: {error}", peer=self._peer(), error=e)
@@ -286,20 +288,25 @@ class SmssServerProtocol(IdleWatch, Protocol):
         return name
 
     def do_Pub(self, ev):
-        if not self.broker.is_master:
-            raise NotMaster("pub message", self.broker.master_address)
-        try:
-            msgs = payload_to_messages(ev.payload)
-        except InvalidPayload:
-            return codec.err("invalid pub payload")
-        name = self.factory.names.get(ev.topic)  # the names cache, looked up inline
+        broker = self.broker
+        if not broker.is_master:
+            raise NotMaster("pub message", broker.master_address)
+        msgs = ev.messages  # the decoder read them already (one record without headers)
+        if msgs is None:
+            try:
+                msgs = payload_to_messages(ev.payload)
+            except InvalidPayload:
+                return codec.err("invalid pub payload")
+        topic = ev.topic
+        name = self.factory.names.get(topic)  # the names cache, looked up inline
         if name is None:
-            name = self._topic_name(ev.topic)
+            name = self._topic_name(topic)
         # The last request of a read with no answer ahead of it (the usual PUB): OK
         # goes out as soon as the message is written (_send_ok), before the store's
         # bookkeeping, so the round trip waits for less. None: answered.
-        answer = self._send_ok if ev is self._last_event and not self._answers else None
-        stored = self.broker.publish_now(name, msgs, None, answer)
+        stored = broker.publish_now(
+            name, msgs, None,
+            self._send_ok if ev is self._last_event and not self._answers else None)
         if stored is None:
             return None
         # type() first: isinstance of Deferred (an ABC's subclass) runs abc's check

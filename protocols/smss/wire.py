@@ -338,11 +338,13 @@ MESSAGE_PREFIX_SIZE = MESSAGE_PREFIX_STRUCT.size
 PUSHED_PREFIX_SIZE = PUSHED_PREFIX_STRUCT.size
 
 #: (offset, size) of code, topic_len, payload_len and trace_len in the PUB request
-#: header: what C{_pub.c} reads.
+#: header, and of S and H in a message record's prefix: what C{_pub.c} reads.
 PUB_HEADER_SPANS = tuple((_PUB_REQUEST.offset(n), _PUB_REQUEST.field_size(n))
                          for n in ("code", "topic_len", "args.payload_len", "trace_len"))
-# _pub.c reads these fields little-endian, as the schema writes them.
-assert _PUB_REQUEST.order == "<"
+MESSAGE_PREFIX_SPANS = tuple((_MESSAGE_PREFIX.offset(n), _MESSAGE_PREFIX.field_size(n))
+                             for n in ("size", "header_count"))
+# _pub.c reads these fields little-endian, as the schemas write them.
+assert _PUB_REQUEST.order == "<" and _MESSAGE_PREFIX.order == "<"
 
 #: Where C{_push.c} writes each field of a pushed record's head (see views.py), in the
 #: order of PUSHED_RECORD_HEAD_STRUCT: ts, event_id, next_file_id, next_pos, S, H.

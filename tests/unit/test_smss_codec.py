@@ -16,6 +16,7 @@ from protocols.smss import codec, wire
 from protocols.smss.client_codec import Expect, ResponseDecoder
 from protocols.smss.codec import Mode, RequestDecoder
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
+from protocols.smss.views import payload_to_messages
 from protocols.smss.messages import (
     Ack,
     Alive,
@@ -795,6 +796,34 @@ def test_one_pub_is_what_feed_decodes_byte_by_byte(code, topic, trace, payload,
         assert whole == ([fast], None, 0)
         assert type(fast) is Pub
         assert all(type(x) is bytes for x in (fast.topic, fast.trace, fast.payload))
+        _assert_messages_read_right(fast)
+
+
+def _assert_messages_read_right(pub):
+    # messages: [body] for a payload of one record without headers, else None
+    size, header_count = wire.MESSAGE_PREFIX_STRUCT.unpack_from(pub.payload)
+    if header_count == 0 and size + 8 == len(pub.payload):
+        assert pub.messages == payload_to_messages(pub.payload)
+        assert type(pub.messages) is list and type(pub.messages[0]) is bytes
+    else:
+        assert pub.messages is None
+
+
+@given(topic=st.binary(max_size=12), body=st.binary(min_size=1, max_size=22),
+       headers=st.sampled_from([0, 0, 1]), size_delta=st.sampled_from([0, 0, -1, 1]),
+       more=st.sampled_from([b"", b"", wire.MESSAGE_PREFIX_STRUCT.pack(1, 0) + b"x"]))
+def test_one_pub_reads_a_lone_record_without_headers(topic, body, headers, size_delta,
+                                                      more):
+    """A read that is one PUB whose payload is one message record without headers (what
+    the SDKs send) gives a Pub with messages [body], as payload_to_messages makes them;
+    any other payload leaves messages None (the handler reads the payload)."""
+    size = max(0, len(body) + size_delta)
+    payload = wire.MESSAGE_PREFIX_STRUCT.pack(size, headers) + body + more
+    pub = RequestDecoder(**_WHOLE_LIMITS).feed(cc.encode_pub(topic, payload))
+    assert len(pub) == 1 and type(pub[0]) is Pub and pub[0].payload == payload
+    _assert_messages_read_right(pub[0])
+    if not headers and not size_delta and not more:
+        assert pub[0].messages == [body]
 
 
 def test_the_fast_decode_waits_for_what_the_decoder_holds_or_waits_for():
