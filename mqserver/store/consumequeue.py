@@ -115,7 +115,8 @@ class ConsumeQueue:
         Entries that extend the queue are buffered (see L{TAIL_LIMIT}); others, and the
         buffer when it is full, go to the files."""
         tail = self._tail
-        if qoffset == self._tail_start + len(tail) // CQ_ENTRY_SIZE:
+        # max_offset is always _tail_start plus the entries buffered
+        if qoffset == self.max_offset:
             if not tail and self._on_tail is not None:
                 self._on_tail(self)
             tail += entries

@@ -65,6 +65,7 @@ class Writer:
         self._any_dispatch_listener = notifier.all_dispatch_listeners
         self._topic_dispatch_listeners = notifier.topic_dispatch_listeners
         self._dispatch = notifier.dispatch
+        self._dispatch_one = notifier.dispatch_one
         self._checkpoints = checkpoints
         self.store_host = store_host
         self.max_message_size = max_message_size
@@ -155,10 +156,14 @@ class Writer:
             # Dispatch listeners only hear of records with properties or of the topics
             # they named (Notifier.add_dispatch_listener): a publish of one bare body
             # (smss, NSQ) to any other topic skips them in a few bytecodes.
-            if self._any_dispatch_listener and (
-                    len(messages) != 1 or type(messages[0]) is not bytes
-                    or topic in self._topic_dispatch_listeners):
-                self._dispatch(topic, result.log_offsets, messages, result.store_ts)
+            if self._any_dispatch_listener:
+                if len(messages) != 1:
+                    self._dispatch(topic, result.log_offsets, messages, result.store_ts)
+                elif type(m := messages[0]) is not bytes:
+                    self._dispatch_one(result.log_offsets[0], topic, m.properties,
+                                       result.store_ts)
+                elif topic in self._topic_dispatch_listeners:
+                    self._dispatch_one(result.log_offsets[0], topic, b"", result.store_ts)
             self._checkpoints.dirty = True
             result = self._after_write(result, topic, queue_id)
         except Exception:

@@ -65,17 +65,19 @@ class FrameDecoder:
         if self._error is not None:
             raise RemotingProtocolError(f"decoder failed earlier: {self._error}")
         buffer = self._buffer
+        if not buffer and _json_frame is not None:
+            # Exactly one whole frame with a JSON header within the limits and nothing
+            # waiting (a client that sends a request and waits for its answer): read by
+            # the C speedup from the read itself, in one call; anything it leaves is
+            # read below.
+            cmd = _json_frame(data, self.max_frame)
+            if cmd is not None:
+                return [cmd]
         if (not buffer and len(data) >= _PREFIX_SIZE
                 and FRAME_PREFIX_STRUCT.unpack_from(data, 0)[0] + _LENGTH_SIZE == len(data)):
-            # Exactly one whole frame and nothing waiting (a client that sends a request
-            # and waits for its answer): decoded from the read itself, without a round
-            # trip through the buffer. The C speedup reads a JSON header within the
-            # limits in one call; anything it leaves (another serialization, a header it
-            # does not read, what is wrong with the frame) is read here in Python.
-            if _json_frame is not None:
-                cmd = _json_frame(data, self.max_frame)
-                if cmd is not None:
-                    return [cmd]
+            # Exactly one whole frame and nothing waiting: decoded from the read itself,
+            # without a round trip through the buffer (another serialization, a header
+            # the C speedup does not read, what is wrong with the frame).
             try:
                 self._check_prefix(data, len(data))
                 return [decode_payload(bytes(data)[_LENGTH_SIZE:])]
