@@ -68,6 +68,12 @@ def __getattr__(name):
     return getattr(importlib.import_module(module), attr or name)
 
 
+def support_module(name):
+    """The test suite's support module C{tests.support.NAME} itself, for a benchmark that
+    adjusts it (the command a broker starts with, say)."""
+    return importlib.import_module(f"tests.support.{name}")
+
+
 #: Every door on a loopback port the system picks.
 LOOPBACK = "tcp:0:interface=127.0.0.1"
 

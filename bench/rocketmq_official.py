@@ -41,21 +41,17 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-for p in (HERE, ROOT):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+import harness
+from harness import ROOT
+from compare import Mq, settings
+from procstat import cpu_seconds, peak_rss_mb
+from refservers import binary, free_port, wait_listening
 
-from compare import Mq, settings  # noqa: E402
-from procstat import cpu_seconds, peak_rss_mb  # noqa: E402
-from refservers import binary, free_port, wait_listening  # noqa: E402
-import tests.support.server as support  # noqa: E402
+support = harness.support_module("server")
 
 _SEND = re.compile(r"Send TPS: (\d+) Max RT\(ms\): \d+ Average RT\(ms\):\s*([0-9.]+)")
 _COMPLETE = re.compile(r"\[Complete\] Send Total: (\d+)")

@@ -88,6 +88,9 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
         self.broker = door.broker
         self.messages = door.broker.messages
         self.tap = door.broker.wiretap
+        # While a send waits for its topic to be created, the sends behind it on this
+        # connection wait too: (command, Deferred of its answer), in arrival order.
+        self._held = None
 
     def connectionMade(self):
         self.born_host = host_bytes(self.transport.getPeer())
@@ -103,6 +106,11 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
     # -- sending -------------------------------------------------------------------
 
     def send(self, cmd):
+        if self._held is not None:
+            # stored in the order they came, as the 4.9.4 broker's one send thread does
+            d = defer.Deferred()
+            self._held.append((cmd, d))
+            return d
         # most sends are the usual one (_usual_send), answered at once
         code = cmd.code
         ext = cmd.ext_fields
@@ -188,8 +196,38 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
             d = self.door.auto_create(topic, ext.get("defaultTopic"), header_int(ext, "defaultTopicQueueNums", 4))
             if d is None:
                 return error(cmd, codes.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-            return d.addCallback(lambda t: self._send_to(cmd, ext, t, msgs)).addErrback(broker_error, cmd, topic)
+            return self._hold(d, lambda t: self._send_to(cmd, ext, t, msgs), cmd, topic)
         return self._send_to(cmd, ext, t, msgs)
+
+    def _hold(self, d, then, cmd, topic):
+        """Return the answer of C{then(result of d)}, holding this connection's later sends
+        until it has written (not until its write is durable)."""
+        self._held = []
+
+        def go(result):
+            try:
+                return then(result)
+            finally:
+                self._release()
+
+        def failed(f):
+            self._release()
+            return f
+
+        return d.addCallbacks(go, failed).addErrback(broker_error, cmd, topic)
+
+    def _release(self):
+        held, self._held = self._held, None
+        while held:
+            cmd, d = held.pop(0)
+            r = self.send(cmd)
+            if isinstance(r, defer.Deferred):
+                r.chainDeferred(d)
+            else:
+                d.callback(r)
+            if self._held is not None:  # that one waits again: the rest behind it
+                self._held.extend(held)
+                return
 
     def _send_to(self, cmd, ext, t, msgs):
         if not t.perm & PERM_WRITE:
@@ -207,8 +245,8 @@ class BrokerProtocol(PullHandlers, AdminHandlers, StatsHandlers, RemotingProtoco
             group = topic[len(RETRY_PREFIX):]
             max_times = header_int(ext, "maxReconsumeTimes", 0) or self.door.retry_max_times(group)
             if msgs[0].reconsume_times >= max_times:
-                return self.door.ensure_topic(dlq_topic(group), 1).addCallback(
-                    lambda t2: self._publish(cmd, t2.name, 0, msgs)).addErrback(broker_error, cmd, topic)
+                return self._hold(self.door.ensure_topic(dlq_topic(group), 1),
+                                  lambda t2: self._publish(cmd, t2.name, 0, msgs), cmd, topic)
         if len(msgs) == 1:
             if is_prepared(msgs[0]):
                 return self._prepare(cmd, topic, qid, msgs[0])

@@ -81,3 +81,23 @@ def test_a_malformed_binary_header_closes_its_connection_only(srv):
         good.close()
     assert "extFields" in srv.current_log()
     assert "Traceback" not in srv.current_log()
+
+
+def test_pipelined_sends_to_a_new_topic_are_stored_in_their_order(srv):
+    # The first send creates the topic and waits for that; the ones behind it on the same
+    # connection wait too, as the 4.9.4 broker's send thread takes them one by one.
+    c = RemotingClient("127.0.0.1", broker_port(srv))
+    try:
+        c.send_raw(b"".join(_send_v2("NewT", b"m%d" % i, i) for i in range(1, 6)))
+        answers = [c.recv(i) for i in range(1, 6)]
+        assert [r.code for r in answers] == [codes.SUCCESS] * 5
+        assert [int(r.ext_fields["queueOffset"]) for r in answers] == [0, 1, 2, 3, 4]
+        pull = {"consumerGroup": "CG", "topic": "NewT", "queueId": "0", "queueOffset": "0",
+                "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
+                "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0",
+                "expressionType": "TAG"}
+        c.send_raw(_binary(codes.PULL_MESSAGE, pull, opaque=9))
+        r = c.recv(9)
+        assert [bytes(v.body) for v in records(r.body)] == [b"m1", b"m2", b"m3", b"m4", b"m5"]
+    finally:
+        c.close()
