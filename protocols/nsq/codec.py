@@ -73,6 +73,9 @@ def _i64(n: int) -> int:
     return n - (1 << 64) if n >> 63 else n
 
 
+_unpack_u32 = U32.unpack_from
+
+
 def _i32(n: int) -> int:
     # nsqd reads every length prefix into an int32
     return n - (1 << 32) if n & 0x80000000 else n
@@ -282,8 +285,9 @@ class CommandDecoder:
         nl = data.find(b"\n", 4, self.max_line)
         if nl < 0 or len(data) < nl + 5:
             return None
-        size = _i32(U32.unpack_from(data, nl + 1)[0])
-        if size <= 0 or size > self.max_msg_size or nl + 5 + size != len(data):
+        # read unsigned: a size nsqd reads as negative (its int32) is over the limit too
+        size = _unpack_u32(data, nl + 1)[0]
+        if size == 0 or size > self.max_msg_size or nl + 5 + size != len(data):
             return None
         raw = data[4:nl]
         topic = self._pub_topics.get(raw)

@@ -45,6 +45,15 @@ from protocols.nsq.subscriber import Subscriber, parse_message_id
 
 
 
+def _by_state(handlers):
+    """Return state -> the C{handlers} (command type -> handler) of the commands the
+    state allows; an invalid command is handled in every state (do_invalid says what is
+    wrong with it)."""
+    return {state: {kind: handler for kind, handler in handlers.items()
+                    if kind is Invalid or kind.verb in verbs}
+            for state, verbs in ALLOWED.items()}
+
+
 @implementer(IPushProducer, IChannelConsumer)
 class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Protocol):
     """One V2 client connection (producer, consumer or both).
@@ -126,7 +135,12 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
-        self.output.received(self._received, data)
+        if self.tap.active:
+            # every command is reported and may be changed by a fault rule: the replies
+            # of the read leave in one send, whatever they are
+            self.output.received(self._received, data)
+        else:
+            self._received(data)
 
     def _received(self, data):
         self._last_recv = self.reactor.seconds()
@@ -168,8 +182,19 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
             raw = self.decoder.raw_commands(data) if self.tap.trace.active else None
             return self._feed_tapped(self.decoder.feed(data), raw)
         commands = self.decoder.feed(data)
-        if commands:
-            self.last_command = commands[-1]
+        if len(commands) > 1:
+            # the replies of several commands in one read leave in one send
+            self.output.received(self._commands, commands)
+        elif commands:
+            # one command (a client waiting for each reply): nothing to gather its
+            # reply with, so it goes out as it is made
+            self._commands(commands)
+        return not (self._dead_input or self._dead)
+
+    def _commands(self, commands):
+        """Run the commands of one read (FINs that succeed without a reply, the others
+        through L{_run}), until input is dead."""
+        self.last_command = commands[-1]
         for cmd in commands:
             if type(cmd) is Fin and self.channel is not None:
                 # hot path: a FIN that succeeds needs no state check and no reply
@@ -178,9 +203,8 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
                     self.finish_count += 1
                     continue
             if self._dead_input:
-                return False
+                return
             self._run(cmd)
-        return not (self._dead_input or self._dead)
 
     def _feed_tapped(self, commands, raw):
         """L{_feed} while the broker's tap is on: each command reported to the trace
@@ -209,18 +233,18 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
             return
         if self._read_paused:
             return  # too many replies pending: _drain resumes reading, then we go on
-        self.output.received(self._received, b"")
+        self.dataReceived(b"")
         if self._inflate_call is None and not self._read_paused and not self._dead:
             self.transport.resumeProducing()
 
     def _run(self, cmd):
         """Check C{cmd} is allowed in this state and run its handler; an NsqError is
         answered in order."""
-        kind = type(cmd)
+        handler = self._allowed_handlers[self.state].get(type(cmd))
         try:
-            if kind is not Invalid and cmd.verb not in ALLOWED[self.state]:
+            if handler is None:
                 raise E.cannot_in_state(cmd.verb)
-            self._handlers[kind](self, cmd)
+            handler(self, cmd)
         except NsqError as err:
             self._fail(err)
 
@@ -279,6 +303,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         Req: Subscriber.do_req, Touch: Subscriber.do_touch, Cls: Subscriber.do_cls,
         Pub: Publisher.do_pub, Mpub: Publisher.do_mpub, Dpub: Publisher.do_dpub,
     }
+    _allowed_handlers = _by_state(_handlers)
 
 
 class NsqdFactory(Factory):
