@@ -47,10 +47,10 @@ class Publisher:
         self._answer(stored, verb)
 
     def _ok_now(self, result):
-        """Answer a publish the broker has written, with no reply ahead of it: OK, at
-        once, after what this read gathered before it (the cork)."""
+        """Answer a publish the broker has written, with no reply ahead of it: OK,
+        before the broker's bookkeeping: at once when the PUB is alone in its read (the
+        usual case), else with the replies of the read."""
         self._emit(OK)
-        self.output.flush()
 
     def _publish_later(self, topic, messages, defer_ms):
         # A DPUB, or a publish that creates its topic first: a Deferred.

@@ -125,29 +125,45 @@ class SmssServerProtocol(IdleWatch, Protocol):
 
     def dataReceived(self, data):
         self.active = True
-        self.output.received(self._decode, data)
-
-    def _decode(self, arg, step=None):
-        """Handle the events of C{step(arg)}: the decoder's feed (None) of bytes read,
-        or its set_mode, which decodes what it held back. A framing error is answered
-        and closes."""
         try:
-            events = self.decoder.feed(arg) if step is None else step(arg)
+            events = self.decoder.feed(data)
         except SmssProtocolError as e:
-            # a failed decoder raises its error again on every later call (set_mode too)
-            if e is self._framing_error:
-                return  # answered and closing already
-            self._framing_error = e
-            for ev in e.events:
-                self._event(ev)
-            self.log.warn("closing smss connection {peer}: {error}", peer=self._peer(), error=e)
-            self._answer(codec.err(str(e)))
-            self._close_after_answers()
+            self.output.received(self._framing_failed, e)
             return
+        if len(events) == 1 and not self.tap.active:
+            # One request in the read (a client waiting for each answer): nothing to
+            # gather its answer with, so it goes out as it is made.
+            self._last_event = ev = events[0]
+            self._event(ev)
+        elif events:
+            # the answers to the requests of one read leave in one send
+            self.output.received(self._events, events)
+
+    def _set_mode(self, mode):
+        """Switch the decoder to C{mode} and handle the requests it held back."""
+        try:
+            events = self.decoder.set_mode(mode)
+        except SmssProtocolError as e:
+            self._framing_failed(e)
+            return
+        self._events(events)
+
+    def _events(self, events):
         if events:
             self._last_event = events[-1]
             for ev in events:
                 self._event(ev)
+
+    def _framing_failed(self, e):
+        """Handle the requests decoded before the framing error C{e}, answer it and
+        close; once (a failed decoder raises its error again on every later call)."""
+        if e is self._framing_error:
+            return  # answered and closing already
+        self._framing_error = e
+        self._events(e.events)
+        self.log.warn("closing smss connection {peer}: {error}", peer=self._peer(), error=e)
+        self._answer(codec.err(str(e)))
+        self._close_after_answers()
 
     def _event(self, ev):
         kind = type(ev)
@@ -173,7 +189,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
                 self._answer(result)
         if self.decoder.paused and self.subscription is None and self.transport is not None:
             # A refused SUB: go back to requests and decode what the client sent after it.
-            self._decode(codec.Mode.HEADERS, self.decoder.set_mode)
+            self._set_mode(codec.Mode.HEADERS)
 
     def _tapped(self, ev):
         """Report request C{ev} to the trace; apply a fault rule to it: True when the
@@ -315,11 +331,10 @@ class SmssServerProtocol(IdleWatch, Protocol):
         return stored.addCallback(lambda _: _OK)
 
     def _send_ok(self, result):
-        """Answer a publish the broker has written with OK, at once: after what this
-        read gathered before it, before the broker's bookkeeping."""
-        if self.tap.active:
-            self.trace_out(_OK)
-        self.output.send(_OK)  # what the read gathered first: usually nothing
+        """Answer a publish the broker has written with OK, before the broker's
+        bookkeeping: at once when the PUB is alone in its read (the usual case), else
+        with the answers of the read."""
+        self.write(_OK)
 
     def do_Delay(self, ev):
         if not self.broker.is_master:
@@ -414,7 +429,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
             return codec.err(ev.who.decode("utf-8", "replace") + " regiester exist")
         self.subscription = sub
         sub.start()
-        self._decode(codec.Mode.ACKS, self.decoder.set_mode)
+        self._set_mode(codec.Mode.ACKS)
         return None
 
     def subscription_ended(self, back_to_requests):
@@ -422,7 +437,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         connection is closing."""
         self.subscription = None
         if back_to_requests and self.decoder.ack_mode:
-            self._decode(codec.Mode.HEADERS, self.decoder.set_mode)
+            self._set_mode(codec.Mode.HEADERS)
         self._flush_answers()
 
     def do_Replica(self, ev):
@@ -444,8 +459,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self.replica_feed.start()
         # a reference smss slave's bytes are dropped unread (it never sends any that
         # mean something); an mqserver follower's are its confirmations
-        self._decode(codec.Mode.CONFIRMS if confirms else codec.Mode.SINK,
-                     self.decoder.set_mode)
+        self._set_mode(codec.Mode.CONFIRMS if confirms else codec.Mode.SINK)
         return None
 
     def do_Confirm(self, ev):
