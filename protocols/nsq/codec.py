@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+import struct
 
 from . import errors as E
 from .errors import NsqError
@@ -168,17 +169,18 @@ class CommandDecoder:
 
     def feed(self, data: bytes) -> list[Command]:
         """Consume ``data`` and return the commands it completes (possibly none)."""
-        if self._state == _DEAD:
-            return []
-        if type(data) is not bytes:
-            data = bytes(data)
         buf = self._buf
-        if not buf and self._state == _LINE and data.startswith(b"PUB "):
+        if (not buf and self._state == _LINE and type(data) is bytes
+                and data.startswith(b"PUB ")):
             # A read that is exactly one PUB, what a publisher sending a message at a
             # time sends: decoded in one step; anything else (None) the general way.
             pub = self._one_pub(data)
             if pub is not None:
                 return [pub]
+        if self._state == _DEAD:
+            return []
+        if type(data) is not bytes:
+            data = bytes(data)
         if buf:
             # Waiting for more bytes: only append (O(len(data))) until progress is possible.
             if self._state == _LINE:
@@ -283,10 +285,13 @@ class CommandDecoder:
         start with nothing buffered, checked by L{feed}); else None, declining anything
         its rules would turn into an error, a wait or another command."""
         nl = data.find(b"\n", 4, self.max_line)
-        if nl < 0 or len(data) < nl + 5:
+        if nl < 0:
             return None
-        # read unsigned: a size nsqd reads as negative (its int32) is over the limit too
-        size = _unpack_u32(data, nl + 1)[0]
+        try:
+            # read unsigned: a size nsqd reads as negative (its int32) is over the limit
+            size = _unpack_u32(data, nl + 1)[0]
+        except struct.error:  # not all of the size is there
+            return None
         if size == 0 or size > self.max_msg_size or nl + 5 + size != len(data):
             return None
         raw = data[4:nl]
