@@ -445,10 +445,11 @@ class Broker:
             # not a writable topic on a master, as far as one lookup tells (a topic that
             # never expires needs no clock): _writable says why, or finds it after all
             t = self._writable(topic)
-        return self.store.put(
-            topic,
-            0 if queue_id is None and t.queues == 1 else self._pick_queue(t, queue_id),
-            messages, None, None, answer)
+        if queue_id is None:
+            queue_id = 0 if t.queues == 1 else self._pick_queue(t, None)
+        elif not 0 <= queue_id < t.queues:
+            self._pick_queue(t, queue_id)  # which says it is out of range
+        return self.store.put(topic, queue_id, messages, None, None, answer)
 
     def delay(self, topic, delay_ms, messages):
         """Store C{messages} to be published C{delay_ms} from now. Returns a Deferred

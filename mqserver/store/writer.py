@@ -128,6 +128,7 @@ class Writer:
                 # into the segment written last: its record, queue entry and PutResult
                 # in one C call (None when it is anything else); _write packs the rest.
                 data, entries, result = packed
+                size = len(data)
                 qoff = q.max_offset
                 log.append_open(data)  # which leaves nothing of a failed write
                 self.next_event_id = event_id + 1
@@ -137,6 +138,7 @@ class Writer:
             else:
                 result, entries, q, qoff = self._write(topic, queue_id, messages,
                                                        _MESSAGE_MAGIC, 0, now)
+                size = sum(result.sizes)
         except OSError as e:
             raise self._write_failed(e) from None
         answered = answer is not None and self._notifier.complete_at_write
@@ -152,7 +154,7 @@ class Writer:
             q.write(qoff, entries)
             # Statistics count here, where every protocol's publish ends (once); the
             # messages are the queue's growth (ConsumeQueue.in_msgs).
-            q.in_bytes += sum(result.sizes)
+            q.in_bytes += size
             # Dispatch listeners only hear of records with properties or of the topics
             # they named (Notifier.add_dispatch_listener): a publish of one bare body
             # (smss, NSQ) to any other topic skips them in a few bytecodes.
