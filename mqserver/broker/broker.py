@@ -436,21 +436,20 @@ class Broker:
         (levels 0 and 1), else a Deferred firing with it. Raises L{BrokerError} when
         the publish is refused or the write fails.
 
-        C{answer}: called with the L{PutResult} as soon as the usual publish has
+        C{answer}: called with the L{PutResult} as soon as a write complete at once is
         written, before the store's bookkeeping, and then None is returned (see
-        L{mqserver.store.writer.Writer.put_messages_now}); left uncalled otherwise."""
+        L{mqserver.store.writer.Writer.put}); left uncalled otherwise."""
         t = self.registry.topics.get(topic)
-        if (t is not None and (t.queues == 1 if queue_id is None else 0 <= queue_id < t.queues)
-                and self.is_master and not t.state
-                and (not t.expire_at or t.valid(self.now_ms()))):
-            # The usual publish, in short: a writable topic on a master, a one-queue topic
-            # or a queue named in range (a RocketMQ send); one that never expires needs
-            # no clock.
-            return self.store.put_messages_now(topic, queue_id or 0, messages, None, None,
-                                               answer)
-        t = self._writable(topic)
-        return self.store.put_messages_now(topic, self._pick_queue(t, queue_id), messages,
-                                           None, None, answer)
+        if (t is None or t.state or not self.is_master
+                or (t.expire_at and not t.valid(self.now_ms()))):
+            # not a writable topic on a master, as far as one lookup tells (a topic that
+            # never expires needs no clock): _writable says why, or finds it after all
+            t = self._writable(topic)
+        if queue_id is None:
+            queue_id = 0 if t.queues == 1 else self._pick_queue(t, None)
+        elif not 0 <= queue_id < t.queues:
+            self._pick_queue(t, queue_id)  # which says it is out of range
+        return self.store.put(topic, queue_id, messages, None, None, answer)
 
     def delay(self, topic, delay_ms, messages):
         """Store C{messages} to be published C{delay_ms} from now. Returns a Deferred

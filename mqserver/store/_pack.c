@@ -1,6 +1,6 @@
 /* The publish hot path in C: messages -> commit-log records and consume-queue entries.
  *
- * A speedup of the record-packing loop of Writer._append (writer.py), byte for
+ * A speedup of the record-packing loop of Writer._pack_py (writer.py), byte for
  * byte; the Python loop stays the reference and the fallback, and tests compare the two.
  * No layout is written here: mqserver/store/native.py hands configure() the offset and
  * size of every record header field and consume-queue entry field, derived from the
@@ -9,8 +9,8 @@
  * caller: length + topic) and the length-prefixed properties. The caller passes
  * zlib.crc32 and format.tag_hash_of, so the CRC and the Java tag hash are computed by
  * the same code as everywhere else. usual() is pack() for the usual publish of one message
- * (Writer.put_messages_now's short path), with its constants set once and the PutResult
- * made here; the general path (Writer._put_any) stays the reference it is tested against.
+ * into the open segment (Writer._pack_c chooses it), with its constants set once and the
+ * PutResult made here.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -314,7 +314,7 @@ fail:
     return result;
 }
 
-/* The usual publish (Writer.put_messages_now): its constants, set by configure_usual(). */
+/* The usual publish (Writer._pack_c): its constants, set by configure_usual(). */
 static PyObject *u_magic, *u_zero, *u_blank_size, *u_crc32, *u_tag_hash, *u_empty;
 static PyTypeObject *u_result_type;
 static PyObject *s_event_id, *s_queue_id, *s_store_ts, *s_log_offsets, *s_queue_offsets,
@@ -347,7 +347,7 @@ static PyObject *pack_configure_usual(PyObject *self, PyObject *args) {
  * body is within max_size; else None, having done nothing (the caller takes the general
  * path, which says what is wrong). result is a new instance of the result type (not
  * initialised by its __init__) with event_id, queue_id, store_ts (now), log_offsets,
- * queue_offsets and sizes set, as Writer._append makes it. */
+ * queue_offsets and sizes set, as Writer._pack_c makes it from pack(). */
 static PyObject *pack_usual(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 10) {
         PyErr_SetString(PyExc_TypeError, "usual() takes 10 arguments");

@@ -123,8 +123,8 @@ class CommitLog:
 
     def append_open(self, data):
         """Write C{data}, whole records that end at or before L{open_end}, at L{end}, in
-        the segment written last (L{append} once it opened the segment, and the usual
-        publish of L{mqserver.store.writer.Writer}, which checked they fit). On an I/O
+        the segment written last (L{append} once it opened the segment, and
+        L{mqserver.store.writer.Writer} for one message it packed to fit there). On an I/O
         error the segment is cut back to where it was, and the error is raised: nothing
         of a failed write stays.
 

@@ -115,7 +115,8 @@ class ConsumeQueue:
         Entries that extend the queue are buffered (see L{TAIL_LIMIT}); others, and the
         buffer when it is full, go to the files."""
         tail = self._tail
-        if qoffset == self._tail_start + len(tail) // CQ_ENTRY_SIZE:
+        # max_offset is always _tail_start plus the entries buffered
+        if qoffset == self.max_offset:
             if not tail and self._on_tail is not None:
                 self._on_tail(self)
             tail += entries
@@ -129,22 +130,6 @@ class ConsumeQueue:
         self.flush()
         self._write_files(qoffset, entries)
         self._tail_start = self.max_offset
-
-    def add(self, entry, size):
-        """L{write} of one packed C{entry} at L{max_offset} (the writer's usual publish),
-        and count its record's C{size} in L{in_bytes}."""
-        # max_offset is always _tail_start plus the entries buffered: write's first case.
-        tail = self._tail
-        if not tail and self._on_tail is not None:
-            self._on_tail(self)
-        tail += entry
-        self.max_offset += 1
-        self.in_bytes += size
-        if len(tail) >= self.TAIL_LIMIT:
-            try:
-                self.flush()
-            except OSError:
-                pass  # as in write
 
     def flush(self):
         """Write the buffered entries to the files."""

@@ -43,6 +43,12 @@ class Notifier:
 
     def __init__(self, flush_level):
         self.flush_level = flush_level
+        #: True when a write is as durable as asked once it is written (flush levels 0
+        #: and 1 without a sync gate): L{after_write} then returns its result itself.
+        self.complete_at_write = flush_level < 2
+        # a write is also shown to readers once written: no gate and no commit point
+        # to wait for (after_write's first test)
+        self._shown_at_write = self.complete_at_write
         self.visible_end = 0
         self.dispatch_listeners = []
         self.topic_dispatch_listeners = {}
@@ -69,6 +75,7 @@ class Notifier:
         """Make every later write wait for C{gate} (L{mqserver.replication.sync.SyncGate})
         before it is acknowledged or shown to consumers."""
         self.gate = gate
+        self.complete_at_write = self._shown_at_write = False
         gate.on_commit = self.confirmed
         self.commit_point = None  # a follower promoted: its own gate commits from now on
         # set at run time (a follower promoted): what is readable now was replicated
@@ -89,6 +96,7 @@ class Notifier:
             return
         if self.commit_point is None:
             self.commit_point = 0
+            self._shown_at_write = False
             # from now on writes wait here (what is readable now was shown already)
             self._replicable_end = max(self._replicable_end, self.visible_end)
         if event_id > self.commit_point:
@@ -101,6 +109,7 @@ class Notifier:
         if self.commit_point is None:
             return
         self.commit_point = None
+        self._shown_at_write = self.complete_at_write
         held, self._unconfirmed = self._unconfirmed, deque()
         self._release(held)
 
@@ -126,16 +135,22 @@ class Notifier:
         the flush level asks (levels 0 and 1), else a Deferred firing with it once it
         is; tell the listeners when it is visible. C{topic} None: an admin record."""
         end = self.commitlog.end
+        if self._shown_at_write:
+            self.visible_end = end
+            # _notify's work in line: every publish passes here
+            if topic is not None:
+                for cb in self._arrival_listeners:
+                    cb(topic, queue_id)
+            for cb in self._append_listeners:
+                cb()
+            return result
         if self.gate is not None:
             return self._after_write_gated(result, topic, queue_id, end)
         if self.commit_point is not None:
             return self._after_write_held(result, topic, queue_id, end)
-        if self.flush_level >= 2:
-            self._pending_visible.append((end, topic, queue_id))
-            return self._flusher.request(end).addCallback(lambda _: result)
-        self.visible_end = end
-        self._notify(topic, queue_id)
-        return result
+        # flush level 2 (every other case is shown at write)
+        self._pending_visible.append((end, topic, queue_id))
+        return self._flusher.request(end).addCallback(lambda _: result)
 
     def _after_write_gated(self, result, topic, queue_id, end):
         # Durable here first (flush level 2), which lets the followers have it, then
@@ -188,15 +203,6 @@ class Notifier:
         for topic, qid in queues:
             for cb in self._arrival_listeners:
                 cb(topic, qid)
-
-    def written(self, end, topic, queue_id):
-        """L{after_write} at flush levels 0 and 1 of a message write that ended the log
-        at C{end} (the writer's usual publish), without the result."""
-        self.visible_end = end
-        for cb in self._arrival_listeners:
-            cb(topic, queue_id)
-        for cb in self._append_listeners:
-            cb()
 
     def durable(self, offset):
         """The log is durable up to C{offset}: at flush level 2, show what it holds."""
@@ -265,9 +271,8 @@ class Notifier:
                 cb(off, topic, props, store_ts)
 
     def dispatch_one(self, offset, topic, properties, store_ts):
-        """Tell the dispatch listeners of the message record at C{offset} (replayed, or
-        the writer's usual publish of one message) with C{properties} (b"" for a bare
-        body)."""
+        """Tell the dispatch listeners of the message record at C{offset} (replayed at
+        start-up, or a write of one message) with C{properties} (b"" for a bare body)."""
         if properties:
             for cb in self.dispatch_listeners:
                 cb(offset, topic, properties, store_ts)

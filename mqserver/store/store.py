@@ -54,9 +54,9 @@ class MessageStore:
     deleted topic's files) on the housekeeping runner's, so a commit never waits for them.
 
     Owns the life cycle (the directory lock, opening the files, closing them) and hands
-    everything else to its parts. C{put_messages}, C{put_messages_now}, C{read_entries}
-    and C{read_records}, the per-message paths, are the parts' own bound methods (no
-    facade call on them).
+    everything else to its parts. C{put} (every message write), C{put_messages} (the
+    same, as a Deferred), C{read_entries} and C{read_records}, the per-message paths,
+    are the parts' own bound methods (no facade call on them).
 
     @ivar writer: the L{Writer} (appending, eventIds).
     @ivar reader: the L{Reader} (reading and checking records).
@@ -108,8 +108,8 @@ class MessageStore:
         self.reader = Reader(self.notifier)
         self._retention = Retention(self, clock)
         # The per-message paths go straight to their part (one call, not two).
+        self.put = self.writer.put
         self.put_messages = self.writer.put_messages
-        self.put_messages_now = self.writer.put_messages_now
         self.read_entries = self.reader.read_entries
         self.read_records = self.reader.read_records
 
@@ -373,7 +373,6 @@ class MessageStore:
         (L{mqserver.replication.sync.SyncGate}) says enough followers hold it, and show
         it to consumers only then (L{Notifier.set_gate})."""
         self.notifier.set_gate(gate)
-        self.writer.usual_path = False  # every write goes through Notifier.after_write
 
     # -- the disk ------------------------------------------------------------------------
 

@@ -28,16 +28,22 @@ _perf_counter = time.perf_counter
 #: One write in this many (chosen by its first eventId) is timed for write_latency.
 _TIME_EVERY_MASK = 63
 _tag_hash_of = fmt.tag_hash_of
+_BORN_HOST_SIZE = fmt.HEADER_LAYOUT.field_size("born_host")
+_MAX_PROPS = (1 << 8 * fmt.PROPS_LEN.size) - 1
 
 
 class Writer:
-    """Owns the appending of records: the eventId counter, the packing (C speedup or
-    the Python loop), the STOREHOST stamped in records, the size limit, the write
-    latency, and the applying of admin records as they are written.
+    """Owns the appending of records: the eventId counter, the packing, the STOREHOST
+    stamped in records, the size limit, the write latency, and the applying of admin
+    records as they are written.
+
+    Every message write goes through L{put}. The records are packed by the C speedup
+    (C{_pack.c}) when it is built, else by L{_pack_py}, its reference: the choice is
+    made once, at import (L{mqserver.speedups}).
 
     @ivar next_event_id: the eventId the next record gets.
-    @ivar write_latency: a L{Latency} of writes (packing, pwrite, indexing), sampled:
-        one write in 64.
+    @ivar write_latency: a L{Latency} of writes (packing and pwrite), sampled: one
+        write in 64.
     """
 
     def __init__(self, store, disk, notifier, checkpoints, *, store_host, max_message_size,
@@ -53,11 +59,8 @@ class Writer:
         """
         self._store = store
         self._disk = disk
+        self._notifier = notifier
         self._after_write = notifier.after_write
-        self._written = notifier.written
-        #: put_messages_now may take its short path (flush levels 0 and 1; the
-        #: equivalence tests turn it off to compare).
-        self.usual_path = notifier.flush_level < 2
         # the notifier's very containers: listeners are added after the writer is made
         self._any_dispatch_listener = notifier.all_dispatch_listeners
         self._topic_dispatch_listeners = notifier.topic_dispatch_listeners
@@ -85,120 +88,114 @@ class Writer:
         self._table = table
         self._queues = table.queues  # the very dict: one lookup per publish
 
-    def put_messages(self, topic, queue_id, messages, now_ms=None, event_id=None):
-        """Append C{messages} to (topic, queue id) as one write. A message is a
-        L{Message}, or bytes: a message with only a body, born at the write.
+    def put(self, topic, queue_id, messages, now_ms=None, event_id=None, answer=None):
+        """Append C{messages} to (topic, queue id) as one write: every publish of every
+        door ends here. A message is a L{Message}, or bytes: a message with only a body,
+        born at the write.
 
-        Returns a Deferred firing with a L{PutResult} once the write is as durable as the
-        flush level asks; it fails with L{StoreError} when the write or fsync fails.
-        C{event_id} (a replication slave applying its master's records) gives the first
-        eventId; it may skip ahead of L{next_event_id} but never go back.
-        """
-        try:
-            result = self.put_messages_now(topic, queue_id, messages, now_ms, event_id)
-        except StoreError as e:
-            return defer.fail(e)
-        return result if type(result) is not PutResult else defer.succeed(result)
+        Returns the L{PutResult} itself when the write is as durable as asked once it is
+        written (flush levels 0 and 1 without a sync gate), else a Deferred firing with
+        it once it is; raises L{StoreError} when the write is refused or fails.
+        C{now_ms} gives the store time (else the clock's). C{event_id} (a replication
+        slave applying its master's records) gives the first eventId; it may skip ahead
+        of L{next_event_id} but never go back.
 
-    def put_messages_now(self, topic, queue_id, messages, now_ms=None, event_id=None,
-                         answer=None):
-        """L{put_messages} for a caller that answers at once when it can: returns the
-        L{PutResult} itself when the write is already as durable as the flush level asks
-        (levels 0 and 1), else a Deferred firing with it; raises L{StoreError} when the
-        write is refused or fails.
-
-        C{answer}: a callable the usual publish calls with the L{PutResult} as soon as
-        the record is written, before the store's bookkeeping of it (the queue's entry,
-        the listeners), and then returns None; any other write returns its result as
-        above and leaves C{answer} uncalled. Nothing can see the store between the call
-        and the bookkeeping (both run in this call, on the reactor's thread), so a client
-        answered early sees what it would have seen; its round trip no longer waits for
-        the bookkeeping. A failure in the bookkeeping after C{answer} is logged, not
-        raised: the record stands and its client has its answer."""
+        C{answer}: a callable that a write complete at once calls with the L{PutResult}
+        as soon as its records are written, before the store's bookkeeping of them (the
+        queue's entries, the listeners); C{put} then returns None. Nothing can see the
+        store between the call and the bookkeeping (both run in this call, on the
+        reactor's thread), so a client answered early sees what it would have seen; its
+        round trip no longer waits for the bookkeeping. A failure in the bookkeeping
+        after C{answer} is logged, not raised: the records stand and the client has its
+        answer. A write that is not complete at once leaves C{answer} uncalled."""
         if self._disk.refusal is not None:
             raise self._disk.refusal
-        # The usual publish in short, the rest through _put_any (the reference, which
-        # gives the same bytes, results and calls): one message (a list of one), at the
-        # next eventId and the time of the write, to a queue that is open of a topic
-        # written before, packed by C (_pack.usual, which also makes the PutResult) into
-        # the segment written last, at flush level 0 or 1 (usual_path).
+        if event_id is not None:
+            self._force_event_id(event_id)
         q = self._queues.get((topic, queue_id))
         tail = self._topic_tails.get(topic)
-        if (tail is None or q is None or now_ms is not None or event_id is not None
-                or _pack is None or not self.usual_path):
-            return self._put_any(topic, queue_id, messages, now_ms, event_id)
         log = self.commitlog
         start = log.end
         event_id = self.next_event_id
-        qoff = q.max_offset
-        now = int(self._clock() * 1000)
+        now = int(self._clock() * 1000) if now_ms is None else now_ms
         t0 = 0.0 if event_id & _TIME_EVERY_MASK else _perf_counter()
-        # None: not a list of one, or it needs a new segment (open_end - end is the room
-        # left in the open segment, none when none is open), or a body over the limit;
-        # nothing is written yet
-        packed = _pack.usual(messages, queue_id, qoff, start, log.open_end - start, now,
-                             self.store_host, event_id, tail, self.max_message_size)
-        if packed is None:
-            return self._put_any(topic, queue_id, messages, None, None)
-        record, entry, result = packed
         try:
-            log.append_open(record)  # which leaves nothing of a failed write
+            if (q is not None and tail is not None and _pack is not None
+                    and (packed := _pack.usual(
+                        messages, queue_id, q.max_offset, start, log.open_end - start,
+                        now, self.store_host, event_id, tail, self.max_message_size))):
+                # The packing of one message (a list of one) to a queue written before,
+                # into the segment written last: its record, queue entry and PutResult
+                # in one C call (None when it is anything else); _write packs the rest.
+                data, entries, result = packed
+                size = len(data)
+                qoff = q.max_offset
+                log.append_open(data)  # which leaves nothing of a failed write
+                self.next_event_id = event_id + 1
+                self.last_record = (topic, queue_id, qoff, start, data)
+                if t0:
+                    self.write_latency.observe(_perf_counter() - t0)
+            else:
+                result, entries, q, qoff = self._write(topic, queue_id, messages,
+                                                       _MESSAGE_MAGIC, 0, now)
+                size = sum(result.sizes)
         except OSError as e:
             raise self._write_failed(e) from None
-        self.next_event_id = event_id + 1
-        self.last_record = (topic, queue_id, qoff, start, record)
-        if t0:  # the write itself: what follows is the answer and the bookkeeping
-            self.write_latency.observe(_perf_counter() - t0)
-        if answer is not None:
+        answered = answer is not None and self._notifier.complete_at_write
+        if answered:
             try:
                 answer(result)
             except Exception:  # the caller's fault; the bookkeeping must still be done
                 _log.failure("answering the write of {topic} {queue_id} at {offset}",
-                             topic=topic, queue_id=queue_id, offset=start)
-            result = None
+                             topic=topic, queue_id=queue_id, offset=result.log_offsets)
         try:
-            size = len(record)
-            q.add(entry, size)
-            # see _append: dispatch listeners hear of records with properties or of
-            # topics they named
+            # The bookkeeping: the queue's entries and statistics, the dispatch
+            # listeners, the checkpoint, then the readers (Notifier.after_write).
+            q.write(qoff, entries)
+            # Statistics count here, where every protocol's publish ends (once); the
+            # messages are the queue's growth (ConsumeQueue.in_msgs).
+            q.in_bytes += size
+            # Dispatch listeners only hear of records with properties or of the topics
+            # they named (Notifier.add_dispatch_listener): a publish of one bare body
+            # (smss, NSQ) to any other topic skips them in a few bytecodes.
             if self._any_dispatch_listener:
-                m = messages[0]
-                if type(m) is not bytes:
-                    self._dispatch_one(start, topic, m.properties, now)
+                if len(messages) != 1:
+                    self._dispatch(topic, result.log_offsets, messages, result.store_ts)
+                elif type(m := messages[0]) is not bytes:
+                    self._dispatch_one(result.log_offsets[0], topic, m.properties,
+                                       result.store_ts)
                 elif topic in self._topic_dispatch_listeners:
-                    self._dispatch_one(start, topic, b"", now)
+                    self._dispatch_one(result.log_offsets[0], topic, b"", result.store_ts)
             self._checkpoints.dirty = True
-            self._written(start + size, topic, queue_id)
+            result = self._after_write(result, topic, queue_id)
         except Exception:
-            if answer is None:
+            if not answered:
                 raise
             _log.failure("after the write of {topic} {queue_id} at {offset}, answered",
-                         topic=topic, queue_id=queue_id, offset=start)
-        return result
+                         topic=topic, queue_id=queue_id, offset=result.log_offsets)
+        return None if answered else result
 
-    def _put_any(self, topic, queue_id, messages, now_ms, event_id):
-        # put_messages_now of any write (the refusal already checked).
-        if event_id is not None:
-            self._force_event_id(event_id)
-        try:
-            result = self._append(topic, queue_id, messages, _MESSAGE_MAGIC, 0, now_ms)
-        except OSError as e:
-            raise self._write_failed(e) from None
-        return self._after_write(result, topic, queue_id)
+    def put_messages(self, topic, queue_id, messages, now_ms=None, event_id=None):
+        """L{put} for a caller that wants a Deferred whatever the flush level: it fires
+        with the L{PutResult}, or fails with L{StoreError}."""
+        return defer.maybeDeferred(self.put, topic, queue_id, messages, now_ms, event_id)
 
     def put_admin(self, op, topic, body, now_ms=None, event_id=None):
         """Append one admin record; the state machine applies it before this returns.
-        Returns a Deferred firing with the L{PutResult}. C{event_id}: as for
-        L{put_messages}."""
+        Returns a Deferred firing with the L{PutResult}. C{event_id}: as for L{put}."""
         try:
             self._disk.check_writable()
             self._force_event_id(event_id)
-            msg = Message(body=body)
-            result = self._append(topic, -1, [msg], fmt.ADMIN_MAGIC, op, now_ms)
+            result = self._write(topic, -1, [Message(body=body)], fmt.ADMIN_MAGIC, op,
+                                 now_ms)[0]
         except StoreError as e:
             return defer.fail(e)
         except OSError as e:
             return defer.fail(self._write_failed(e))
+        log = self.commitlog
+        for off, size in zip(result.log_offsets, result.sizes):
+            self.apply_admin(fmt.RecordView(log.read(off, size)))
+        self._checkpoints.dirty = True
         result = self._after_write(result, None, None)
         return result if type(result) is not PutResult else defer.succeed(result)
 
@@ -212,10 +209,11 @@ class Writer:
             raise StoreError(f"eventId {event_id} is behind the log ({self.next_event_id})")
         self.next_event_id = event_id
 
-    def _append(self, topic, queue_id, messages, magic, op, now_ms):
-        # The publish hot path: records packed by the C speedup (_pack.c) or _pack_py,
-        # one pwrite per segment touched, consume-queue entries buffered (see
-        # ConsumeQueue.write).
+    def _write(self, topic, queue_id, messages, magic, op, now_ms):
+        """Pack C{messages} as records and append them to the log: one pwrite per
+        segment touched. Returns the L{PutResult}, the packed consume-queue entries, the
+        queue (None for admin records) and its offset of the first message; nothing of a
+        write that raises stays."""
         tail = self._topic_tails.get(topic)
         if tail is None:
             # First write of this name: no record (admin records too, which a slave
@@ -226,65 +224,75 @@ class Writer:
             tail = self._topic_tails[topic] = fmt.TOPIC_LEN.pack(len(tbytes)) + tbytes
         now = int(self._clock() * 1000) if now_ms is None else now_ms
         log = self.commitlog
-        is_msg = magic == _MESSAGE_MAGIC
-        if is_msg:
+        if magic == _MESSAGE_MAGIC:
             q = self._queues.get((topic, queue_id)) or self._table.queue(topic, queue_id)
-            first_qoff = q.max_offset
+            qoff = q.max_offset
         else:
-            first_qoff = -1
+            q = None
+            qoff = -1
         event_id = self.next_event_id
         t0 = 0.0 if event_id & _TIME_EVERY_MASK else _perf_counter()
         start = log.end
         if type(messages) is not list:
             messages = list(messages)
-        single = None  # the record's bytes when this append writes one message
         try:
             if _pack is None:
-                result, entries, data = self._pack_py(messages, magic, queue_id, op, is_msg,
-                                                      first_qoff, now, tail, event_id)
-                if is_msg and len(result.sizes) == 1:
-                    single = data
+                result, entries, data = self._pack_py(messages, magic, queue_id, op,
+                                                      q is not None, qoff, now, tail,
+                                                      event_id)
             else:
-                packed = _pack.pack(
-                    messages, 0, magic, queue_id, op, is_msg, first_qoff, start,
-                    log.space_left(), _BLANK_SIZE, now, self.store_host, event_id, tail,
-                    self.max_message_size, _crc32, _tag_hash_of)
-                if packed[5] == 0:  # all in the current segment: the usual case
-                    data, entries, offs, qoffs, sizes, _ = packed
-                    if sizes:
-                        log.append(data)
-                    result = PutResult(event_id, queue_id, now, offs, qoffs, sizes)
-                    if is_msg and len(sizes) == 1:
-                        single = data
-                else:
-                    result, entries = self._pack_c_rest(
-                        messages, magic, queue_id, op, is_msg, first_qoff, now, tail,
-                        event_id, packed)
+                result, entries, data = self._pack_c(messages, magic, queue_id, op,
+                                                     q is not None, qoff, now, tail,
+                                                     event_id)
         except BaseException:
             log.truncate(start)
             raise
         self.next_event_id = event_id + len(result.sizes)
-        self.last_record = None if single is None else (
-            topic, queue_id, first_qoff, start, single)
-        if is_msg:
-            q.write(first_qoff, entries)
-            # Statistics count here, where every protocol's publish ends (once); the
-            # messages are the queue's growth (ConsumeQueue.in_msgs).
-            q.in_bytes += sum(result.sizes)
-            # Dispatch listeners only hear of records with properties or of the topics
-            # they named (Notifier.add_dispatch_listener): a publish of one bare body
-            # (smss, NSQ) to any other topic skips them in a few bytecodes.
-            if self._any_dispatch_listener and (
-                    len(messages) != 1 or type(messages[0]) is not bytes
-                    or topic in self._topic_dispatch_listeners):
-                self._dispatch(topic, result.log_offsets, messages, now)
-        else:
-            for off, size in zip(result.log_offsets, result.sizes):
-                self.apply_admin(fmt.RecordView(log.read(off, size)))
-        self._checkpoints.dirty = True
+        # a consumer at the tail takes a lone new record from here (see last_record)
+        self.last_record = (topic, queue_id, qoff, result.log_offsets[0], data) if (
+            q is not None and len(result.sizes) == 1) else None
         if t0:
             self.write_latency.observe(_perf_counter() - t0)
-        return result
+        return result, entries, q, qoff
+
+    def _pack_c(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id):
+        # The C packing of any write (_pack.c, whose reference is _pack_py): same
+        # returns.
+        log = self.commitlog
+        start = log.end
+        packed = _pack.pack(
+            messages, 0, magic, queue_id, op, is_msg, qoff, start, log.space_left(),
+            _BLANK_SIZE, now, self.store_host, event_id, tail, self.max_message_size,
+            _crc32, _tag_hash_of)
+        data, entries, offs, qoffs, sizes, stop = packed
+        result = PutResult(event_id, queue_id, now, offs, qoffs, sizes)
+        entries = [entries]
+        while True:
+            # stop 0: all packed; 1: the current segment is full (roll and go on); 2: a
+            # body over the limit, refused before what was packed with it is written
+            done = len(result.sizes)
+            if stop == 2:
+                m = messages[done]
+                blen = len(m if type(m) is bytes else m.body)
+                raise StoreError(f"message of {blen} bytes is over the limit")
+            if sizes:
+                log.append(data)
+            if stop == 0:
+                return result, b"".join(entries), data
+            if not sizes and log.space_left() == log.segment_size:
+                raise StoreError("a record larger than a whole segment")
+            log.roll()
+            data, ents, offs, qoffs, sizes, stop = _pack.pack(
+                messages, done, magic, queue_id, op, is_msg,
+                qoff + done if is_msg else qoff, log.end, log.space_left(),
+                _BLANK_SIZE, now, self.store_host, event_id + done, tail,
+                self.max_message_size, _crc32, _tag_hash_of)
+            if sizes:
+                result.log_offsets += offs
+                result.queue_offsets += qoffs
+                result.sizes += sizes
+            entries.append(ents)
+
     def _pack_py(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id):
         # The reference packing and writing (the C speedup _pack.c packs the same bytes):
         # one pwrite per segment touched. Returns the PutResult, the consume-queue
@@ -313,6 +321,9 @@ class Writer:
             blen = len(body)
             if blen > max_size:
                 raise StoreError(f"message of {blen} bytes is over the limit")
+            # refused where the C packing refuses them (struct would fail, pad or cut)
+            if len(props) > _MAX_PROPS:
+                raise ValueError(f"properties over {_MAX_PROPS} bytes")
             size = overhead + blen + len(props)
             if size + fmt.BLANK_SIZE > seg_left:
                 if chunk:
@@ -321,6 +332,8 @@ class Writer:
                 log.roll()
                 pos = log.end
                 seg_left = seg_size
+            if len(m.born_host) != _BORN_HOST_SIZE:
+                raise ValueError(f"born_host must be {_BORN_HOST_SIZE} bytes")
             chunk.append(pack(
                 size, magic, crc(body) & crc_mask, queue_id, m.flag if is_msg else op,
                 qoff, pos, sys_flag, m.born_ts or now, m.born_host, now, host,
@@ -345,39 +358,6 @@ class Writer:
             data = b"".join(chunk)
             log.append(data)
         return result, b"".join(entries), data
-
-    def _pack_c_rest(self, messages, magic, queue_id, op, is_msg, first_qoff, now, tail,
-                     event_id, first):
-        # The C packing of a write that its first call (C{first}, what _pack.pack
-        # returned) did not finish: stop 1, the current segment is full (roll and go
-        # on); stop 2, a body over the limit. Returns the PutResult and the entries.
-        log = self.commitlog
-        data, ents, offs, qoffs, sizes, stop = first
-        result = PutResult(event_id, queue_id, now, offs, qoffs, sizes)
-        entries = [ents]
-        while True:
-            if sizes:
-                log.append(data)
-            if stop == 0:
-                return result, b"".join(entries)
-            done = len(result.sizes)
-            if stop == 2:
-                m = messages[done]
-                blen = len(m if type(m) is bytes else m.body)
-                raise StoreError(f"message of {blen} bytes is over the limit")
-            if not sizes and log.space_left() == log.segment_size:
-                raise StoreError("a record larger than a whole segment")
-            log.roll()
-            data, ents, offs, qoffs, sizes, stop = _pack.pack(
-                messages, done, magic, queue_id, op, is_msg,
-                first_qoff + done if is_msg else first_qoff, log.end, log.space_left(),
-                _BLANK_SIZE, now, self.store_host, event_id + done, tail,
-                self.max_message_size, _crc32, _tag_hash_of)
-            if sizes:
-                result.log_offsets += offs
-                result.queue_offsets += qoffs
-                result.sizes += sizes
-            entries.append(ents)
 
     def apply_admin(self, view, replaying=False):
         """Apply the admin record C{view}: a DELETE drops the topic's queues, and the

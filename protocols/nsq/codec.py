@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+import struct
 
 from . import errors as E
 from .errors import NsqError
@@ -73,6 +74,9 @@ def _i64(n: int) -> int:
     return n - (1 << 64) if n >> 63 else n
 
 
+_unpack_u32 = U32.unpack_from
+
+
 def _i32(n: int) -> int:
     # nsqd reads every length prefix into an int32
     return n - (1 << 32) if n & 0x80000000 else n
@@ -112,7 +116,7 @@ class CommandDecoder:
         self._defer_ms = 0
         self._count = 0
         self._bodies: list[bytes] = []
-        self._pub_topics: dict[bytes, str] = {}  # whole_pub's valid topic names, decoded
+        self._pub_topics: dict[bytes, str] = {}  # _one_pub's valid topic names, decoded
         self._handlers = {
             b"FIN": self._fin, b"RDY": self._rdy, b"REQ": self._req, b"PUB": self._pub,
             b"MPUB": self._mpub, b"DPUB": self._dpub, b"NOP": self._nop,
@@ -165,11 +169,18 @@ class CommandDecoder:
 
     def feed(self, data: bytes) -> list[Command]:
         """Consume ``data`` and return the commands it completes (possibly none)."""
+        buf = self._buf
+        if (not buf and self._state == _LINE and type(data) is bytes
+                and data.startswith(b"PUB ")):
+            # A read that is exactly one PUB, what a publisher sending a message at a
+            # time sends: decoded in one step; anything else (None) the general way.
+            pub = self._one_pub(data)
+            if pub is not None:
+                return [pub]
         if self._state == _DEAD:
             return []
         if type(data) is not bytes:
             data = bytes(data)
-        buf = self._buf
         if buf:
             # Waiting for more bytes: only append (O(len(data))) until progress is possible.
             if self._state == _LINE:
@@ -268,24 +279,20 @@ class CommandDecoder:
             else:
                 return end
 
-    def whole_pub(self, data: bytes) -> tuple[str, bytes] | None:
-        """Return the fields of the L{Pub}, a tuple (topic, body), when C{data} is
-        exactly one complete ``PUB <topic>\n`` command with its body that L{feed} would
-        accept, and the decoder is at a line start with nothing buffered; else None, and
-        the caller feeds C{data} as usual.
-
-        One PUB per read is what publishing clients send one message at a time; this
-        decodes it without the state machine of L{feed}, declining anything its rules
-        would turn into an error, a wait or another command."""
-        if self._state != _LINE or self._buf or type(data) is not bytes:
-            return None
-        if not data.startswith(b"PUB "):
-            return None
+    def _one_pub(self, data: bytes) -> Pub | None:
+        """Return the L{Pub} of C{data} when it is exactly one complete ``PUB <topic>\n``
+        command with its body that the general decoding accepts (the decoder at a line
+        start with nothing buffered, checked by L{feed}); else None, declining anything
+        its rules would turn into an error, a wait or another command."""
         nl = data.find(b"\n", 4, self.max_line)
-        if nl < 0 or len(data) < nl + 5:
+        if nl < 0:
             return None
-        size = _i32(U32.unpack_from(data, nl + 1)[0])
-        if size <= 0 or size > self.max_msg_size or nl + 5 + size != len(data):
+        try:
+            # read unsigned: a size nsqd reads as negative (its int32) is over the limit
+            size = _unpack_u32(data, nl + 1)[0]
+        except struct.error:  # not all of the size is there
+            return None
+        if size == 0 or size > self.max_msg_size or nl + 5 + size != len(data):
             return None
         raw = data[4:nl]
         topic = self._pub_topics.get(raw)
@@ -295,8 +302,7 @@ class CommandDecoder:
             topic = raw.decode("ascii")
             if len(self._pub_topics) < 1024:
                 self._pub_topics[raw] = topic
-        # A tuple, not a Pub: building the frozen dataclass is a sixth of this call.
-        return topic, data[nl + 5:]
+        return Pub(topic, data[nl + 5:])
 
     def _on_size(self, size: int) -> NsqError | None:
         verb = self._verb

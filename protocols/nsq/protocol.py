@@ -43,8 +43,15 @@ from protocols.nsq.replies import Replies
 from protocols.nsq.states import ALLOWED, CLOSING, INIT
 from protocols.nsq.subscriber import Subscriber, parse_message_id
 
-#: The one-PUB-per-read shortcut skips _run's state check only while it would pass.
-_PUB_IN_EVERY_STATE = all("PUB" in verbs for verbs in ALLOWED.values())
+
+
+def _by_state(handlers):
+    """Return state -> the C{handlers} (command type -> handler) of the commands the
+    state allows; an invalid command is handled in every state (do_invalid says what is
+    wrong with it)."""
+    return {state: {kind: handler for kind, handler in handlers.items()
+                    if kind is Invalid or kind.verb in verbs}
+            for state, verbs in ALLOWED.items()}
 
 
 @implementer(IPushProducer, IChannelConsumer)
@@ -97,6 +104,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         self._dead = False
         self._dead_input = False
         self.output = Output(self)  # one send for everything a read produces
+        self.last_command = None  # the last command of the read being handled
         self.tap = self.broker.wiretap
 
     # -- connection ----------------------------------------------------------------------
@@ -127,24 +135,12 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
     # -- input ---------------------------------------------------------------------------
 
     def dataReceived(self, data):
-        # while the tap is on, every command goes through _feed (no shortcut below)
-        if self._decompressor is None and not (self._dead_input or self._dead or self.tap.active):
-            pub = self.decoder.whole_pub(data)
-            if pub is not None:
-                # One PUB in one read: what a publisher sending a message at a time
-                # sends, handled without the decoder's state machine or the cork, and,
-                # on a connection without the security gate, straight by the PUB handler
-                # (_run's state check always passes: PUB is allowed in every state).
-                self._last_recv = self.reactor.seconds()
-                if self.gated or not _PUB_IN_EVERY_STATE:
-                    self._run(Pub(*pub))
-                    return
-                try:
-                    self._publish("PUB", pub[0], [pub[1]])
-                except NsqError as err:
-                    self._fail(err)
-                return
-        self.output.received(self._received, data)
+        if self.tap.active:
+            # every command is reported and may be changed by a fault rule: the replies
+            # of the read leave in one send, whatever they are
+            self.output.received(self._received, data)
+        else:
+            self._received(data)
 
     def _received(self, data):
         self._last_recv = self.reactor.seconds()
@@ -185,7 +181,21 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         if self.tap.active:
             raw = self.decoder.raw_commands(data) if self.tap.trace.active else None
             return self._feed_tapped(self.decoder.feed(data), raw)
-        for cmd in self.decoder.feed(data):
+        commands = self.decoder.feed(data)
+        if len(commands) > 1:
+            # the replies of several commands in one read leave in one send
+            self.output.received(self._commands, commands)
+        elif commands:
+            # one command (a client waiting for each reply): nothing to gather its
+            # reply with, so it goes out as it is made
+            self._commands(commands)
+        return not (self._dead_input or self._dead)
+
+    def _commands(self, commands):
+        """Run the commands of one read (FINs that succeed without a reply, the others
+        through L{_run}), until input is dead."""
+        self.last_command = commands[-1]
+        for cmd in commands:
             if type(cmd) is Fin and self.channel is not None:
                 # hot path: a FIN that succeeds needs no state check and no reply
                 eid = parse_message_id(cmd.msg_id)
@@ -193,9 +203,8 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
                     self.finish_count += 1
                     continue
             if self._dead_input:
-                return False
+                return
             self._run(cmd)
-        return not (self._dead_input or self._dead)
 
     def _feed_tapped(self, commands, raw):
         """L{_feed} while the broker's tap is on: each command reported to the trace
@@ -224,18 +233,18 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
             return
         if self._read_paused:
             return  # too many replies pending: _drain resumes reading, then we go on
-        self.output.received(self._received, b"")
+        self.dataReceived(b"")
         if self._inflate_call is None and not self._read_paused and not self._dead:
             self.transport.resumeProducing()
 
     def _run(self, cmd):
         """Check C{cmd} is allowed in this state and run its handler; an NsqError is
         answered in order."""
-        kind = type(cmd)
+        handler = self._allowed_handlers[self.state].get(type(cmd))
         try:
-            if kind is not Invalid and cmd.verb not in ALLOWED[self.state]:
+            if handler is None:
                 raise E.cannot_in_state(cmd.verb)
-            self._handlers[kind](self, cmd)
+            handler(self, cmd)
         except NsqError as err:
             self._fail(err)
 
@@ -294,6 +303,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         Req: Subscriber.do_req, Touch: Subscriber.do_touch, Cls: Subscriber.do_cls,
         Pub: Publisher.do_pub, Mpub: Publisher.do_mpub, Dpub: Publisher.do_dpub,
     }
+    _allowed_handlers = _by_state(_handlers)
 
 
 class NsqdFactory(Factory):

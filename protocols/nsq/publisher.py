@@ -11,7 +11,7 @@ from protocols.nsq.codec import OK
 class Publisher:
     """PUB, MPUB and DPUB of an nsqd connection (counted per topic in C{pub_counts})."""
 
-    def _publish(self, verb, topic, messages, defer_ms=0):
+    def _publish(self, cmd, verb, topic, messages, defer_ms=0):
         broker = self.broker
         if defer_ms:
             stored = self._publish_later(topic, messages, defer_ms)
@@ -19,11 +19,12 @@ class Publisher:
             # Published straight away: publish_now checks the topic itself, so the usual
             # PUB looks it up once; only a refused publish asks whether the topic exists.
             try:
-                # With no reply ahead of it, OK goes out as soon as the message is
-                # written (_ok_now), before the store's bookkeeping: the round trip
-                # waits for less. None: answered.
+                # The last command of a read with no reply ahead of it (the usual PUB):
+                # OK goes out as soon as the message is written (_ok_now), before the
+                # store's bookkeeping, so the round trip waits for less. None: answered.
+                early = cmd is self.last_command and not self._answers
                 stored = broker.publish_now(topic, messages, None,
-                                            None if self._answers else self._ok_now)
+                                            self._ok_now if early else None)
                 if stored is None:
                     self.pub_counts[topic] = self.pub_counts.get(topic, 0) + len(messages)
                     return
@@ -46,7 +47,9 @@ class Publisher:
         self._answer(stored, verb)
 
     def _ok_now(self, result):
-        """Answer a publish the broker has written, with no reply ahead of it: OK."""
+        """Answer a publish the broker has written, with no reply ahead of it: OK,
+        before the broker's bookkeeping: at once when the PUB is alone in its read (the
+        usual case), else with the replies of the read."""
         self._emit(OK)
 
     def _publish_later(self, topic, messages, defer_ms):
@@ -61,14 +64,14 @@ class Publisher:
 
     # A body alone (bytes) is a message the store stamps with the time of its write.
     def do_pub(self, cmd):
-        self._publish("PUB", cmd.topic, [bytes(cmd.body)])
+        self._publish(cmd, "PUB", cmd.topic, [bytes(cmd.body)])
 
     def do_mpub(self, cmd):
-        self._publish("MPUB", cmd.topic, [bytes(b) for b in cmd.bodies])
+        self._publish(cmd, "MPUB", cmd.topic, [bytes(b) for b in cmd.bodies])
 
     def do_dpub(self, cmd):
-        self._publish("DPUB", cmd.topic, [Message(cmd.body, born_ts=self.broker.now_ms())],
-                      cmd.defer_ms)
+        self._publish(cmd, "DPUB", cmd.topic,
+                      [Message(cmd.body, born_ts=self.broker.now_ms())], cmd.defer_ms)
 
 
 def _ok(_):

@@ -3,16 +3,14 @@ commands out (frames as in L{protocols.remoting.codec})."""
 
 from protocols.remoting import codes
 from protocols.remoting.codec import (
-    RemotingProtocolError, decode_json_header, decode_payload, json_frame as _json_frame,
+    RemotingProtocolError, decode_payload, json_frame as _json_frame,
 )
 from protocols.remoting.messages import RemotingCommand
 from protocols.remoting.wire import (
     DEFAULT_MAX_FRAME,
     FRAME_PREFIX_STRUCT,
     LENGTH_STRUCT,
-    MAX_HEADER_LENGTH,
     SERIALIZE_TYPE_OFFSET,
-    SERIALIZE_TYPE_SHIFT,
     WORD_SIZE,
 )
 
@@ -62,50 +60,24 @@ class FrameDecoder:
         """Return how many received bytes are waiting for the rest of their frame."""
         return len(self._buffer) - self._pos
 
-    def whole(self, data) -> RemotingCommand | None:
-        """Return the command when ``data`` is exactly one whole frame with a JSON header
-        within the limits and nothing is waiting (the usual read of a client that sends
-        a request and waits for its answer); else None, having taken nothing (``feed``
-        then takes ``data``, and raises what is wrong with it)."""
-        if self._buffer or self._error is not None:
-            return None
-        if _json_frame is not None:
-            cmd = _json_frame(data, self.max_frame)
-            if cmd is not None:
-                return cmd
-        return self.py_whole(data)
-
-    def py_whole(self, data) -> RemotingCommand | None:
-        """L{whole} in Python, once the decoder is known to wait for nothing: the
-        reference of the C speedup (C{_header.json_frame}), and what reads every frame it
-        leaves."""
-        if len(data) < _PREFIX_SIZE:
-            return None
-        length, word = FRAME_PREFIX_STRUCT.unpack_from(data, 0)
-        size = length + _LENGTH_SIZE
-        end = word & MAX_HEADER_LENGTH
-        if (size != len(data) or word >> SERIALIZE_TYPE_SHIFT or size > self.max_frame
-                or end > length - WORD_SIZE):
-            return None
-        # a JSON header within the frame (what _check_prefix and decode_payload check,
-        # in short)
-        data = bytes(data)
-        end += _LENGTH_SIZE + WORD_SIZE
-        try:
-            return decode_json_header(data[_LENGTH_SIZE + WORD_SIZE:end], data[end:])
-        except RemotingProtocolError:
-            return None
-
     def feed(self, data) -> list[RemotingCommand]:
         """Add ``data`` and return every command it completes, in order."""
         if self._error is not None:
             raise RemotingProtocolError(f"decoder failed earlier: {self._error}")
         buffer = self._buffer
+        if not buffer and _json_frame is not None:
+            # Exactly one whole frame with a JSON header within the limits and nothing
+            # waiting (a client that sends a request and waits for its answer): read by
+            # the C speedup from the read itself, in one call; anything it leaves is
+            # read below.
+            cmd = _json_frame(data, self.max_frame)
+            if cmd is not None:
+                return [cmd]
         if (not buffer and len(data) >= _PREFIX_SIZE
                 and FRAME_PREFIX_STRUCT.unpack_from(data, 0)[0] + _LENGTH_SIZE == len(data)):
-            # Exactly one whole frame and nothing waiting (one that whole() does not take:
-            # another serialization, or what is wrong with it to say): decoded from the
-            # chunk itself, without a round trip through the buffer.
+            # Exactly one whole frame and nothing waiting: decoded from the read itself,
+            # without a round trip through the buffer (another serialization, a header
+            # the C speedup does not read, what is wrong with the frame).
             try:
                 self._check_prefix(data, len(data))
                 return [decode_payload(bytes(data)[_LENGTH_SIZE:])]

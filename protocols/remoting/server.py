@@ -200,16 +200,19 @@ class RemotingProtocol(IdleWatch, Protocol):
             # the frames this read completes, as the client sent them (for the trace)
             self._frames_in = (deque(split_frames(self.decoder.pending() + data))
                                if self.tap.trace.active else None)
-            self.output.received(self._received, data)
+        try:
+            commands = self.decoder.feed(data)
+        except RemotingProtocolError as e:
+            self.log.warn("closing remoting connection {peer}: {error}", peer=self.peer_str(), error=e)
+            self._close_after = True
+            self.output.received(self._run, e.commands)
             return
-        cmd = self.decoder.whole(data)
-        if cmd is not None:
-            # A request alone in its read (a client waiting for each answer), handled as
-            # _received would: with nothing to gather its answer with, it goes out as it
-            # is made.
-            self._command(cmd)
-            return
-        self.output.received(self._received, data)
+        if len(commands) == 1:
+            # One request in the read (a client waiting for each answer): with nothing
+            # to gather its answer with, it goes out as it is made.
+            self._command(commands[0])
+        elif commands:
+            self.output.received(self._run, commands)
 
     def _send(self, data):
         self.output.write(data)
@@ -218,22 +221,6 @@ class RemotingProtocol(IdleWatch, Protocol):
             # hand them on now: a full transport buffer pauses this producer
             self._gathered = 0
             self.output.flush()
-
-    def _received(self, data):
-        try:
-            commands = self.decoder.feed(data)
-        except RemotingProtocolError as e:
-            self.log.warn("closing remoting connection {peer}: {error}", peer=self.peer_str(), error=e)
-            self._close_after = True
-            self._run(e.commands)
-            return
-        # _run inlined: this is every request's path
-        it = iter(commands)
-        for c in it:
-            self._command(c)
-            if self._out_full:
-                self._held = list(it)
-                return
 
     def _run(self, commands):
         """Handle C{commands} until the transport's buffer fills and hold the rest; then

@@ -82,8 +82,9 @@ _unpack_header = wire.REQUEST_HEADER_STRUCT.unpack_from
 _unpack_u16 = wire.U16.unpack_from
 _unpack_u32 = wire.U32.unpack_from
 _unpack_i64 = wire.I64.unpack_from
-_PREFIX = wire.MESSAGE_PREFIX_STRUCT
-_unpack_prefix = _PREFIX.unpack_from
+#: A PUB's payload must be longer than this (its first record's S and H).
+_PUB_MIN = wire.MESSAGE_PREFIX_STRUCT.size
+_unpack_prefix = wire.MESSAGE_PREFIX_STRUCT.unpack_from  # S, H
 
 # Commands with no body after topic + trace, mapped to their event builders.
 _NO_BODY = {
@@ -101,6 +102,11 @@ class Mode(enum.Enum):
     ACKS = "acks"  # 2-byte acks of a live subscription (section 7.4)
     SINK = "sink"  # a replication stream: the slave's bytes are read and dropped (8.1)
     CONFIRMS = "confirms"  # a replication stream whose follower confirms (REPLICA frames)
+
+
+# Module-level names for the modes feed and _parse test on every call (an enum member
+# read from its class costs several dictionary lookups).
+_HEADERS, _ACKS, _CONFIRMS = Mode.HEADERS, Mode.ACKS, Mode.CONFIRMS
 
 
 class RequestDecoder:
@@ -128,6 +134,8 @@ class RequestDecoder:
     switches back to header mode by itself, so a request pipelined right after
     it decodes correctly.  Any value other than 0 or 1 pauses the decoder: the
     server is going to close the connection (``invalid ack``).
+
+    @ivar paused: True after Sub, Replica or an invalid ack, until a mode is chosen.
     """
 
     def __init__(
@@ -143,7 +151,7 @@ class RequestDecoder:
         self._need = 0  # buffered bytes required before parsing can progress
         self._skip = 0  # body bytes still to be discarded (TooLarge, PayloadTooSmall)
         self._mode = Mode.HEADERS
-        self._paused = False
+        self.paused = False
         self._error = None
 
     # -- mode control ---------------------------------------------------------
@@ -156,7 +164,7 @@ class RequestDecoder:
     @mode.setter
     def mode(self, mode: Mode) -> None:
         self._mode = Mode(mode)
-        self._paused = False
+        self.paused = False
         self._need = 0
 
     @property
@@ -167,11 +175,6 @@ class RequestDecoder:
     @ack_mode.setter
     def ack_mode(self, on: bool) -> None:
         self.mode = Mode.ACKS if on else Mode.HEADERS
-
-    @property
-    def paused(self) -> bool:
-        """True after Sub, Replica or an invalid ack, until a mode is chosen."""
-        return self._paused
 
     @property
     def failed(self) -> bool:
@@ -200,6 +203,13 @@ class RequestDecoder:
         if self._error is not None:
             raise self._error
         buf = self._buf
+        if not buf and not self._skip and self._mode is _HEADERS and not self.paused:
+            # A read that is exactly one PUB, what the SDKs send one message at a time:
+            # decoded in one step (in C when built), without the buffer; anything else
+            # returns None and takes the general way below, which applies every rule.
+            pub = _one_pub(data, self.max_topic, self.max_payload)
+            if pub is not None:
+                return [pub]
         if self._skip and not buf and data:
             # Discarding straight from the input: the body is never copied.
             skipped = min(self._skip, len(data))
@@ -208,7 +218,7 @@ class RequestDecoder:
                 return []
             data = memoryview(data)[skipped:]
         buf += data
-        if self._paused or len(buf) < self._need:
+        if self.paused or len(buf) < self._need:
             return []
         events = []
         try:
@@ -233,10 +243,10 @@ class RequestDecoder:
                 self._skip -= skipped
                 if self._skip:
                     return off
-            if self._paused:
+            if self.paused:
                 return off
             mode = self._mode
-            if mode is Mode.HEADERS:
+            if mode is _HEADERS:
                 if end - off < _HDR:
                     # Checked here too so that the usual end of a read (nothing left)
                     # costs no call.
@@ -247,7 +257,7 @@ class RequestDecoder:
                     return off
                 off, event = result
                 events.append(event)
-            elif mode is Mode.ACKS:
+            elif mode is _ACKS:
                 if end - off < 2:
                     self._need = 2
                     return off
@@ -255,10 +265,10 @@ class RequestDecoder:
                 off += 2
                 events.append(Ack(value))
                 if value == wire.ACK_END:
-                    self._mode = Mode.HEADERS
+                    self._mode = _HEADERS
                 elif value != wire.ACK_NEXT:
-                    self._paused = True
-            elif mode is Mode.CONFIRMS:
+                    self.paused = True
+            elif mode is _CONFIRMS:
                 if end - off < _CONFIRM_SIZE:
                     self._need = _CONFIRM_SIZE
                     return off
@@ -269,36 +279,6 @@ class RequestDecoder:
                 off += _CONFIRM_SIZE
             else:  # Mode.SINK
                 return end
-
-    def bare_pub(self, data):
-        """Return (topic, body) when C{data} (bytes) is exactly one complete PUB that
-        L{feed} would accept, whose payload is one message record without headers
-        (what the smss SDKs send), and the decoder holds nothing; else None.
-
-        The body is the message as L{protocols.smss.views.payload_to_messages} gives it
-        for such a payload. L{bare_pub} declines whatever L{whole_pub} declines."""
-        if self._buf or self._skip or self._paused or self._mode is not Mode.HEADERS:
-            return None
-        return _bare_pub(data, self.max_topic, self.max_payload)
-
-    def whole_pub(self, data):
-        """Return the fields of the L{Pub} event, a tuple (topic, trace, payload), when
-        C{data} (bytes) is exactly one complete PUB that L{feed} would accept and the
-        decoder holds nothing; else None, and the caller feeds C{data} as usual.
-
-        One PUB per read is what the SDKs send; this decodes it without the buffering
-        and state machine of L{feed}, whose rules and limits it applies unchanged (it
-        declines anything they would turn into an error or a wait)."""
-        if (self._buf or self._skip or self._paused or self._mode is not Mode.HEADERS
-                or type(data) is not bytes or len(data) <= _HDR):
-            return None
-        code, topic_len, arg, trace_len = _unpack_header(data, 0)
-        body = _HDR + topic_len + trace_len
-        if (code != wire.CMD_PUB or topic_len > self.max_topic or arg <= 8
-                or arg > self.max_payload or body + arg != len(data)):
-            return None
-        # A tuple, not a Pub: building the frozen dataclass costs a quarter of this call.
-        return data[_HDR:_HDR + topic_len], data[_HDR + topic_len:body], data[body:]
 
     def _request(self, buf, off, end):
         """Decode one request at ``off``: (new offset, event), or None if incomplete."""
@@ -319,7 +299,7 @@ class RequestDecoder:
         trace = bytes(buf[topic_at + topic_len : body])
 
         if code == wire.CMD_PUB:
-            if arg <= 8:
+            if arg <= _PUB_MIN:
                 self._skip = arg
                 return body, PayloadTooSmall(code, topic, trace)
             if arg > self.max_payload:
@@ -355,7 +335,7 @@ class RequestDecoder:
                 return stop, Create(topic, trace, value)
             if code == wire.CMD_VALID_LIST:
                 return stop, ValidList(trace, value)
-            self._paused = True
+            self.paused = True
             return stop, Replica(value, trace)
 
         if code == wire.CMD_SUB:
@@ -386,39 +366,45 @@ class RequestDecoder:
             (ack_timeout_ns,) = _unpack_i64(buf, body + 8)
             if ack_timeout_ns <= 0:
                 ack_timeout_ns = None
-        self._paused = True
+        self.paused = True
         who = bytes(buf[who_at:stop])
         return stop, Sub(topic, trace, event_id, batch, ack_timeout_ns, who)
 
 
-# -- response encoders (section 4) -----------------------------------------------
+# -- the fast decode of one PUB ------------------------------------------------------
 
-def py_bare_pub(data, max_topic, max_payload):
-    """Return (topic, body) when C{data} is bytes holding exactly one PUB (topic within
-    C{max_topic}, payload over 8 bytes and within C{max_payload}) whose payload is one
-    message record without headers; else None. The reference of the C speedup
-    (C{_pub.c}); L{RequestDecoder.bare_pub} adds the decoder's own state."""
+def py_one_pub(data, max_topic, max_payload):
+    """Return the L{Pub} event of C{data} when it is bytes holding exactly one PUB that
+    L{RequestDecoder.feed} accepts (topic within C{max_topic}, payload over 8 bytes and
+    within C{max_payload}); else None. When the payload is one message record without
+    headers, the event's C{messages} is C{[body]}, as C{views.payload_to_messages}
+    gives it.
+
+    The fast decode of L{RequestDecoder.feed} for a read holding one request, and the
+    reference of its C speedup (C{_pub.c})."""
     if type(data) is not bytes or len(data) <= _HDR:
         return None
     code, topic_len, arg, trace_len = _unpack_header(data, 0)
     body = _HDR + topic_len + trace_len
-    if (code != wire.CMD_PUB or topic_len > max_topic or arg <= 8 or arg > max_payload
-            or body + arg != len(data)):
+    if (code != wire.CMD_PUB or topic_len > max_topic or arg <= _PUB_MIN
+            or arg > max_payload or body + arg != len(data)):
         return None
-    size, count = _unpack_prefix(data, body)
-    if count != 0 or size + _PREFIX.size != arg:
-        return None
-    return data[_HDR:_HDR + topic_len], data[body + _PREFIX.size:]
+    size, header_count = _unpack_prefix(data, body)
+    return Pub(data[_HDR:_HDR + topic_len], data[_HDR + topic_len:body], data[body:],
+               [data[body + _PUB_MIN:]] if header_count == 0 and size + _PUB_MIN == arg
+               else None)
 
 
 _pub = speedups.load("protocols.smss._pub")
 if _pub is not None:
-    _pub.configure(
-        _HDR, wire.PUB_HEADER_SPANS, _PREFIX.size, wire.MESSAGE_PREFIX_SPANS, wire.CMD_PUB)
-    _bare_pub = _pub.bare_pub
+    _pub.configure(_HDR, wire.PUB_HEADER_SPANS, _PUB_MIN, wire.MESSAGE_PREFIX_SPANS,
+                   wire.CMD_PUB, Pub)
+    _one_pub = _pub.one_pub
 else:
-    _bare_pub = py_bare_pub
+    _one_pub = py_one_pub
 
+
+# -- response encoders (section 4) -----------------------------------------------
 
 _OK = wire.STATUS_HEADER_STRUCT.pack(wire.STATUS_OK)
 _ALIVE = wire.STATUS_HEADER_STRUCT.pack(wire.STATUS_ALIVE)

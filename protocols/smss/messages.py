@@ -13,11 +13,17 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class Pub:
-    """PUB (1): publish the message records in ``payload`` (section 5) to ``topic``."""
+    """PUB (1): publish the message records in ``payload`` (section 5) to ``topic``.
+
+    ``messages`` is what ``views.payload_to_messages`` makes of the payload when the
+    decoder already read it (a payload of one record without headers: ``[body]``, what
+    the SDKs send), else None. It is derived from ``payload``, so equality ignores it.
+    """
 
     topic: bytes
     trace: bytes
     payload: bytes
+    messages: list | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

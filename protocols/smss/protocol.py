@@ -54,15 +54,7 @@ MAX_PIPELINE = 256
 
 
 _OK = codec.ok()
-
-
-def _ok_when_done(stored):
-    """Return OK at once for a write that is already complete (L{Broker.publish_now}
-    gave its PutResult: flush levels 0 and 1), or a Deferred of it."""
-    # type() first: isinstance of Deferred (an ABC's subclass) runs abc's check in Python
-    if type(stored) is PutResult:
-        return _OK
-    return stored.addCallback(lambda _: _OK)
+_Ack, _Sub = m.Ack, m.Sub  # tested on every request
 
 
 class SmssServerProtocol(IdleWatch, Protocol):
@@ -89,6 +81,8 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self.output = Output(self)
         self.tap = factory.broker.wiretap
         self.looked = None  # the request a fault rule delayed (smss.faults)
+        self._last_event = None  # the last request of the read being handled
+        self._framing_error = None  # the decoder's, once answered
 
     def connectionMade(self):
         if hasattr(self.transport, "setTcpNoDelay"):
@@ -131,72 +125,71 @@ class SmssServerProtocol(IdleWatch, Protocol):
 
     def dataReceived(self, data):
         self.active = True
-        if not self._answers and self.subscription is None and not self.tap.active:
-            # One PUB in one read and nothing to answer before it: the usual traffic,
-            # handled without the decoder's buffering or the cork, and answered as
-            # _handle and _answer would, in fewer steps. Most often its payload is one
-            # message without headers, whose body the decoder hands over at once.
-            pub = self.decoder.bare_pub(data)
-            if pub is not None:
-                publish, arg = self._publish, [pub[1]]
-            else:
-                pub = self.decoder.whole_pub(data)
-                publish, arg = self._pub, pub and pub[2]
-            if pub is not None:
-                try:
-                    # OK goes out as soon as the message is written (_send_ok), before
-                    # the store's bookkeeping: the round trip waits for less
-                    result = publish(pub[0], arg, self._send_ok)
-                except BrokerError as e:
-                    result = codec.err(self._error_text(e))
-                if result is None:
-                    return  # answered
-                if type(result) is bytes:
-                    self.output.write(result)
-                else:
-                    self._answer(result)
-                return
-        self.output.received(self._received, data)
-
-    def _received(self, data):
-        self._decode(self.decoder.feed, data)
-
-    def _decode(self, step, arg):
-        """Handle the events of C{step(arg)} (the decoder's feed or set_mode, which
-        decodes what it held back); a framing error is answered and closes."""
-        if self.decoder.failed:
-            return  # answered and closing already
         try:
-            events = step(arg)
+            events = self.decoder.feed(data)
         except SmssProtocolError as e:
-            for ev in e.events:
-                self._event(ev)
-            self.log.warn("closing smss connection {peer}: {error}", peer=self._peer(), error=e)
-            self._answer(codec.err(str(e)))
-            self._close_after_answers()
+            self.output.received(self._framing_failed, e)
             return
-        for ev in events:
+        if len(events) == 1 and not self.tap.active:
+            # One request in the read (a client waiting for each answer): nothing to
+            # gather its answer with, so it goes out as it is made.
+            self._last_event = ev = events[0]
             self._event(ev)
+        elif events:
+            # the answers to the requests of one read leave in one send
+            self.output.received(self._events, events)
+
+    def _set_mode(self, mode):
+        """Switch the decoder to C{mode} and handle the requests it held back."""
+        try:
+            events = self.decoder.set_mode(mode)
+        except SmssProtocolError as e:
+            self._framing_failed(e)
+            return
+        self._events(events)
+
+    def _events(self, events):
+        if events:
+            self._last_event = events[-1]
+            for ev in events:
+                self._event(ev)
+
+    def _framing_failed(self, e):
+        """Handle the requests decoded before the framing error C{e}, answer it and
+        close; once (a failed decoder raises its error again on every later call)."""
+        if e is self._framing_error:
+            return  # answered and closing already
+        self._framing_error = e
+        self._events(e.events)
+        self.log.warn("closing smss connection {peer}: {error}", peer=self._peer(), error=e)
+        self._answer(codec.err(str(e)))
+        self._close_after_answers()
 
     def _event(self, ev):
-        if isinstance(ev, m.Ack):
+        kind = type(ev)
+        if kind is _Ack:
             if self.subscription is not None:
                 self.subscription.ack(ev.value)
             return
         if self.tap.active and ev is not self.looked and self._tapped(ev):
             pass  # a fault rule took it
-        elif isinstance(ev, m.Sub) and self._answers:
+        elif kind is _Sub and self._answers:
             # The decoder pauses after a SUB, so nothing can queue up behind it.
             self._held_sub = ev
             return
         else:
-            handler = self._handlers.get(type(ev))
+            handler = self._handlers.get(kind)
             if handler is None:
-                handler = self._handlers[type(ev)] = getattr(type(self), "do_" + type(ev).__name__)
-            self._handle(handler, ev)
+                handler = self._handlers[kind] = getattr(type(self), "do_" + kind.__name__)
+            try:
+                result = handler(self, ev)
+            except BrokerError as e:
+                result = codec.err(self._error_text(e))
+            if result is not None:
+                self._answer(result)
         if self.decoder.paused and self.subscription is None and self.transport is not None:
             # A refused SUB: go back to requests and decode what the client sent after it.
-            self._decode(self.decoder.set_mode, codec.Mode.HEADERS)
+            self._set_mode(codec.Mode.HEADERS)
 
     def _tapped(self, ev):
         """Report request C{ev} to the trace; apply a fault rule to it: True when the
@@ -206,15 +199,6 @@ class SmssServerProtocol(IdleWatch, Protocol):
         if self.tap.trace.active:
             self.tap.frame(DOOR, self, "in", request_names(ev), request_fields(ev))
         return apply_fault(self, ev)
-
-    def _handle(self, handler, ev):
-        """Run C{handler} (an unbound do_* method) for C{ev} and answer what it returns."""
-        try:
-            result = handler(self, ev)
-        except BrokerError as e:
-            result = codec.err(self._error_text(e))
-        if result is not None:
-            self._answer(result)
 
     # -- answers in order ----------------------------------------------------------------
 
@@ -320,30 +304,37 @@ class SmssServerProtocol(IdleWatch, Protocol):
         return name
 
     def do_Pub(self, ev):
-        return self._pub(ev.topic, ev.payload)
-
-    def _pub(self, topic, payload, answer=None):
-        try:
-            msgs = payload_to_messages(payload)
-        except InvalidPayload:
-            return codec.err("invalid pub payload")
-        return self._publish(topic, msgs, answer)
-
-    def _publish(self, topic, msgs, answer=None):
-        """Publish C{msgs} (what L{payload_to_messages} gives) to the topic named by
-        the raw name C{topic}; return the answer, or a Deferred of it, or None when the
-        broker called C{answer} (see L{Broker.publish_now})."""
-        if not self.broker.is_master:
-            raise NotMaster("pub message", self.broker.master_address)
+        broker = self.broker
+        if not broker.is_master:
+            raise NotMaster("pub message", broker.master_address)
+        msgs = ev.messages  # the decoder read them already (one record without headers)
+        if msgs is None:
+            try:
+                msgs = payload_to_messages(ev.payload)
+            except InvalidPayload:
+                return codec.err("invalid pub payload")
+        topic = ev.topic
         name = self.factory.names.get(topic)  # the names cache, looked up inline
         if name is None:
             name = self._topic_name(topic)
-        stored = self.broker.publish_now(name, msgs, None, answer)
-        return stored if stored is None else _ok_when_done(stored)
+        # The last request of a read with no answer ahead of it (the usual PUB): OK
+        # goes out as soon as the message is written (_send_ok), before the store's
+        # bookkeeping, so the round trip waits for less. None: answered.
+        stored = broker.publish_now(
+            name, msgs, None,
+            self._send_ok if ev is self._last_event and not self._answers else None)
+        if stored is None:
+            return None
+        # type() first: isinstance of Deferred (an ABC's subclass) runs abc's check
+        if type(stored) is PutResult:
+            return _OK  # stored already (flush levels 0 and 1)
+        return stored.addCallback(lambda _: _OK)
 
     def _send_ok(self, result):
-        """Answer a publish the broker has written with OK, at once."""
-        self.output.send(_OK)
+        """Answer a publish the broker has written with OK, before the broker's
+        bookkeeping: at once when the PUB is alone in its read (the usual case), else
+        with the answers of the read."""
+        self.write(_OK)
 
     def do_Delay(self, ev):
         if not self.broker.is_master:
@@ -438,7 +429,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
             return codec.err(ev.who.decode("utf-8", "replace") + " regiester exist")
         self.subscription = sub
         sub.start()
-        self._decode(self.decoder.set_mode, codec.Mode.ACKS)
+        self._set_mode(codec.Mode.ACKS)
         return None
 
     def subscription_ended(self, back_to_requests):
@@ -446,7 +437,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         connection is closing."""
         self.subscription = None
         if back_to_requests and self.decoder.ack_mode:
-            self._decode(self.decoder.set_mode, codec.Mode.HEADERS)
+            self._set_mode(codec.Mode.HEADERS)
         self._flush_answers()
 
     def do_Replica(self, ev):
@@ -468,7 +459,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self.replica_feed.start()
         # a reference smss slave's bytes are dropped unread (it never sends any that
         # mean something); an mqserver follower's are its confirmations
-        self._decode(self.decoder.set_mode, codec.Mode.CONFIRMS if confirms else codec.Mode.SINK)
+        self._set_mode(codec.Mode.CONFIRMS if confirms else codec.Mode.SINK)
         return None
 
     def do_Confirm(self, ev):

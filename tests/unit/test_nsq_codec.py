@@ -400,7 +400,7 @@ def test_decoder_without_magic():
     assert CommandDecoder(expect_magic=False).feed(b"NOP\n") == [Nop()]
 
 
-# -- whole_pub: the decoder's shortcut for one PUB per read --------------------------------
+# -- feed's fast decode of a read that is one PUB ------------------------------------------
 
 @settings(max_examples=400, deadline=None)
 @given(
@@ -412,32 +412,43 @@ def test_decoder_without_magic():
     announced_delta=st.integers(-2, 2),
     extra=st.binary(max_size=3),
 )
-def test_whole_pub_agrees_with_feed(verb, topic, cr, body, announced_delta, extra):
-    """Whatever the bytes, whole_pub either declines or returns the fields of exactly the
-    one command feed decodes from them; and it takes every plain one-message PUB within the limits."""
+def test_one_pub_is_what_feed_decodes_byte_by_byte(verb, topic, cr, body, announced_delta,
+                                                    extra):
+    """Whatever the bytes, feeding them in one read (which tries the fast decode of one
+    PUB) gives the commands that feeding them a byte at a time (the general way) gives;
+    and the fast decode takes every plain one-message PUB within the limits and nothing
+    else."""
     announced = len(body) + announced_delta
     data = (verb + b" " + topic + (b"\r" if cr else b"") + b"\n"
             + struct.pack(">i", announced) + body + extra)
     limits = dict(max_msg_size=10, expect_magic=False)
-    fast = CommandDecoder(**limits).whole_pub(data)
-    general = CommandDecoder(**limits)
-    commands = general.feed(data)
+    whole = CommandDecoder(**limits)
+    commands = whole.feed(data)
+    bytewise = CommandDecoder(**limits)
+    assert commands == [c for i in range(len(data)) for c in bytewise.feed(data[i:i + 1])]
+    assert whole.at_line_start == bytewise.at_line_start
+    fast = CommandDecoder(**limits)._one_pub(data) if data.startswith(b"PUB ") else None
     plain = (verb == b"PUB" and is_valid_name(topic) and not cr
              and 0 < announced <= 10 and announced == len(body) + len(extra))
-    if fast is None:
-        assert not plain
-        return
-    assert plain
-    assert commands == [Pub(*fast)] and general.at_line_start
-    assert type(fast[1]) is bytes and fast[1] == (body + extra)[:announced]
+    assert (fast is not None) == plain
+    if plain:
+        assert commands == [fast] and whole.at_line_start
+        assert type(fast.body) is bytes and fast.body == (body + extra)[:announced]
 
 
-def test_whole_pub_declines_while_the_decoder_holds_bytes():
+
+
+def test_a_pub_read_after_held_bytes_takes_the_general_way():
+    """feed decodes a read that is one PUB in one step only at a line start with nothing
+    held: before the magic, or after a PUB's line, the same bytes mean what they mean
+    there."""
     pub = b"PUB t\n" + u32(5) + b"hello"
     dec = CommandDecoder()
-    assert dec.whole_pub(pub) is None  # the magic has not come yet
+    assert [type(c) for c in dec.feed(pub)] == [Invalid]  # the magic has not come
+    dec = CommandDecoder()
     assert dec.feed(MAGIC) == []
-    assert dec.whole_pub(pub) == ("t", b"hello")  # the fields of Pub("t", b"hello")
+    assert dec.feed(pub) == [Pub("t", b"hello")]
     assert dec.feed(b"PUB t\n") == []
-    assert dec.whole_pub(pub) is None  # a PUB's line is waiting for its body
-    assert CommandDecoder(expect_magic=False).whole_pub(bytearray(pub)) is None
+    # the body's size (u32 of b"PUB ") is over the limit: the PUB that waited fails
+    assert [type(c) for c in dec.feed(pub)] == [Invalid]
+    assert CommandDecoder(expect_magic=False).feed(bytearray(pub)) == [Pub("t", b"hello")]

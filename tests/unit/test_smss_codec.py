@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocols.smss import client_codec as cc
-from protocols.smss import codec, views, wire
+from protocols.smss import codec, wire
 from protocols.smss.client_codec import Expect, ResponseDecoder
 from protocols.smss.codec import Mode, RequestDecoder
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
+from protocols.smss.views import payload_to_messages
 from protocols.smss.messages import (
     Ack,
     Alive,
@@ -751,7 +752,7 @@ def test_any_split_of_a_request_stream_decodes_the_same(requests, data):
     assert decoder.buffered == 0
 
 
-# -- whole_pub: the decoder's shortcut for one PUB per read --------------------------------
+# -- feed's fast decode of a read that is one PUB ------------------------------------------
 
 _WHOLE_LIMITS = dict(max_payload=40, max_topic=12)
 
@@ -766,88 +767,87 @@ _WHOLE_LIMITS = dict(max_payload=40, max_topic=12)
     announced_delta=st.integers(-2, 2),
     extra=st.binary(max_size=3),
 )
-def test_whole_pub_agrees_with_feed(code, topic, trace, payload, announced_delta, extra):
-    """Whatever the bytes, whole_pub either declines or returns exactly the one event
-    that feed decodes from them, leaving nothing buffered; and it never declines a
-    complete PUB within the limits."""
+def test_one_pub_is_what_feed_decodes_byte_by_byte(code, topic, trace, payload,
+                                                    announced_delta, extra):
+    """Whatever the bytes, feeding them in one read (which tries the fast decode of one
+    PUB) gives the events, error or held bytes that feeding them a byte at a time (the
+    general way) gives; and the fast decode takes every complete PUB within the limits
+    and nothing else (py_one_pub, the reference of the C speedup)."""
     announced = max(0, len(payload) + announced_delta)
     data = cc.encode_request(code, topic, trace, announced, payload) + extra
-    fast = RequestDecoder(**_WHOLE_LIMITS).whole_pub(data)
-    general = RequestDecoder(**_WHOLE_LIMITS)
-    try:
-        events = general.feed(data)
-    except SmssProtocolError:
-        assert fast is None
-        return
+
+    def decode(chunks):
+        decoder = RequestDecoder(**_WHOLE_LIMITS)
+        events = []
+        try:
+            for chunk in chunks:
+                events += decoder.feed(chunk)
+        except SmssProtocolError as e:
+            return events + e.events, str(e), None  # what it holds then is dropped
+        return events, None, decoder.buffered
+
+    whole = decode([data])
+    assert whole == decode([data[i:i + 1] for i in range(len(data))])
+    fast = codec.py_one_pub(data, **_WHOLE_LIMITS)
     plain = (code == wire.CMD_PUB and len(topic) <= 12 and 8 < announced <= 40
              and announced == len(payload) + len(extra))
-    if fast is None:
-        assert not plain
-        return
-    assert plain
-    assert events == [Pub(*fast)] and general.buffered == 0
-    assert type(fast) is tuple and all(type(x) is bytes for x in fast)
+    assert (fast is not None) == plain
+    if plain:
+        assert whole == ([fast], None, 0)
+        assert type(fast) is Pub
+        assert all(type(x) is bytes for x in (fast.topic, fast.trace, fast.payload))
+        _assert_messages_read_right(fast)
 
 
-# -- bare_pub: one PUB of one message without headers --------------------------------------
+def _assert_messages_read_right(pub):
+    # messages: [body] for a payload of one record without headers, else None
+    size, header_count = wire.MESSAGE_PREFIX_STRUCT.unpack_from(pub.payload)
+    if header_count == 0 and size + 8 == len(pub.payload):
+        assert pub.messages == payload_to_messages(pub.payload)
+        assert type(pub.messages) is list and type(pub.messages[0]) is bytes
+    else:
+        assert pub.messages is None
 
 
-@settings(max_examples=400, deadline=None)
-@given(
-    code=st.sampled_from([wire.CMD_PUB, wire.CMD_PUB, wire.CMD_PUB, wire.CMD_DELAY,
-                          wire.CMD_CREATE]),
-    topic=st.binary(max_size=14),
-    trace=st.binary(max_size=4),
-    body=st.binary(max_size=40),
-    size_delta=st.integers(-1, 1),
-    count=st.sampled_from([0, 0, 0, 1]),
-    announced_delta=st.integers(-1, 1),
-    extra=st.binary(max_size=2),
-)
-def test_bare_pub_agrees_with_feed_and_payload_to_messages(
-        code, topic, trace, body, size_delta, count, announced_delta, extra):
-    """Whatever the bytes, bare_pub either declines or gives the topic of the one Pub
-    that feed decodes and the one message payload_to_messages makes of its payload (so
-    the store gets the same bytes); it never declines a PUB that whole_pub takes whose
-    payload is one record without headers."""
-    payload = struct.pack("<II", max(0, len(body) + size_delta), count) + body
-    announced = max(0, len(payload) + announced_delta)
-    data = cc.encode_request(code, topic, trace, announced, payload) + extra
-    bare = RequestDecoder(**_WHOLE_LIMITS).bare_pub(data)
-    whole = RequestDecoder(**_WHOLE_LIMITS).whole_pub(data)
-    one_record = (whole is not None
-                  and struct.unpack_from("<II", whole[2]) == (len(whole[2]) - 8, 0))
-    if bare is None:
-        assert not one_record
-        return
-    assert one_record
-    assert bare == (whole[0], views.payload_to_messages(whole[2])[0])
-    assert views.payload_to_messages(whole[2]) == [bare[1]]
-    assert type(bare) is tuple and all(type(x) is bytes for x in bare)
+@given(topic=st.binary(max_size=12), body=st.binary(min_size=1, max_size=22),
+       headers=st.sampled_from([0, 0, 1]), size_delta=st.sampled_from([0, 0, -1, 1]),
+       more=st.sampled_from([b"", b"", wire.MESSAGE_PREFIX_STRUCT.pack(1, 0) + b"x"]))
+def test_one_pub_reads_a_lone_record_without_headers(topic, body, headers, size_delta,
+                                                      more):
+    """A read that is one PUB whose payload is one message record without headers (what
+    the SDKs send) gives a Pub with messages [body], as payload_to_messages makes them;
+    any other payload leaves messages None (the handler reads the payload)."""
+    size = max(0, len(body) + size_delta)
+    payload = wire.MESSAGE_PREFIX_STRUCT.pack(size, headers) + body + more
+    pub = RequestDecoder(**_WHOLE_LIMITS).feed(cc.encode_pub(topic, payload))
+    assert len(pub) == 1 and type(pub[0]) is Pub and pub[0].payload == payload
+    _assert_messages_read_right(pub[0])
+    if not headers and not size_delta and not more:
+        assert pub[0].messages == [body]
 
 
-@pytest.mark.parametrize("method, expected", [
-    ("whole_pub", (b"t", b"", struct.pack("<II", 4, 0) + b"body")),
-    ("bare_pub", (b"t", b"body")),
-])
-def test_one_read_shortcuts_decline_while_the_decoder_holds_bytes_or_waits(method, expected):
-    """whole_pub and bare_pub take a read only when the decoder holds nothing and waits
-    for nothing, and only bytes (what Twisted reads)."""
+def test_the_fast_decode_waits_for_what_the_decoder_holds_or_waits_for():
+    """feed decodes a read that is one PUB in one step only when the decoder holds
+    nothing and waits for nothing; else the PUB's bytes take the general way and mean
+    what they mean there."""
     pub = cc.encode_pub(b"t", struct.pack("<II", 4, 0) + b"body")
-    assert getattr(RequestDecoder(), method)(pub) == expected
+    assert RequestDecoder().feed(pub) == [Pub(b"t", b"", pub[-12:])]
     half = RequestDecoder()
     assert half.feed(pub[:5]) == []
-    assert getattr(half, method)(pub) is None  # bytes of an earlier request are waiting
+    # the rest of a PUB, then a whole one: both, from the buffer
+    assert half.feed(pub[5:] + pub) == [Pub(b"t", b"", pub[-12:])] * 2
+    assert half.buffered == 0
     paused = RequestDecoder()
     assert isinstance(paused.feed(cc.encode_sub(b"t", 0, 1, who=b"w"))[0], Sub)
-    assert paused.paused and getattr(paused, method)(pub) is None  # the SUB's answer decides
+    assert paused.feed(pub) == [] and paused.buffered == len(pub)  # the SUB's answer decides
     acks = RequestDecoder()
     acks.ack_mode = True
-    assert getattr(acks, method)(pub) is None
+    assert type(acks.feed(pub)[0]).__name__ == "Ack"  # two bytes of it, an ack
     skipping = RequestDecoder(max_payload=10)
     assert isinstance(skipping.feed(pub[:-4])[0], TooLarge)  # its body is being skipped
-    assert getattr(skipping, method)(pub) is None
-    assert getattr(RequestDecoder(), method)(bytearray(pub)) is None
+    assert skipping.feed(pub[-4:]) == []  # the rest of the skipped body
+    assert [type(e) for e in skipping.feed(pub)] == [TooLarge]  # read as a request again
+    assert RequestDecoder().feed(bytearray(pub)) == [Pub(b"t", b"", pub[-12:])]
 
 
 # -- the schemas are the one definition: golden vectors parsed with them ------------------

@@ -4,7 +4,6 @@ timers. Expected bytes are the worked examples of smss-protocol.md §15."""
 
 import struct
 
-import pytest
 
 from protocols.smss import client_codec as cc
 from protocols.smss.factory import SmssFactory, make_factory
@@ -71,7 +70,7 @@ def _stored(store, topic):
 
 
 PAYLOADS = [
-    record(b"hello"),  # one message without headers: the C fast path
+    record(b"hello"),  # one message without headers: what the SDKs send
     encode_message([(b"k", b"v")], b"b"),  # a message with a header
     record(b"one") + record(b"two"),  # two records
     record(b"x" * 300),
@@ -79,7 +78,7 @@ PAYLOADS = [
 
 
 def test_one_read_pubs_store_what_decoded_pubs_store(node):
-    """Each PUB sent in one read (the shortcuts: bare_pub, whole_pub) stores the same
+    """Each PUB sent in one read (feed's fast decode of one PUB) stores the same
     messages and gets the same answers as the same PUB fed a byte at a time (the
     decoder's general path)."""
     fast = node.connect(smss(node))
@@ -357,12 +356,8 @@ def test_a_pub_is_answered_before_the_store_tells_its_listeners(node):
     """The usual PUB's OK is written as soon as its message is, before the store's
     bookkeeping (the queue's entry, the listeners that push it to subscribers): the
     client's round trip does not wait for them. The message is stored all the same."""
-    from mqserver import speedups
-
-    if speedups.pure_python():
-        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no usual publish")
     c = node.connect(smss(node))
-    c.send(CREATE_ORDER + PUB_ORDER_HELLO)  # the topic written once: the usual path next
+    c.send(CREATE_ORDER + PUB_ORDER_HELLO)
     assert c.take() == OK + OK
     written = []
     node.store.add_arrival_listener(lambda topic, qid: written.append(c.transport.value()))

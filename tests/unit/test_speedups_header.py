@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mqserver import speedups
-from protocols.remoting import codec, codes
+from protocols.remoting import codec, codes, framing
 from protocols.remoting.codec import RemotingProtocolError, py_decode_json_header
 from protocols.remoting.framing import FrameDecoder
 from protocols.remoting.wire import DEFAULT_MAX_FRAME
@@ -133,7 +133,7 @@ def test_a_header_that_is_no_buffer_is_left_to_python():
         _c()(b"{}", None)
 
 
-# -- a read that is one whole frame (_header.json_frame, FrameDecoder.whole) ---------------
+# -- a read that is one whole frame (_header.json_frame, inside FrameDecoder.feed) ----------
 
 def _frame(header, body=b"", serialize_type=0, header_len=None, length=None):
     header_len = len(header) if header_len is None else header_len
@@ -141,13 +141,32 @@ def _frame(header, body=b"", serialize_type=0, header_len=None, length=None):
     return struct.pack(">II", length, serialize_type << 24 | header_len) + header + body
 
 
+def _python_feed(data, max_frame):
+    """What FrameDecoder.feed gives for the read C{data} without the C speedup: the one
+    command it decodes, else None (an error, a part of a frame, several frames)."""
+    saved = framing._json_frame
+    framing._json_frame = None
+    try:
+        commands = FrameDecoder(max_frame).feed(data)
+    except RemotingProtocolError:
+        return None
+    finally:
+        framing._json_frame = saved
+    return commands[0] if len(commands) == 1 and _one_frame(data) else None
+
+
+def _one_frame(data):
+    return len(data) >= 4 and struct.unpack_from(">I", data)[0] + 4 == len(data)
+
+
 def _same_frame(data, max_frame=DEFAULT_MAX_FRAME):
-    """Assert that the C reading of the read C{data} is the Python one's, or None where
-    the C code leaves it (the Python path then reads it)."""
+    """Assert that the C reading of the read C{data} is the Python one's (FrameDecoder.feed
+    without the speedup), or None where the C code leaves it (feed then reads it in
+    Python); and that feed gives it."""
     built = _module().json_frame(data, max_frame)
-    expected = FrameDecoder(max_frame).py_whole(data)
+    expected = _python_feed(data, max_frame)
     if built is None:
-        if expected is not None:  # a frame whose header the C code leaves to Python
+        if expected is not None and not data[4]:  # a JSON header the C code leaves
             assert _module().json_command(data[8:8 + (len(data) - len(expected.body) - 8)],
                                           expected.body) is None, data
         return expected
@@ -156,15 +175,15 @@ def _same_frame(data, max_frame=DEFAULT_MAX_FRAME):
     assert built == expected, data
     assert [(k, type(v)) for k, v in vars(built).items()] == [
         (k, type(v)) for k, v in vars(expected).items()]
+    assert FrameDecoder(max_frame).feed(data) == [built]
     return built
 
 
 def test_a_cpp_send_alone_in_its_read_is_read_in_c():
     cmd = _same_frame(_frame(CPP_SEND, b"body"))
     assert cmd is not None and cmd.body == b"body" and cmd.code == 10
-    # what FrameDecoder.whole uses, and what a protocol's dataReceived takes it through
-    assert codec.json_frame is not None
-    assert FrameDecoder().whole(_frame(CPP_SEND, b"body")) == cmd
+    # what FrameDecoder.feed uses
+    assert framing._json_frame is codec.json_frame is not None
 
 
 @pytest.mark.parametrize("data,max_frame", [
@@ -209,12 +228,11 @@ def test_a_read_that_is_no_bytes_or_an_unsized_limit():
         _module().json_frame(_frame(b'{"code":1}'), 2**70)
 
 
-def test_whole_takes_nothing_and_waits_for_nothing():
-    """FrameDecoder.whole reads a read alone only when no part of a frame waits, and
-    takes nothing when it does not read it: feed then sees every byte."""
+def test_the_c_reading_is_only_for_a_read_that_is_one_frame_with_nothing_waiting():
+    """feed reads a read in one C call only when it is one whole frame and no part of a
+    frame waits: the rest of a frame, or two frames, are read from the buffer."""
     one = _frame(b'{"code":1,"opaque":1}')
     d = FrameDecoder()
-    assert d.whole(one + one) is None and d.buffered() == 0
+    assert [c.opaque for c in d.feed(one + one)] == [1, 1] and d.buffered() == 0
     assert [c.opaque for c in d.feed(one[:5])] == [] and d.buffered() == 5
-    assert d.whole(one) is None, "a frame-shaped read after part of a frame is its rest"
-    assert d.buffered() == 5
+    assert [c.opaque for c in d.feed(one[5:] + one)] == [1, 1] and d.buffered() == 0

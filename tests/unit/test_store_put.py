@@ -1,6 +1,7 @@
-"""The store's short path for the usual one-message publish (Writer.put_messages_now)
-against the general path (Writer._put_any, the reference): the same commit log, consume
-queues, eventIds, PutResults, listener calls and bookkeeping, for any mix of writes."""
+"""The store's one write path (Writer.put) with the C packing (_pack.c, chosen at import
+when it is built) against the Python packing (Writer._pack_py, its reference), and with
+an answer callback against without: the same commit log, consume queues, eventIds,
+PutResults, listener calls and bookkeeping, for any mix of writes."""
 
 import errno
 import os
@@ -16,6 +17,7 @@ from mqserver.store import format as fmt
 from mqserver.store import writer as writer_module
 from mqserver.store.message import PutResult
 from mqserver.store.store import Message, MessageStore
+from tests.unit.test_speedups import _c_module
 from tests.unit.test_store import ManualRunner
 
 _HOST = b"\x7f\x00\x00\x01\x00\x00\x30\x39"
@@ -54,14 +56,12 @@ class Recorder:
                                     topics=["b"])
 
 
-def _open(path, usual, flush_level=1, runner=None):
+def _open(path, flush_level=1, runner=None):
     ms = [1_700_000_000.0]
     s = MessageStore(str(path), Clock(), clock=lambda: ms[0], segment_size=2048,
                      cq_entries_per_file=10, max_message_size=400, store_host=_HOST,
                      flush_level=flush_level, runner=runner)
     s.open()
-    if not usual:
-        s.writer.usual_path = False  # the reference: every write the general path's
     s.commitlog._pwrite = ScriptedPwrite(s.commitlog._pwrite)
     return s, Recorder(s), ms
 
@@ -103,13 +103,13 @@ def _files(s):
 
 
 def _answered(s, rec, topic, qid, messages, now_ms, event_id):
-    """put_messages_now with an answer callback, given as the result it was called with
+    """put with an answer callback, given as the result it was called with
     when it was called (and None returned), else what the call returned; the callback
     must be called at most once, only when None is returned, and before any listener
     hears of the write."""
     answers = []
-    r = s.put_messages_now(topic, qid, messages, now_ms, event_id,
-                           lambda result: answers.append((result, rec.calls[:])))
+    r = s.put(topic, qid, messages, now_ms, event_id,
+              lambda result: answers.append((result, rec.calls[:])))
     if r is not None:
         assert answers == []
         return r
@@ -118,10 +118,20 @@ def _answered(s, rec, topic, qid, messages, now_ms, event_id):
     return result
 
 
-def _run(path, ops, usual, flush_level=1, answer=False):
-    """Apply C{ops} to a fresh store; return what each gave and what the store holds.
+def _run(path, ops, packer, flush_level=1, answer=False):
+    """Apply C{ops} to a fresh store whose records C{packer} packs (C{"c"}: _pack.c, or
+    C{"py"}: Writer._pack_py); return what each gave and what the store holds.
     C{answer}: every put gives an answer callback (see L{_answered})."""
-    s, rec, ms = _open(path, usual, flush_level)
+    saved = writer_module._pack
+    writer_module._pack = _c_module("mqserver.store._pack") if packer == "c" else None
+    try:
+        return _apply(path, ops, flush_level, answer)
+    finally:
+        writer_module._pack = saved
+
+
+def _apply(path, ops, flush_level, answer):
+    s, rec, ms = _open(path, flush_level)
     pwrite = s.commitlog._pwrite
     seen = []
     for op in ops:
@@ -134,8 +144,7 @@ def _run(path, ops, usual, flush_level=1, answer=False):
                 got = _outcome(lambda: _answered(s, rec, topic, qid, messages, now_ms,
                                                  event_id))
             else:
-                got = _outcome(lambda: s.put_messages_now(topic, qid, messages, now_ms,
-                                                          event_id))
+                got = _outcome(lambda: s.put(topic, qid, messages, now_ms, event_id))
             pwrite.plan = []
         elif kind == "open-queue":  # a reader opens a queue before anything is written
             s.queue(op[1], op[2])
@@ -192,14 +201,17 @@ _op = st.one_of(
 
 
 def _compare(tmp_path_factory, ops, flush_level=1):
+    """Run C{ops} with the Python packing (the reference), then with the packing chosen
+    at import, without and with answer callbacks: all three give the same."""
     ops = [_event_ids(op) for op in ops]
-    short = _run(tmp_path_factory.mktemp("short"), ops, True, flush_level)
-    general = _run(tmp_path_factory.mktemp("general"), ops, False, flush_level)
-    assert short[0] == general[0]
-    assert short[1] == general[1]
-    answered = _run(tmp_path_factory.mktemp("answered"), ops, True, flush_level, True)
-    assert answered[0] == general[0]
-    assert answered[1] == general[1]
+    chosen = "py" if speedups.pure_python() else "c"
+    reference = _run(tmp_path_factory.mktemp("py"), ops, "py", flush_level)
+    runs = [_run(tmp_path_factory.mktemp("answered"), ops, chosen, flush_level, True)]
+    if chosen == "c":
+        runs.append(_run(tmp_path_factory.mktemp("c"), ops, "c", flush_level))
+    for run in runs:
+        assert run[0] == reference[0]
+        assert run[1] == reference[1]
 
 
 def _event_ids(op):
@@ -216,7 +228,7 @@ _settings = settings(max_examples=250, deadline=None,
 
 @_settings
 @given(st.lists(_op, min_size=1, max_size=30))
-def test_short_path_writes_as_the_general_path(tmp_path_factory, ops):
+def test_c_packing_and_answers_write_as_the_reference(tmp_path_factory, ops):
     """Single and batch writes, bodies and Messages with and without properties, three
     topics and queues, segment rollover (2 KiB segments), bodies over the limit, queues
     opened before their first write, times and eventIds given, refused and failing
@@ -227,7 +239,7 @@ def test_short_path_writes_as_the_general_path(tmp_path_factory, ops):
 
 @_settings
 @given(st.lists(_op, min_size=1, max_size=12))
-def test_flush_level_2_writes_as_the_general_path(tmp_path_factory, ops):
+def test_flush_level_2_writes_as_the_reference(tmp_path_factory, ops):
     _compare(tmp_path_factory, ops, flush_level=2)
 
 
@@ -237,8 +249,8 @@ def _put(topic, messages, qid=0, now_ms=None, event_id=None, fault=()):
 
 _M = [b"m"]
 _TAGGED = Message(b"t", b"TAGS\x01A\x02KEYS\x01k\x02")
-#: Named write sequences, each taking the usual publish off its short path in one way
-#: (or along it through one of its cases), after a first write to topic "a", queue 0.
+#: Named write sequences, each a case of the packing (one message into the open segment,
+#: a batch, a new segment, an error), after a first write to topic "a", queue 0.
 CASES = {
     "a queue a reader opened, of a topic not written yet": [("open-queue", "c", 0), _put("c", _M)],
     "a new queue of a topic written before": [_put("a", _M, qid=1)],
@@ -272,80 +284,46 @@ CASES = {
 
 @pytest.mark.parametrize("flush_level", [1, 2])
 @pytest.mark.parametrize("name", list(CASES))
-def test_each_case_writes_as_the_general_path(tmp_path_factory, name, flush_level):
+def test_each_case_writes_as_the_reference(tmp_path_factory, name, flush_level):
     _compare(tmp_path_factory, [_put("a", _M)] + CASES[name], flush_level)
 
 
-@pytest.fixture
-def pure_python():
-    saved = writer_module._pack
-    writer_module._pack = None
-    yield
-    writer_module._pack = saved
-
-
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(_op, min_size=1, max_size=12))
-def test_pure_python_packing_takes_the_general_path(tmp_path_factory, pure_python, ops):
-    """Without the C packer (MQSERVER_PURE_PYTHON, or not built) every write is the
-    general path's."""
-    _compare(tmp_path_factory, ops)
-
-
 def _usual_store(tmp_path):
-    s, rec, _ = _open(tmp_path, True)
-    s.put_messages_now("a", 0, [b"first"])  # the topic and queue are known now
-
-    def general(*args):
-        raise AssertionError("the general path served the usual publish")
-
-    s.writer._put_any = general
+    s, rec, _ = _open(tmp_path)
+    s.put("a", 0, [b"first"])  # the topic and queue are known now
     return s, rec
 
 
-@pytest.mark.parametrize("message", [b"x" * 200, Message(b"x", b"TAGS\x01A\x02")])
-def test_the_usual_publish_takes_the_short_path(tmp_path, message):
-    if speedups.pure_python():
-        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no short path")
-    s, rec = _usual_store(tmp_path)
-    r = s.put_messages_now("a", 0, [message])
-    assert type(r) is PutResult and r.queue_offsets == [1] and r.event_id == 2
-    assert ("arrived", "a", 0) in rec.calls
-    s.close()
-
-
-def test_a_write_error_on_the_short_path_leaves_nothing(tmp_path):
-    """ENOSPC on the short path: DiskFullError, the disk told, nothing of it stays in the
-    log, the queue or the eventIds, and the next write lands where it would have."""
-    if speedups.pure_python():
-        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no short path")
+def test_a_write_error_leaves_nothing(tmp_path):
+    """ENOSPC on the usual publish: DiskFullError, the disk told, nothing of it stays in
+    the log, the queue or the eventIds, and the next write lands where it would have."""
     s, rec = _usual_store(tmp_path)
     end, errors = s.commitlog.end, s.disk_errors
     rec.calls.clear()
     s.commitlog._pwrite.plan = ["short-eio"]
     with pytest.raises(StoreError, match="write failed"):
-        s.put_messages_now("a", 0, [b"y" * 100])
+        s.put("a", 0, [b"y" * 100])
     assert (s.commitlog.end, s.next_event_id, s.find_queue("a", 0).max_offset) == (end, 2, 1)
     assert s.disk_errors == errors + 1 and rec.calls == []
     assert os.path.getsize(os.path.join(str(tmp_path), "commitlog", fmt.segment_name(0))) == end
     s.commitlog._pwrite.plan = ["enospc"]
     with pytest.raises(StoreError, match="disk full"):
-        s.put_messages_now("a", 0, [b"y" * 100])
-    r = s.put_messages_now("a", 0, [b"z"])
+        s.put("a", 0, [b"y" * 100])
+    r = s.put("a", 0, [b"z"])
     assert r.log_offsets == [end] and r.event_id == 2 and r.queue_offsets == [1]
     s.close()
 
 
 def test_flush_level_2_answers_after_the_flusher(tmp_path):
     """At flush level 2 the usual publish is answered, and shown, only once the fsync
-    that covers it is done."""
+    that covers it is done; an answer callback is left uncalled."""
     runner = ManualRunner()
-    s, rec, _ = _open(tmp_path, True, flush_level=2, runner=runner)
+    s, rec, _ = _open(tmp_path, flush_level=2, runner=runner)
     for body in (b"one", b"two"):  # the second one is the usual publish
-        got, shown = [], s.visible_end
+        got, shown, answers = [], s.visible_end, []
         rec.calls.clear()
-        s.put_messages_now("a", 0, [body]).addCallback(got.append)
+        s.put("a", 0, [body], None, None, answers.append).addCallback(got.append)
+        assert answers == []
         assert got == [] and s.visible_end == shown < s.commitlog.end
         assert not [c for c in rec.calls if c[0] == "arrived"]
         runner.finish_all()
@@ -355,11 +333,11 @@ def test_flush_level_2_answers_after_the_flusher(tmp_path):
 
 def test_append_open_refuses_what_does_not_fit(tmp_path):
     """CommitLog.append_open writes only inside the open segment, and nothing else."""
-    s, _, _ = _open(tmp_path, True)
+    s, _, _ = _open(tmp_path)
     log = s.commitlog
     with pytest.raises(ValueError):  # no segment open yet
         log.append_open(b"x" * 10)
-    s.put_messages_now("a", 0, [b"first"])
+    s.put("a", 0, [b"first"])
     end = log.end
     assert log.open_end == log.segment_size
     with pytest.raises(ValueError):
@@ -391,15 +369,13 @@ def logged():
 def test_an_answer_that_raises_leaves_the_bookkeeping_done(tmp_path, logged):
     """The write is kept whole when the caller's answer callback fails: its queue entry,
     eventId and listeners are as without the callback, and the failure is logged."""
-    if speedups.pure_python():
-        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no short path")
     s, rec = _usual_store(tmp_path)
     rec.calls.clear()
 
     def answer(result):
         raise RuntimeError("the answer failed")
 
-    assert s.put_messages_now("a", 0, [b"second"], None, None, answer) is None
+    assert s.put("a", 0, [b"second"], None, None, answer) is None
     assert s.find_queue("a", 0).max_offset == 2 and s.next_event_id == 3
     assert ("arrived", "a", 0) in rec.calls and s.visible_end == s.commitlog.end
     assert [e["log_failure"].value.args for e in logged] == [("the answer failed",)]
@@ -411,8 +387,6 @@ def test_an_answer_that_raises_leaves_the_bookkeeping_done(tmp_path, logged):
 def test_a_listener_failing_after_the_answer_is_logged(tmp_path, logged):
     """A listener that fails after the client was answered cannot take the answer back:
     the failure is logged. Without an answer callback it is raised, as before."""
-    if speedups.pure_python():
-        pytest.skip("MQSERVER_PURE_PYTHON is set: no C packer, no short path")
     s, rec = _usual_store(tmp_path)
 
     def broken(topic, queue_id):
@@ -420,10 +394,32 @@ def test_a_listener_failing_after_the_answer_is_logged(tmp_path, logged):
 
     s.add_arrival_listener(broken)
     answers = []
-    assert s.put_messages_now("a", 0, [b"second"], None, None, answers.append) is None
+    assert s.put("a", 0, [b"second"], None, None, answers.append) is None
     assert [r.queue_offsets for r in answers] == [[1]]
     assert [e["log_failure"].value.args for e in logged] == [("listener",)]
     with pytest.raises(RuntimeError, match="listener"):
-        s.put_messages_now("a", 0, [b"third"])
+        s.put("a", 0, [b"third"])
     assert s.find_queue("a", 0).max_offset == 3
     s.close()
+
+
+@pytest.mark.parametrize("packer", ["py", "c"])
+def test_the_answer_comes_before_the_bookkeeping_with_either_packing(tmp_path, packer):
+    """With the Python packing as with the C one, a write complete at once calls its
+    answer callback before any listener hears of it, and put returns None."""
+    saved = writer_module._pack
+    writer_module._pack = _c_module("mqserver.store._pack") if packer == "c" else None
+    try:
+        s, rec = _usual_store(tmp_path)
+        rec.calls.clear()
+        for messages in ([b"second"], [b"third", Message(b"x", b"TAGS\x01A\x02")]):
+            answers = []
+            assert s.put("a", 0, messages, None, None,
+                         lambda r: answers.append((r, rec.calls[:]))) is None
+            [(result, heard)] = answers
+            assert heard == [] and ("arrived", "a", 0) in rec.calls
+            rec.calls.clear()
+        assert result.queue_offsets == [2, 3] and s.next_event_id == 5
+        s.close()
+    finally:
+        writer_module._pack = saved
