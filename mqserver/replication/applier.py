@@ -92,10 +92,14 @@ class Applier:
 
     def resume_point(self, requested=0):
         """Return the eventId to send in REPLICA: the requested start when it is ahead
-        of us, else our own last applied record."""
+        of us, else our own last applied record; or the last eventId our log holds when
+        the log no longer ends with that record: cut since, or gone on in a term that
+        began after it (this member led since, and wrote records no master sent it)."""
         own = self.last_record_event_id
-        if own is None:
-            own = self.applied_event_id
+        held = self.applied_event_id
+        epochs = self.broker.epochs
+        if own is None or own > held or epochs and epochs[-1][1] > own:
+            own = held
         return max(requested, own)
 
     def _check_gap(self, first_id):
