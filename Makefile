@@ -91,12 +91,16 @@ etcd:
 # where none is built): one second pass covers both, the C paths being already tested by
 # the first. Each pass runs and reports even when the one before it failed; the target
 # fails when either did. TESTS and UNIT_TESTS narrow the passes (e.g. make test
-# TESTS=tests/unit/test_x.py UNIT_TESTS=tests/unit/test_x.py).
+# TESTS=tests/unit/test_x.py UNIT_TESTS=tests/unit/test_x.py). The first pass runs on
+# JOBS pytest-xdist workers (most integration tests wait on processes and sockets, so
+# three keep two cores busy): the Spark tests on one worker, each other file on one
+# (tests/conftest.py); JOBS=0 runs it in this process, one test after another.
 TESTS ?= tests
 UNIT_TESTS ?= tests/unit
+JOBS ?= 3
 test: $(STAMP) java etcd
 	status=0; \
-	PYTHONPATH=$(CURDIR) $(PY) -m pytest $(TESTS) -q -p no:cacheprovider || \
+	PYTHONPATH=$(CURDIR) $(PY) -m pytest $(TESTS) -q -p no:cacheprovider -n $(JOBS) || \
 	  { echo "make: the tests failed" >&2; status=1; }; \
 	MQSERVER_PURE_PYTHON=1 $(MAKE) --no-print-directory unit-oldest UNIT_TESTS="$(UNIT_TESTS)" || \
 	  { echo "make: the unit tests on the oldest Twisted admitted ($(TWISTED_OLDEST)) and the pure-Python paths (MQSERVER_PURE_PYTHON=1) failed" >&2; status=1; }; \

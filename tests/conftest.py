@@ -6,6 +6,36 @@ import pytest
 
 from tests.support.server import ServerProcess
 
+def work_unit(nodeid):
+    """The unit of work C{make test}'s parallel run (C{pytest -n N}) gives one worker:
+    every Spark test (they share one JVM, L{tests.spark.conftest}), else a test's file
+    (its module fixtures, a broker or the ports the docs name, are set up once)."""
+    path = nodeid.split("::", 1)[0]
+    return "tests/spark" if path.startswith("tests/spark/") else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Hand out L{work_unit}s, in the order collected (the Spark tests first)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return work_unit(nodeid)
+
+    # in collection order, not largest unit first: the Spark unit, the longest by far,
+    # must start at once (pytest_collection_modifyitems puts it first)
+    config.option.loadscopereorder = False
+    return ByWorkUnit(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    # Under pytest-xdist (a worker has workerinput), the Spark tests first: see
+    # pytest_xdist_make_scheduler. A plain run keeps the order of the files.
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: work_unit(item.nodeid) != "tests/spark")
+
 
 @pytest.fixture
 def server_factory(tmp_path):

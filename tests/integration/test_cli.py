@@ -128,6 +128,14 @@ def _port(ready_path):
         return None
 
 
+def _default_sigint():
+    # A shell without job control starts background commands with SIGINT ignored, and a
+    # process that inherits an ignored SIGINT keeps ignoring it (Python, and so Twisted,
+    # install no handler then). Ctrl-C at a terminal reaches a broker with SIGINT at its
+    # default, whatever ran this suite: give the broker (and make) that.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_broker(tmp_path, command, session=False):
     """Start C{command} (a broker on L{only_smss_config}, writing its ready file to
     C{tmp_path/ready.json}) logging to a file, in a session of its own if C{session};
@@ -136,7 +144,7 @@ def run_broker(tmp_path, command, session=False):
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
                                 env=dict(os.environ, PYTHONPATH=ROOT),
-                                start_new_session=session)
+                                start_new_session=session, preexec_fn=_default_sigint)
     try:
         port = wait_until(lambda: proc.poll() is None and _port(tmp_path / "ready.json")
                           or (proc.poll() is not None and -1), 60, "the smss door")
