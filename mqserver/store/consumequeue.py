@@ -162,8 +162,9 @@ class ConsumeQueue:
             self.max_offset = end
 
     def read(self, qoffset, count):
-        """Return up to C{count} packed entries from C{qoffset}, within one file (or
-        within the in-memory buffer)."""
+        """Return up to C{count} packed entries from C{qoffset}, within one file and
+        the in-memory buffer after it: a read stops at the end of a file only when
+        the buffer does not start there."""
         if qoffset < self.min_offset:
             qoffset = self.min_offset
         count = min(count, self.max_offset - qoffset)
@@ -172,12 +173,18 @@ class ConsumeQueue:
         if qoffset >= self._tail_start:
             i = (qoffset - self._tail_start) * CQ_ENTRY_SIZE
             return bytes(self._tail[i : i + count * CQ_ENTRY_SIZE])
-        count = min(count, self._tail_start - qoffset)
+        in_files = min(count, self._tail_start - qoffset)
         pos = qoffset * CQ_ENTRY_SIZE
         start = pos - pos % self.file_bytes
-        n = min(count * CQ_ENTRY_SIZE, start + self.file_bytes - pos)
+        n = min(in_files * CQ_ENTRY_SIZE, start + self.file_bytes - pos)
         data = os.pread(self._fds.get(self._path(start)), n, pos - start)
-        return data[: len(data) - len(data) % CQ_ENTRY_SIZE]
+        data = data[: len(data) - len(data) % CQ_ENTRY_SIZE]
+        if count > in_files and len(data) == in_files * CQ_ENTRY_SIZE:
+            # The files end where the buffer starts: go on into it, so that a reader
+            # gets the entries written since the last flush with the ones before it
+            # (a batch is not cut short where a flush happened to fall).
+            data += self._tail[: (count - in_files) * CQ_ENTRY_SIZE]
+        return data
 
     def entry(self, qoffset):
         """Return the entry C{(log_offset, size, tag_hash)} at C{qoffset}."""

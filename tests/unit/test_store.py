@@ -331,3 +331,26 @@ def test_thread_runner_runs_off_the_reactor_thread_and_answers_on_it():
             yield runner.run(lambda: 1 / 0)
     finally:
         runner.stop()
+
+
+@pytest.mark.parametrize("flushed,start", [(1, 0), (9, 8), (10, 9), (13, 12), (13, 5)])
+def test_a_read_goes_on_from_the_files_into_the_buffered_entries(tmp_path, flushed, start):
+    """Entries written to the queue's files and entries buffered since the last flush
+    come back in one read: a batch is not cut short where a flush fell (a subscriber
+    asking for 10 got 1 when only the first of 3 had been flushed). A read still stops
+    at the end of a file that the buffer does not follow."""
+    s = open_store(tmp_path)  # 10 entries per consume-queue file
+    for i in range(flushed):
+        result_of(s.put_messages("t", 0, [Message(body=b"f%d" % i)]))
+    s.queue("t", 0).flush()
+    for i in range(3):
+        result_of(s.put_messages("t", 0, [Message(body=b"b%d" % i)]))
+    q = s.queue("t", 0)
+    assert q.max_offset == flushed + 3
+    got = len(s.read_entries("t", 0, start, 100)) // fmt.CQ_ENTRY_SIZE
+    # from start: to the end of its file, or on through the buffer when it follows
+    file_end = (start // 10 + 1) * 10
+    expected = flushed + 3 - start if flushed <= file_end else file_end - start
+    assert got == expected
+    bodies = [bytes(v.body) for v in read_all(s, "t")]
+    assert bodies == [b"f%d" % i for i in range(flushed)] + [b"b0", b"b1", b"b2"]
