@@ -38,6 +38,17 @@ def _send_v2(topic, body, opaque):
     return _binary(codes.SEND_MESSAGE_V2, ext, body, opaque)
 
 
+def _pull_binary(c, topic, opaque):
+    """Pull up to 32 messages of queue 0 of C{topic} from offset 0 with a binary-header
+    PULL_MESSAGE, as the Java client in ROCKETMQ serialization sends it; the answer."""
+    pull = {"consumerGroup": "CG", "topic": topic, "queueId": "0", "queueOffset": "0",
+            "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
+            "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0",
+            "expressionType": "TAG"}
+    c.send_raw(_binary(codes.PULL_MESSAGE, pull, opaque=opaque))
+    return c.recv(opaque)
+
+
 def test_java_binary_sends_and_pull_are_answered_in_binary(srv):
     c = RemotingClient("127.0.0.1", broker_port(srv))
     try:
@@ -49,12 +60,7 @@ def test_java_binary_sends_and_pull_are_answered_in_binary(srv):
             assert r.code == codes.SUCCESS, r.remark
             assert r.serialize_type == codes.SERIALIZE_ROCKETMQ
         assert [int(r.ext_fields["queueOffset"]) for r in answers] == [0, 1, 2]
-        pull = {"consumerGroup": "CG", "topic": "BinT", "queueId": "0", "queueOffset": "0",
-                "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
-                "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0",
-                "expressionType": "TAG"}
-        c.send_raw(_binary(codes.PULL_MESSAGE, pull, opaque=3))
-        r = c.recv(3)
+        r = _pull_binary(c, "BinT", opaque=3)
         assert r.code == codes.SUCCESS and r.serialize_type == codes.SERIALIZE_ROCKETMQ
         assert [bytes(v.body) for v in records(r.body)] == [b"first", b"second", b"third"]
     finally:
@@ -92,12 +98,7 @@ def test_pipelined_sends_to_a_new_topic_are_stored_in_their_order(srv):
         answers = [c.recv(i) for i in range(1, 6)]
         assert [r.code for r in answers] == [codes.SUCCESS] * 5
         assert [int(r.ext_fields["queueOffset"]) for r in answers] == [0, 1, 2, 3, 4]
-        pull = {"consumerGroup": "CG", "topic": "NewT", "queueId": "0", "queueOffset": "0",
-                "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
-                "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0",
-                "expressionType": "TAG"}
-        c.send_raw(_binary(codes.PULL_MESSAGE, pull, opaque=9))
-        r = c.recv(9)
+        r = _pull_binary(c, "NewT", opaque=9)
         assert [bytes(v.body) for v in records(r.body)] == [b"m1", b"m2", b"m3", b"m4", b"m5"]
     finally:
         c.close()
