@@ -144,7 +144,7 @@ class ReplicaFeed:
             return
         self._commit_sent = point
         block = commit_block(point, self._proto.broker.now_ms())
-        self._proto.transport.write(
+        self._proto.write_through(
             wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)) + block)
 
     def behind_bytes(self):
