@@ -6,6 +6,7 @@ import pytest
 
 from tests.support.server import ServerProcess
 
+
 def work_unit(nodeid):
     """The unit of work C{make test}'s parallel run (C{pytest -n N}) gives one worker:
     every Spark test (they share one JVM, L{tests.spark.conftest}), else a test's file
