@@ -74,6 +74,8 @@ from protocols.smss.client import SmssClient, SmssError
 DOORS = ("smss", "nsqd_tcp", "broker")
 #: each protocol's topic (created on smss before the producers start)
 TOPICS = {"smss": "t", "nsq": "n", "rocketmq": "r"}
+#: seconds a producer waits for an answer before it moves to the next member
+TIMEOUT = 5
 FAULTS = ("kill", "pause", "etcd", "wipe", "diskfull")
 NETNS_FAULTS = FAULTS + ("partition",)
 SETTLE = 60.0  # seconds a group may take to have one leader and equal logs again
@@ -130,14 +132,14 @@ class Producer(threading.Thread):
                 self.stopping.wait(0.05)
 
     def _smss(self, member):
-        with SmssClient(member.host, member.port, timeout=5) as c:
+        with SmssClient(member.host, member.port, timeout=TIMEOUT) as c:
             while self.busy():
                 body = self.next_body()
                 c.publish(TOPICS["smss"], [body])  # raises when refused
                 self.acked.append(body)
 
     def _nsq(self, member):
-        conn = V2(member.ports["nsqd_tcp"], timeout=5, host=member.host)
+        conn = V2(member.ports["nsqd_tcp"], timeout=TIMEOUT, host=member.host)
         try:
             while self.busy():
                 body = self.next_body()
@@ -151,11 +153,13 @@ class Producer(threading.Thread):
             conn.close()
 
     def _rocketmq(self, member):
-        client = RemotingClient(member.host, member.ports["broker"], timeout=5)
+        client = RemotingClient(member.host, member.ports["broker"], timeout=TIMEOUT)
         try:
             while self.busy():
                 body = self.next_body()
-                if rocketmq_send(client, TOPICS["rocketmq"], body).code != codes.SUCCESS:
+                # the same 5 s as the other producers' (the call's own default is 10)
+                answer = rocketmq_send(client, TOPICS["rocketmq"], body, timeout=TIMEOUT)
+                if answer.code != codes.SUCCESS:
                     return
                 self.acked.append(body)
         finally:

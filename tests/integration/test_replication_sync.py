@@ -226,13 +226,13 @@ def test_msgout_and_console_fail_without_follower(server_factory):
         console.close()
 
 
-def _send(client, topic, body, queue_id=0):
+def _send(client, topic, body, queue_id=0, timeout=10.0):
     header = {"producerGroup": "PG", "topic": topic, "defaultTopic": "TBW102",
               "defaultTopicQueueNums": "4", "queueId": str(queue_id), "sysFlag": "0",
               "bornTimestamp": str(int(time.time() * 1000)), "flag": "0",
               "properties": "UNIQ_KEY\x01K%s\x02WAIT\x01true\x02" % body.decode(),
               "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
-    return client.call(codes.SEND_MESSAGE, header, body)
+    return client.call(codes.SEND_MESSAGE, header, body, timeout=timeout)
 
 
 def test_rocketmq_sync_master_answers_as_4_9(server_factory):
