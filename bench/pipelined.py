@@ -7,7 +7,7 @@ different group commits, so the second is written while the first may still be
 unacknowledged by the client's TCP: with Nagle's algorithm on the server's socket it then
 waits for the client's delayed ACK (about 40 ms on Linux). Each door must answer at once.
 
-Per door (smss PUB, NSQ PUB, RocketMQ SEND_MESSAGE), one broker at C{--flush-level}: send
+Per door (smss PUB, NSQ PUB, RocketMQ SEND_MESSAGE, console PUB), one broker at C{--flush-level}: send
 a publish, 0.3 ms later a second, wait for both answers; C{--pairs} times. Prints the
 time per pair (p50, p90, max) and how many pairs took over 30 ms.
 
@@ -81,7 +81,24 @@ def _rocketmq(server, pairs):
         c.close()
 
 
-DOORS = {"smss PUB": _smss, "NSQ PUB": _nsq, "RocketMQ SEND_MESSAGE": _rocketmq}
+def _console(server, pairs):
+    pub = b"PUB p " + BODY + b"\n"
+    with socket.create_connection(("127.0.0.1", server.ports["ConsoleFactory"])) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(pairs):
+            t = time.perf_counter()
+            s.sendall(pub)
+            time.sleep(GAP)
+            s.sendall(pub)
+            got = b""
+            while got.count(b"\n") < 2:
+                got += s.recv(64)
+            assert got.startswith(b"OK"), got
+            yield time.perf_counter() - t
+
+
+DOORS = {"smss PUB": _smss, "NSQ PUB": _nsq, "RocketMQ SEND_MESSAGE": _rocketmq,
+         "console PUB": _console}
 
 
 def main(argv=None):
@@ -92,7 +109,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     work = tempfile.mkdtemp(prefix="mq-pipelined-")
     server = ServerProcess(work, config={"store": {"flushLevel": args.flush_level}},
-                           listen={"smss": LOOPBACK, "broker": LOOPBACK, "nsqd_tcp": LOOPBACK})
+                           listen={"smss": LOOPBACK, "broker": LOOPBACK, "nsqd_tcp": LOOPBACK,
+                                   "console": LOOPBACK})
     try:
         server.start()
         with SmssClient("127.0.0.1", server.smss_port) as c:

@@ -24,7 +24,7 @@ from zope.interface import implementer
 from mqserver.broker.queue_consumer import cursor_deliveries
 from mqserver.errors import BrokerError, TopicNotFound
 from mqserver.interfaces import IWatcher
-from mqserver.runtime.output import Output
+from mqserver.runtime.output import Output, no_delay
 from mqserver.security import LineTokenGate
 from mqserver.message import Message
 
@@ -158,6 +158,7 @@ class ConsoleProtocol(LineReceiver):
     # -- connection ----------------------------------------------------------------------
 
     def connectionMade(self):
+        no_delay(self.transport)
         self.factory.connections.add(self)
         self.transport.registerProducer(self, True)
 

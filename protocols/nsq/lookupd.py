@@ -10,7 +10,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 
 from mqserver.idle import IdleWatch
-from mqserver.runtime.output import Output
+from mqserver.runtime.output import Output, no_delay
 
 from protocols.nsq.codec import DEFAULT_MAX_LINE, is_valid_name
 from protocols.nsq.version import VERSION
@@ -47,6 +47,7 @@ class LookupdProtocol(IdleWatch, Protocol):
         self.output = Output(self)
 
     def connectionMade(self):
+        no_delay(self.transport)  # as nsqlookupd's (Go's net sets TCP_NODELAY)
         self.watch_idle(self.factory.idle_timeout, self.factory.reactor)
 
     def idle_expired(self):

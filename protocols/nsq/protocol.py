@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqserver.interfaces import IChannelConsumer
-from mqserver.runtime.output import Output
+from mqserver.runtime.output import Output, no_delay
 
 from protocols.nsq import errors as E
 from protocols.nsq.codec import OK, CommandDecoder, response
@@ -113,8 +113,7 @@ class NsqdProtocol(Replies, Subscriber, Publisher, Heartbeats, SecurityGate, Pro
         self.node.clients.add(self)
         peer = self.transport.getPeer()
         self.remote_address = f"{getattr(peer, 'host', '')}:{getattr(peer, 'port', '')}"
-        if hasattr(self.transport, "setTcpNoDelay"):  # TCP and TLS over TCP, not UNIX sockets
-            self.transport.setTcpNoDelay(True)
+        no_delay(self.transport)
         self.transport.registerProducer(self, True)
         self._arm_heartbeat()
         self._install_gate()

@@ -17,7 +17,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from mqserver.idle import IdleWatch
-from mqserver.runtime.output import Output
+from mqserver.runtime.output import Output, no_delay
 from mqserver.wiretap import OFF, tamper_output
 
 from protocols.remoting import codes
@@ -185,12 +185,7 @@ class RemotingProtocol(IdleWatch, Protocol):
         timeout = getattr(factory, "idle_timeout", None)
         if timeout:
             self.watch_idle(timeout, factory.clock)
-        if hasattr(transport, "setTcpNoDelay"):  # TCP and TLS over TCP, not UNIX sockets
-            # Answers go out at once, as on the 4.9.4 broker's and client's channels
-            # (Netty's TCP_NODELAY): with Nagle's algorithm an answer written while the
-            # one before is unacknowledged waits for the peer's delayed ACK, about 40 ms
-            # for each of a pipelining producer's sends at flush level 2.
-            transport.setTcpNoDelay(True)
+        no_delay(transport)  # as the 4.9.4 broker's and client's Netty channels
         super().makeConnection(transport)
         transport.registerProducer(self, True)
 

@@ -21,7 +21,7 @@ from mqserver.broker.topics import Topic
 from mqserver.config import MASTER_ENDPOINT_PREFIXES
 from mqserver.replication.applier import Applier
 from mqserver.replication.epochs import EpochError, truncation_point
-from mqserver.runtime.output import Output
+from mqserver.runtime.output import Output, no_delay
 from mqserver.runtime.soon import call_soon
 from mqserver import message as fmt
 
@@ -107,8 +107,7 @@ class FollowerProtocol(Protocol):
 
     def connectionMade(self):
         f = self.factory
-        if hasattr(self.transport, "setTcpNoDelay"):  # confirmations are small writes
-            self.transport.setTcpNoDelay(True)
+        no_delay(self.transport)  # confirmations are small writes
         self.applier.connected = True
         f.watch.connected(self)
         # first where our log and the master's part (an mqserver master answers its

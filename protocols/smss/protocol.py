@@ -25,7 +25,7 @@ from mqserver.errors import (
 from mqserver.broker.topics import validate_topic_name
 from mqserver.idle import IdleWatch
 from mqserver.message import PutResult
-from mqserver.runtime.output import Output
+from mqserver.runtime.output import Output, no_delay
 
 from protocols.smss import codec, messages as m, wire
 from protocols.smss.errors import InvalidPayload, SmssProtocolError
@@ -85,8 +85,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         self._framing_error = None  # the decoder's, once answered
 
     def connectionMade(self):
-        if hasattr(self.transport, "setTcpNoDelay"):
-            self.transport.setTcpNoDelay(True)
+        no_delay(self.transport)
         self.watch_idle(self.factory.idle_timeout, self.factory.reactor)
 
     def idle_exempt(self):

@@ -8,7 +8,6 @@ import struct
 
 import pytest
 from twisted.internet.address import IPv4Address
-from twisted.internet.testing import StringTransportWithDisconnection
 
 from protocols.remoting import codes
 from protocols.remoting.broker_door import make_factory as broker_factory
@@ -299,36 +298,3 @@ def test_created_topic_answered_once_the_nameserver_acknowledged_it(tmp_path):
         (r,) = commands(admin.take())
         assert (r.opaque, r.code) == (5, codes.SUCCESS)
 
-
-class TcpTransport(StringTransportWithDisconnection):
-    """A transport with a TCP socket's Nagle switch (L{ITCPTransport}'s), off at first as
-    on a new socket."""
-
-    nodelay = False
-
-    def setTcpNoDelay(self, enabled):
-        self.nodelay = bool(enabled)
-
-    def getTcpNoDelay(self):
-        return self.nodelay
-
-
-def _answers_without_nagle(n):
-    c = n.connect(n.factory, transport=TcpTransport)
-    assert c.transport.getTcpNoDelay() is True
-    c = n.connect(n.factory)  # a transport without the switch (a UNIX socket's)
-    c.send(request(codes.GET_ROUTEINFO_BY_TOPIC, 1, {"topic": "none"}))
-    assert commands(c.take())[0].opaque == 1
-
-
-def test_broker_answers_without_nagle(node):
-    """The broker door turns Nagle's algorithm off on its connections, as the 4.9.4
-    broker's Netty server does (TCP_NODELAY): an answer must not wait for the peer to
-    acknowledge the one before (a pipelining producer's sends at flush level 2 waited
-    about 40 ms each)."""
-    _answers_without_nagle(node)
-
-
-def test_namesrv_answers_without_nagle(namesrv):
-    """The name server's door too (4.9.4's shares the broker's Netty server)."""
-    _answers_without_nagle(namesrv)
