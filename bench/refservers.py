@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from harness import free_port
+
 NULL_SMSS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "null_smss.py")
 
 SMSS_CONFIG = """\
@@ -65,13 +67,6 @@ def binary(option, env_name):
     if path and os.path.isfile(path) and os.access(path, os.X_OK):
         return path
     return None
-
-
-def free_port():
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_listening(port, proc, timeout=30.0):

@@ -3,12 +3,12 @@ names its own embedded lookupd is listed once, and topics NSQ cannot name (Rocke
 %RETRY%group) are never sent, so a standalone mqlookupd learns every other topic; and
 deleting a channel as nsqadmin does (the lookupd first, then the nsqd)."""
 
-import socket
 import time
 
 import pytest
 
 from protocols.remoting import codes
+from tests.support.etcd import free_port
 from tests.support.nsq import NsqPorts, http, http_json, nsq_broker
 from tests.support.remoting_client import RemotingClient
 from tests.support.server import Standalone
@@ -62,12 +62,6 @@ def test_retry_topics_are_not_registered_and_do_not_block_the_others(mqlookupd, 
     names = wait_for(topics)
     assert names and not [t for t in names if "%" in t]
     assert "E_BAD_TOPIC" not in s.current_log()
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_registering_with_its_own_embedded_lookupd_lists_the_broker_once(server_factory):

@@ -5,7 +5,6 @@ import json
 import os
 import random
 import signal
-import socket
 import threading
 import time
 
@@ -19,6 +18,7 @@ from tests.support.nsq import V2
 from tests.support.remoting_client import RemotingClient
 from tests.support.rmq import namesrv_addr, run_client, sends
 from tests.integration.test_replication import log_records
+from tests.support.etcd import free_port
 from tests.support.server import ServerProcess
 from tests.support.smss import read_topic
 from tests.support.wait import wait_until
@@ -26,12 +26,6 @@ from tests.support.wait import wait_until
 pytestmark = pytest.mark.timeout(240)
 
 ALIVE = {"timeout": {"server": {"alive": 300}}}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def master_config(replicas=1, timeout_ms=1500, **extra):

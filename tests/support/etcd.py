@@ -31,11 +31,22 @@ def etcd_binary():
     return "/usr/bin/etcd" if os.access("/usr/bin/etcd", os.X_OK) else None
 
 
+#: every port free_port handed out in this process
+_GIVEN = set()
+
+
 def free_port():
-    """A loopback port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on right now, and one this process has not handed
+    out before: a port is only probed (bound, then closed), so two probes in a row can
+    get the same one from the kernel, and a member of a group was once given one port
+    for two of its doors (it could not start)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 class EtcdProcess:
