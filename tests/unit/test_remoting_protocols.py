@@ -297,4 +297,3 @@ def test_created_topic_answered_once_the_nameserver_acknowledged_it(tmp_path):
         answer(reg)
         (r,) = commands(admin.take())
         assert (r.opaque, r.code) == (5, codes.SUCCESS)
-
