@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from harness import RemotingClient, ServerProcess, wait_until
+from procstat import steal_seconds
 
 from protocols.remoting import codes
 from protocols.smss.client import SmssClient
@@ -138,6 +139,7 @@ def main():
     args = ap.parse_args()
     base = tempfile.mkdtemp(prefix="mq-sync-cost-")
     rows = []
+    steal0, wall0 = steal_seconds(), time.monotonic()
     try:
         for scenario in args.only.split(","):
             got = {0: [], 1: []}
@@ -159,6 +161,13 @@ def main():
             ratio = f"{med[1] / med[0]:.2f}" if replicas == 1 and med[0] else ""
             print(f"{label:32} {replicas:>12} {med[replicas]:>10,.0f} ({'/'.join(f'{x:,.0f}' for x in rates)}) "
                   f"{p50:>8.2f} {p99:>8.2f} {ratio:>6}")
+    # A synchronous write waits for two more wake-ups than an asynchronous one: what the
+    # host takes from this machine's CPUs moves the ratios more than the rates alone.
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    steal = steal_seconds() - steal0
+    print(f"load average now {load} ({os.cpu_count()} cores); host steal during the run:"
+          f" {100 * steal / (time.monotonic() - wall0):.1f}% of one core")
 
 
 if __name__ == "__main__":
