@@ -40,7 +40,7 @@ SMSS_OK = 10  # bytes of an smss OK answer
 def _raw_pairs(port, request, answered, pairs):
     # pairs of `request` on a plain socket, each until answered(bytes received) says both
     # answers are in
-    with socket.create_connection(("127.0.0.1", port)) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for _ in range(pairs):
             t = time.perf_counter()
@@ -49,7 +49,10 @@ def _raw_pairs(port, request, answered, pairs):
             s.sendall(request)
             got = b""
             while not answered(got):
-                got += s.recv(64)
+                data = s.recv(64)
+                if not data:
+                    raise ConnectionError(f"the broker closed the connection after {got!r}")
+                got += data
             yield time.perf_counter() - t
 
 
