@@ -16,6 +16,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from spark.audit import classcache
 from spark.audit import ranges as R
 from spark.audit import records as rec
 from spark.audit import transforms as T
@@ -76,6 +77,9 @@ def parse_args(argv):
                    help="keep what this audit proved in DIR and read only new or changed segments next time")
     p.add_argument("--full", action="store_true",
                    help="one row per record through every check (the reference; slower) instead of the compact form")
+    p.add_argument("--class-cache", default=classcache.default_dir(), metavar="DIR",
+                   help="keep the JVM's loaded classes in DIR for the next local run (Java 13+), or"
+                        " 'none' (default: $XDG_CACHE_HOME/mqserver or ~/.cache/mqserver)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark configuration property (repeatable), as spark-submit's --conf")
     return p.parse_args(argv)
@@ -94,9 +98,22 @@ JAVA_OPTIONS = f"{OOM_EXIT} {QUICK_JIT}"
 STOP_TIMEOUT_S = 60
 
 
-def build_session(args):
+def build_session(args, archive=None):
     """Return a SparkSession. Under spark-submit the master is already set; otherwise
-    C{--master} or C{local[*]}."""
+    C{--master} or C{local[*]}, and the driver's JVM starts from C{archive} (a
+    L{spark.audit.classcache.ClassArchive}) when given; if it cannot, the archive is
+    dropped and the JVM started without it."""
+    extra = archive.options() if archive is not None else ""
+    try:
+        return _session(args, extra)
+    except Exception:
+        if archive is None or archive.path is None:
+            raise
+        archive.discard()  # e.g. a damaged file: the JVM exited before it listened
+        return _session(args, "")
+
+
+def _session(args, extra_java):
     from pyspark.sql import SparkSession
 
     conf = submitted_conf()
@@ -108,7 +125,7 @@ def build_session(args):
         b = b.master(args.master or "local[*]").config("spark.driver.memory", args.driver_memory)
         # A JVM out of heap may leave a thread dead and the job waiting forever; end
         # the JVM instead, so the driver sees the failure and exits with 2.
-        b = b.config("spark.driver.extraJavaOptions", JAVA_OPTIONS)
+        b = b.config("spark.driver.extraJavaOptions", JAVA_OPTIONS + extra_java)
     if not conf.contains("spark.executor.extraJavaOptions"):
         b = b.config("spark.executor.extraJavaOptions", JAVA_OPTIONS)
     if not conf.contains("spark.ui.showConsoleProgress"):
@@ -120,6 +137,21 @@ def build_session(args):
     spark = b.getOrCreate()
     tune(spark)
     return spark
+
+
+def class_archive(args):
+    """The L{spark.audit.classcache.ClassArchive} of a local run (None under
+    spark-submit, whose JVM is already running, or when C{--conf} sets the driver's
+    JVM options)."""
+    if submitted() or any(c.partition("=")[0] == "spark.driver.extraJavaOptions" for c in args.conf):
+        return None
+    return classcache.ClassArchive.find(args.class_cache)
+
+
+def jvm_process(spark):
+    """The C{Popen} of the JVM pyspark started for C{spark}, or None (spark-submit's)."""
+    # pyspark keeps it on its gateway (not public; pyspark is pinned in setup.cfg).
+    return getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
 
 
 def console_progress(args, stream=None):
@@ -788,8 +820,9 @@ def main(argv=None):
     except ImportError:
         print("error: pyspark is not installed: pip install 'mqserver[spark]'", file=sys.stderr)
         return 2
+    archive = class_archive(args)
     try:
-        spark = build_session(args)
+        spark = build_session(args, archive)
     except Exception as e:  # the JVM did not start: almost always a missing Java
         print(f"error: Spark did not start ({e}).\nInstall a Java runtime (Debian: "
               "apt-get install default-jre-headless) or set JAVA_HOME.", file=sys.stderr)  # fmt: skip
@@ -810,6 +843,8 @@ def main(argv=None):
         code = 2
     finally:
         stop_bounded(spark, code)
+        if archive is not None:
+            archive.finish(jvm_process(spark))
     return code
 
 
