@@ -9,6 +9,7 @@ test-case-name: tests.spark.test_audit_job
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 
 from pyspark.sql import functions as F
@@ -127,75 +128,117 @@ def log_facts(recs, segs, meta, meta_mtime, args, totals_df=None, known=None):
     }
 
 
+def at_once(**work):
+    """Run each of C{work}'s functions (small Spark queries) in a thread of its own;
+    returns their results by name (the first exception raised, if any). Each is a job
+    of a task or two on a few rows, whose cost is mostly planning and scheduling: asked
+    together, those overlap."""
+    with ThreadPoolExecutor(max_workers=max(1, len(work)), thread_name_prefix="audit-ask") as pool:
+        futures = {name: pool.submit(fn) for name, fn in work.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
 def _counts(df, col):
     return {r[col]: r["n"] for r in df.groupBy(col).agg(F.count("*").alias("n")).collect()}
 
 
-def integrity(tables, facts, n):
-    """Return C{(counters, examples)} of the integrity findings."""
-    probs = _counts(tables["problems"], "problem")
-    unread = tables["problems"].where(F.col("problem") != "crc").agg(F.sum("bytes")).first()[0]
-    gaps = tables["event_gaps"].agg(F.count("*"), F.sum("missing")).first()
-    dups = tables["event_duplicates"].count()
+def _integrity_asks(tables, n):
+    ask = {
+        "probs": lambda: _counts(tables["problems"], "problem"),
+        "unread": lambda: tables["problems"].where(F.col("problem") != "crc").agg(F.sum("bytes")).first()[0],
+        "gaps": lambda: tables["event_gaps"].agg(F.count("*"), F.sum("missing")).first(),
+        "dups": lambda: tables["event_duplicates"].count(),
+        "ex_problems": lambda: collect_rows(tables["problems"].orderBy("offset"), n),
+        "ex_gaps": lambda: collect_rows(tables["event_gaps"], n),
+        "ex_dups": lambda: collect_rows(tables["event_duplicates"].orderBy("event_id"), n),
+    }
+    if "cq_mismatches" in tables:
+        order = ["topic", "queue_id", "queue_offset"]
+        ask["cq"] = lambda: _counts(tables["cq_mismatches"], "status")
+        ask["cq_torn"] = lambda: tables["cq_problems"].count()
+        ask["ex_cq"] = lambda: collect_rows(tables["cq_mismatches"].orderBy(*order), n)
+    return ask
+
+
+def _integrity(a, facts, n):
+    probs, gaps = a["probs"], a["gaps"]
     c = {
         "crc_failures": probs.get("crc", 0),
         "corrupt_records": probs.get("corrupt", 0),
         "torn_records": probs.get("torn", 0),
-        "unreadable_bytes": int(unread or 0),
+        "unreadable_bytes": int(a["unread"] or 0),
         "missing_segments": len(facts["missing_segments"]),
         "event_id_gaps": gaps[0],
         "missing_event_ids": int(gaps[1] or 0),
-        "duplicate_event_ids": dups,
+        "duplicate_event_ids": a["dups"],
         "tail_event_ids_missing": facts["tail_event_ids_missing"],
         "checkpoint_beyond_log_bytes": facts["checkpoint_beyond_log_bytes"],
         "cq_missing": 0, "cq_extra": 0, "cq_wrong": 0, "cq_torn_files": 0,
         "changed_segments": probs.get("changed", 0),
     }  # fmt: skip
     ex = {
-        "problems": collect_rows(tables["problems"].orderBy("offset"), n),
-        "event_gaps": collect_rows(tables["event_gaps"], n),
-        "event_duplicates": collect_rows(tables["event_duplicates"].orderBy("event_id"), n),
+        "problems": a["ex_problems"],
+        "event_gaps": a["ex_gaps"],
+        "event_duplicates": a["ex_dups"],
         "missing_segments": facts["missing_segments"][:n],
     }
-    if "cq_mismatches" in tables:
-        cq = _counts(tables["cq_mismatches"], "status")
+    if "cq" in a:
+        cq = a["cq"]
         c["cq_missing"] = cq.get("missing", 0)
         c["cq_extra"] = cq.get("extra", 0)
         c["cq_wrong"] = cq.get("wrong", 0)
-        c["cq_torn_files"] = tables["cq_problems"].count()
-        order = ["topic", "queue_id", "queue_offset"]
-        ex["cq_mismatches"] = collect_rows(tables["cq_mismatches"].orderBy(*order), n)
+        c["cq_torn_files"] = a["cq_torn"]
+        ex["cq_mismatches"] = a["ex_cq"]
     return c, ex
 
 
-def consumption(tables, n):
-    """Return the consumption findings: lag, retry/DLQ volumes, delays, expired topics."""
+def integrity(tables, facts, n):
+    """Return C{(counters, examples)} of the integrity findings."""
+    return _integrity(at_once(**_integrity_asks(tables, n)), facts, n)
+
+
+def _consumption_asks(tables, n):
     d = tables["delays"]
-    agg = d.agg(
-        F.count("*").alias("delays"),
-        F.sum(F.col("pending").cast("int")).alias("pending"),
-        F.sum(F.col("overdue").cast("int")).alias("overdue"),
-        F.sum(F.when(F.col("overdue"), F.col("delay_count") - F.col("fired"))).alias("overdue_messages"),
-    ).first()
     return {
-        "lag": collect_rows(tables["consumer_lag"].orderBy("kind", "topic", "consumer", "queue_id")),
-        "retry_dlq": collect_rows(tables["retry_dlq"].orderBy("kind", "topic")),
+        "delays": lambda: d.agg(
+            F.count("*").alias("delays"),
+            F.sum(F.col("pending").cast("int")).alias("pending"),
+            F.sum(F.col("overdue").cast("int")).alias("overdue"),
+            F.sum(F.when(F.col("overdue"), F.col("delay_count") - F.col("fired"))).alias("overdue_messages"),
+        ).first(),
+        "lag": lambda: collect_rows(tables["consumer_lag"].orderBy("kind", "topic", "consumer", "queue_id")),
+        "retry_dlq": lambda: collect_rows(tables["retry_dlq"].orderBy("kind", "topic")),
+        "overdue": lambda: collect_rows(d.where("overdue").orderBy("trigger_ms"), n),
+        "expired": lambda: collect_rows(tables["expired_topics"].orderBy("topic")),
+    }
+
+
+def _consumption(a):
+    # The consumption findings: lag, retry/DLQ volumes, delays, expired topics.
+    agg = a["delays"]
+    return {
+        "lag": a["lag"],
+        "retry_dlq": a["retry_dlq"],
         "delays": {
             "total": agg["delays"],
             "pending": int(agg["pending"] or 0),
             "overdue": int(agg["overdue"] or 0),
             "overdue_messages": int(agg["overdue_messages"] or 0),
-            "overdue_examples": collect_rows(d.where("overdue").orderBy("trigger_ms"), n),
+            "overdue_examples": a["overdue"],
         },
-        "expired_topics_not_reclaimed": collect_rows(tables["expired_topics"].orderBy("topic")),
+        "expired_topics_not_reclaimed": a["expired"],
     }
 
 
 def summarize(tables, facts, args):
     """Build the summary dict of one directory (no C{compare} part, no exit code)."""
     n = args.max_examples
-    counters, examples = integrity(tables, facts, n)
-    stats = collect_rows(tables["queue_stats"].orderBy("topic", "queue_id"))
+    # Every question of the summary asked at once (see at_once).
+    ask = {f"i_{k}": fn for k, fn in _integrity_asks(tables, n).items()}
+    ask.update({f"c_{k}": fn for k, fn in _consumption_asks(tables, n).items()})
+    ask["stats"] = lambda: collect_rows(tables["queue_stats"].orderBy("topic", "queue_id"))
+    a = at_once(**ask)
+    counters, examples = _integrity({k[2:]: v for k, v in a.items() if k.startswith("i_")}, facts, n)
     t = facts["totals"]
     return {
         "data_dir": args.data_dir,
@@ -211,10 +254,10 @@ def summarize(tables, facts, args):
             **t,
         },
         "segments": facts["segments"],
-        "queues": stats,
+        "queues": a["stats"],
         "integrity": counters,
         "integrity_examples": examples,
-        "consumption": consumption(tables, n),
+        "consumption": _consumption({k[2:]: v for k, v in a.items() if k.startswith("c_")}),
     }
 
 
