@@ -80,7 +80,8 @@ def written(data, tmp_path_factory):
     its JVM mapped an archive, its CompletedProcess)}."""
     work = tmp_path_factory.mktemp("first")
     proc, mapped = _audit(data, work / "out", work / "cache")
-    return work / "cache", work / "out", mapped, proc
+    yield work / "cache", work / "out", mapped, proc
+    shutil.rmtree(work / "cache", ignore_errors=True)  # 120 MB pytest would keep
 
 
 def test_first_run_writes_the_archive_the_next_maps(data, written, tmp_path):
@@ -108,24 +109,27 @@ def test_damaged_archive(data, written, tmp_path, damage):
     exit 0, nothing of the JVM's on stdout and no crash report."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    (name,) = _archives(written[0])
-    path = cache / name
-    shutil.copyfile(written[0] / name, path)
-    size = os.path.getsize(path)
-    with open(path, "r+b") as f:
-        f.truncate(1 << 20)
-        if damage == "zeroed":
-            f.truncate(size)
-    second, mapped = _audit(data, tmp_path / "out2", cache)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert _summary(tmp_path / "out2") == _summary(written[1])
-    json.loads(second.stdout.split("\nreport:")[0])
-    assert not [n for n in os.listdir(tmp_path) if n.startswith("hs_err")]
-    assert not [n for n in os.listdir(cache) if n.startswith("hs_err")]
-    if damage == "cut":
-        assert not mapped
-        (again,) = _archives(cache)  # written anew by the second run, whole
-        assert os.path.getsize(cache / again) == int(again.rsplit("-", 1)[1][:-4]) > 1 << 20
+    try:
+        (name,) = _archives(written[0])
+        path = cache / name
+        shutil.copyfile(written[0] / name, path)
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.truncate(1 << 20)
+            if damage == "zeroed":
+                f.truncate(size)
+        second, mapped = _audit(data, tmp_path / "out2", cache)
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert _summary(tmp_path / "out2") == _summary(written[1])
+        json.loads(second.stdout.split("\nreport:")[0])
+        assert not [n for n in os.listdir(tmp_path) if n.startswith("hs_err")]
+        assert not [n for n in os.listdir(cache) if n.startswith("hs_err")]
+        if damage == "cut":
+            assert not mapped
+            (again,) = _archives(cache)  # written anew by the second run, whole
+            assert os.path.getsize(cache / again) == int(again.rsplit("-", 1)[1][:-4]) > 1 << 20
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)  # 120 MB pytest would keep
 
 
 def test_none_turns_it_off(tmp_path):
