@@ -163,10 +163,8 @@ def main():
                   f"{p50:>8.2f} {p99:>8.2f} {ratio:>6}")
     # A synchronous write waits for two more wake-ups than an asynchronous one: what the
     # host takes from this machine's CPUs moves the ratios more than the rates alone.
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[0]
     steal = steal_seconds() - steal0
-    print(f"load average now {load} ({os.cpu_count()} cores); host steal during the run:"
+    print(f"load average now {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores); host steal during the run:"
           f" {100 * steal / (time.monotonic() - wall0):.1f}% of one core")
 
 

@@ -164,8 +164,9 @@ class ClassArchive:
                 # The gateway JVM exits when its stdin closes; it writes the archive then.
                 if proc.stdin is not None:
                     proc.stdin.close()
-                if proc.wait(wait_s) == 0 and os.path.getsize(tmp) > 0:
-                    done = f"{tmp.rsplit('.', 2)[0]}-{os.path.getsize(tmp)}.jsa"
+                size = os.path.getsize(tmp) if proc.wait(wait_s) == 0 else 0
+                if size:
+                    done = f"{tmp.rsplit('.', 2)[0]}-{size}.jsa"  # PREFIX.PID.tmp -> PREFIX-SIZE.jsa
                     os.replace(tmp, done)
         except Exception:  # noqa: BLE001 - no archive this time; the audit's result stands
             done = None
@@ -195,7 +196,8 @@ def _remove_stale(directory):
     now = time.time()
     for path in glob.glob(os.path.join(glob.escape(directory), "audit-jvm-*.tmp")):
         try:
-            if now - os.path.getmtime(path) > STALE_S:
-                os.unlink(path)
+            stale = now - os.path.getmtime(path) > STALE_S
         except OSError:
-            pass
+            continue
+        if stale:
+            _unlink(path)

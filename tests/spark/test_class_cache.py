@@ -32,7 +32,8 @@ def _audit(data, out, cache):
                             stderr=subprocess.PIPE, text=True)
     mapped = False
     top = psutil.Process(proc.pid)
-    while proc.poll() is None and not mapped:
+    deadline = time.monotonic() + 400
+    while proc.poll() is None and not mapped and time.monotonic() < deadline:
         try:
             for p in top.children(recursive=True):
                 with open(f"/proc/{p.pid}/maps") as f:
@@ -41,7 +42,15 @@ def _audit(data, out, cache):
         except (OSError, psutil.Error):
             pass
         time.sleep(0.2)
-    stdout, stderr = proc.communicate(timeout=400)
+    try:
+        stdout, stderr = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        for p in top.children(recursive=True) + [top]:  # the JVM and its Python workers too
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        raise
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr), mapped
 
 

@@ -40,13 +40,14 @@ def free_port():
     out before: a port is only probed (bound, then closed), so two probes in a row can
     get the same one from the kernel, and a member of a group was once given one port
     for two of its doors (it could not start)."""
-    while True:
+    for _ in range(1000):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         if port not in _GIVEN:
             _GIVEN.add(port)
             return port
+    raise RuntimeError("the kernel keeps handing out ports this process already used")
 
 
 class EtcdProcess:
