@@ -18,6 +18,7 @@ from mqserver.broker.broker import Broker
 from mqserver.config import etcd_endpoints
 from mqserver.errors import StartupError
 from mqserver.runtime.fastpath import service_reactor
+from mqserver.runtime.output import together
 from mqserver.listen import server_endpoint
 from mqserver.security import AllowList, AllowListEndpoint
 from mqserver.store import format as fmt
@@ -128,7 +129,7 @@ class StorageService(service.MultiService):
             segment_size=config["store.maxLogSize"],
             cq_entries_per_file=config["store.cqEntriesPerFile"],
             flush_level=config["store.flushLevel"],
-            runner=ThreadRunner(reactor),
+            runner=ThreadRunner(reactor, around=together),
             housekeeping=ThreadRunner(reactor, name="mqserver-housekeeping"),
             store_host=host,
             max_message_size=config["store.maxMessageSize"],

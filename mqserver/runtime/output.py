@@ -8,7 +8,8 @@ of its connection, among three ways out:
 
   - corking: while the protocol handles one read (L{Output.received}) what it writes is
     gathered and leaves in one send when the read is handled (pipelined requests get one
-    send for all their replies);
+    send for all their replies); so is what any connection writes while L{together}
+    runs a function (a group commit answering every write its fsync covered);
   - a direct send (L{send_now}): a plain TCP connection with nothing queued ahead gets
     the bytes in this call, from the socket's C{send};
   - C{transport.write}: everything else, that is a connection with bytes queued, a
@@ -26,7 +27,7 @@ import socket
 
 from twisted.internet import tcp
 
-__all__ = ["Output", "send_now", "no_delay"]
+__all__ = ["Output", "send_now", "no_delay", "together"]
 
 
 def no_delay(transport):
@@ -117,6 +118,30 @@ def send_now(transport, data):
     transport.write(data)
 
 
+#: The Outputs holding writes while L{together} runs a function, else None.
+_held = None
+
+
+def together(f, *args):
+    """Call C{f(*args)} and return its result; what it makes connections write outside
+    their own reads is gathered per connection and leaves in one send each when it
+    returns (or raises). A group commit answers every write its fsync covered this way:
+    the Java client sends all its threads' requests on one connection, and their
+    answers then leave in one send instead of one each. Nested calls gather into the
+    outermost."""
+    global _held
+    if _held is not None:
+        return f(*args)
+    _held = held = []
+    try:
+        return f(*args)
+    finally:
+        _held = None
+        for out in held:
+            out.flush()
+            out._parts = None
+
+
 class Output:
     """Everything a connection's protocol writes goes through its L{Output} (see the
     module docstring): gathered while a read is handled, else sent at once.
@@ -137,6 +162,8 @@ class Output:
 
     def received(self, handle, data):
         """Call C{handle(data)}, then send everything it wrote, in one send."""
+        if self._parts is not None:  # held by together (a read inside its function)
+            self.flush()
         self._parts = parts = []
         try:
             handle(data)
@@ -151,6 +178,9 @@ class Output:
         """Write C{data}: gathered during L{received}, else sent at once."""
         if self._parts is not None:
             self._parts.append(data)
+        elif _held is not None:
+            self._parts = [data]
+            _held.append(self)
         else:
             # _send, inlined: this is every reply's path outside a read
             transport = self._protocol.transport
@@ -161,6 +191,9 @@ class Output:
         """Write the bytes of C{parts} one after the other, as one L{write}."""
         if self._parts is not None:
             self._parts.extend(parts)
+        elif _held is not None:
+            self._parts = list(parts)
+            _held.append(self)
         else:
             self._send(b"".join(parts))
 

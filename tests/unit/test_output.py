@@ -129,3 +129,63 @@ def restore_direct_sends():
     before = output._SUPPORTED
     yield
     output.enable(before)
+
+
+def _counting_conn():
+    conn = _string_conn()
+    conn.writes = []
+    conn.transport.write = conn.writes.append
+    return conn
+
+
+def test_together_gathers_each_connections_writes_into_one_write():
+    """What connections write outside their reads while together() runs a function
+    leaves when it returns, one write per connection with its bytes in order; the
+    function's result comes back, and nested calls gather into the outermost."""
+    a, b = _counting_conn(), _counting_conn()
+
+    def answer():
+        a.output.write(b"1")
+        b.output.write(b"x")
+        output.together(lambda: (a.output.write_sequence((b"2", b"3")), b.output.write(b"y")))
+        a.output.write(b"4")
+        assert a.writes == [] and b.writes == []
+        return "done"
+
+    assert output.together(answer) == "done"
+    assert a.writes == [b"1234"] and b.writes == [b"xy"]
+    a.output.write(b"5")
+    assert a.writes == [b"1234", b"5"], "after together() each write goes out at once"
+
+
+def test_together_sends_what_it_gathered_when_the_function_raises():
+    a = _counting_conn()
+
+    def fail():
+        a.output.write(b"answer")
+        raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):
+        output.together(fail)
+    assert a.writes == [b"answer"]
+    a.output.write(b"next")
+    assert a.writes == [b"answer", b"next"]
+
+
+def test_a_read_inside_together_keeps_the_order_of_the_writes():
+    """A connection that held writes for together() and then handles a read sends the
+    held bytes before the read's; detach() sends at once what was held."""
+    a, b = _counting_conn(), _counting_conn()
+
+    def run():
+        a.output.write(b"held")
+        a.output.received(lambda data: a.output.write(data), b"read")
+        a.output.write(b"after")
+        b.output.write(b"b1")
+        b.output.detach()
+        assert b.writes == [b"b1"]
+        b.output.write(b"b2")
+
+    output.together(run)
+    assert a.writes == [b"held", b"read", b"after"]
+    assert b.writes == [b"b1", b"b2"]

@@ -354,3 +354,31 @@ def test_a_read_goes_on_from_the_files_into_the_buffered_entries(tmp_path, flush
     assert got == expected
     bodies = [bytes(v.body) for v in read_all(s, "t")]
     assert bodies == [b"f%d" % i for i in range(flushed)] + [b"b0", b"b1", b"b2"]
+
+
+@pytest_twisted.inlineCallbacks
+def test_thread_runner_answers_through_around():
+    """With C{around}, the disk runner's results reach their callbacks through it, on
+    the reactor's thread: the broker gives output.together, so that everything a
+    group commit's answers write to one connection leaves in one write."""
+    from twisted.internet import defer, reactor
+
+    from mqserver.runtime import output
+    from mqserver.store.flush import ThreadRunner
+    from tests.unit.test_output import _counting_conn
+
+    conn = _counting_conn()
+    runner = ThreadRunner(reactor, around=output.together)
+    runner.start()
+    try:
+        d = runner.run(lambda: b"ok")
+        for reply in (b"1", b"2", b"3"):
+            d.addCallback(lambda r, reply=reply: (conn.output.write(reply), r)[1])
+        done = defer.Deferred()
+        d.addCallback(lambda r: reactor.callLater(0, done.callback, r))
+        assert (yield done) == b"ok"
+        assert conn.writes == [b"123"]
+        with pytest.raises(ZeroDivisionError):
+            yield runner.run(lambda: 1 / 0)
+    finally:
+        runner.stop()
