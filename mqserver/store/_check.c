@@ -1,6 +1,7 @@
 /* The read-path record check in C: is each record of a read sound (framing and body
  * CRC)? A speedup of format.first_damaged (format.py), which stays the reference and
- * the fallback; tests compare the two.
+ * the fallback; tests compare the two. Also the audit's step over a segment's records
+ * (walk), a speedup of the loop in spark/audit/scan.py's walk, its reference.
  *
  * Every read path (cursors, pulls, the replication feed) calls it once per read, over
  * the buffer the records came in, so a damaged record is never served. The CRC is
@@ -23,16 +24,17 @@
 enum { F_TOTAL, F_MAGIC, F_CRC, F_BODY_LEN, N_FIELDS };
 static const Py_ssize_t field_width[N_FIELDS] = {4, 4, 4, 4};
 static Py_ssize_t off[N_FIELDS], header_size, min_record_size;
-static uint32_t message_magic;
+static uint32_t message_magic, admin_magic;
 static int configured;
 
-/* configure(header_size, spans, min_record_size, message_magic): checked whole before
- * any of it is used (a failed call changes nothing). */
+/* configure(header_size, spans, min_record_size, message_magic, admin_magic): checked
+ * whole before any of it is used (a failed call changes nothing). */
 static PyObject *check_configure(PyObject *self, PyObject *args) {
     Py_ssize_t hsize, min_size, new_off[N_FIELDS];
     PyObject *spans;
-    unsigned long magic;
-    if (!PyArg_ParseTuple(args, "nO!nk", &hsize, &PyTuple_Type, &spans, &min_size, &magic))
+    unsigned long magic, admin;
+    if (!PyArg_ParseTuple(args, "nO!nkk", &hsize, &PyTuple_Type, &spans, &min_size, &magic,
+                          &admin))
         return NULL;
     if (read_spans(spans, N_FIELDS, field_width, hsize, 0, new_off, "record header") < 0)
         return NULL;
@@ -44,6 +46,7 @@ static PyObject *check_configure(PyObject *self, PyObject *args) {
     header_size = hsize;
     min_record_size = min_size;
     message_magic = (uint32_t)magic;
+    admin_magic = (uint32_t)admin;
     configured = 1;
     Py_RETURN_NONE;
 }
@@ -105,10 +108,75 @@ fail:
     return NULL;
 }
 
+/* walk(buf, pos, stop, limit) -> (positions, pos): step over the records of buf from
+ * pos (a record boundary) while pos < stop. A record there has the message or admin
+ * magic and a total size of at least the smallest record's that ends within limit
+ * (the file's end, as a position in buf) and within buf. positions holds the
+ * positions stepped over, native int64s in a bytes object; pos is where the walk
+ * ended: at or after stop, at a record that runs past buf, or at bytes no record
+ * starts with (the caller looks at what is there). */
+static PyObject *check_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
+        return NULL;
+    }
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "walk(buf, pos, stop, limit)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t stop = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len, n = 0, cap = 4096;
+    Py_ssize_t head = (off[F_TOTAL] > off[F_MAGIC] ? off[F_TOTAL] : off[F_MAGIC]) + 4;
+    if (limit > len)
+        limit = len;
+    int64_t *out = PyMem_Malloc(cap * sizeof(int64_t));
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    while (pos < stop && pos >= 0 && pos <= len - head) {
+        const unsigned char *p = buf + pos;
+        uint32_t magic = get_be32(p + off[F_MAGIC]);
+        Py_ssize_t size = (int32_t)get_be32(p + off[F_TOTAL]);
+        if ((magic != message_magic && magic != admin_magic) || size < min_record_size ||
+            size > limit - pos)
+            break;
+        if (n == cap) {
+            int64_t *more = PyMem_Realloc(out, 2 * cap * sizeof(int64_t));
+            if (more == NULL) {
+                PyMem_Free(out);
+                PyBuffer_Release(&view);
+                return PyErr_NoMemory();
+            }
+            out = more;
+            cap *= 2;
+        }
+        out[n++] = pos;
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    PyObject *positions = PyBytes_FromStringAndSize((const char *)out, n * (Py_ssize_t)sizeof(int64_t));
+    PyMem_Free(out);
+    if (positions == NULL)
+        return NULL;
+    return Py_BuildValue("(Nn)", positions, pos);
+}
+
 static PyMethodDef check_methods[] = {
     {"configure", check_configure, METH_VARARGS,
-     "configure(header_size, spans, min_record_size, message_magic): the layout, from "
-     "format.py (see native.py)."},
+     "configure(header_size, spans, min_record_size, message_magic, admin_magic): the "
+     "layout, from format.py (see native.py)."},
+    {"walk", (PyCFunction)(void (*)(void))check_walk, METH_FASTCALL,
+     "walk(buf, pos, stop, limit) -> (positions: int64 bytes, pos): the records stepped "
+     "over from pos (see spark/audit/scan.py)."},
     {"first_damaged", (PyCFunction)(void (*)(void))check_first_damaged, METH_FASTCALL,
      "first_damaged(buf, locs, check_crc) -> index of the first damaged record of locs, "
      "or -1."},

@@ -1,7 +1,7 @@
 """The store's C speedups, loaded and handed the storage layout.
 
 The C code (C{_pack.c}: record packing on publish; C{_check.c}: the read-path record
-check; C{_index.c}: the key index's usual put) writes no layout of its own: this module gives each its C{configure()} the offsets
+check, and the audit's step over a segment's records; C{_index.c}: the key index's usual put) writes no layout of its own: this module gives each its C{configure()} the offsets
 and sizes of the fields it touches, derived from the construct schemas of
 L{mqserver.store.format}, once, at import. A module that is not built (or
 C{MQSERVER_PURE_PYTHON}) is None here, and the store runs the Python code.
@@ -14,7 +14,7 @@ from mqserver.store import format as fmt
 from mqserver.store.message import PutResult
 
 __all__ = ["check", "configure_check", "configure_index", "configure_pack", "configure_usual",
-           "first_damaged", "index", "pack", "spans"]
+           "first_damaged", "index", "pack", "spans", "walk"]
 
 #: The order of the header fields in C{_pack.configure()}'s spans.
 PACK_FIELDS = (
@@ -62,7 +62,7 @@ def configure_usual(module):
 def configure_check(module, header=fmt.HEADER_LAYOUT):
     """Hand the record layout to C{module} (C{_check})."""
     module.configure(header.size, spans(header, CHECK_FIELDS), fmt.MIN_RECORD_SIZE,
-                     fmt.MESSAGE_MAGIC)
+                     fmt.MESSAGE_MAGIC, fmt.ADMIN_MAGIC)
 
 
 #: The C speedup of the record packing (None: the Python loop, Writer._pack_py).
@@ -75,6 +75,8 @@ check = speedups.load("mqserver.store._check")
 if check is not None:
     configure_check(check)
 first_damaged = fmt.first_damaged if check is None else check.first_damaged
+#: The C step over a segment's records (the audit's L{spark.audit.scan.walk}), or None.
+walk = None if check is None else check.walk
 #: The C speedup of the key index's usual put (index.put_uniq_py).
 index = speedups.load("mqserver.store._index")
 if index is not None:

@@ -52,7 +52,8 @@ _DIGEST_HOLES = np.r_[tuple(
     slice(at, at + size)
     for at, size in ((fmt.HEADER_LAYOUT.offset(n), fmt.HEADER_LAYOUT.field_size(n))
                      for n in ("physical_offset", "store_host")))]
-_KEYS = (b"TAGS\x01", fmt.DELAY_PROPERTY + b"\x01", b"DELAY\x01")
+#: The keys of a message's delay properties, as they stand in its properties string.
+_DELAY_ID_KEY, _LEVEL_KEY = fmt.DELAY_PROPERTY + b"\x01", b"DELAY\x01"
 
 
 class Layout:
@@ -177,14 +178,15 @@ def _message_props(buf, layout, idx):
     delay_id = [None] * len(idx)
     level = [None] * len(idx)
     at, ln = layout.props_at[idx].tolist(), layout.props_len[idx].tolist()
+    tag_hash_of, delay_key, level_key = fmt.tag_hash_of, _DELAY_ID_KEY, _LEVEL_KEY
     for j, (s, n) in enumerate(zip(at, ln)):
-        if not n:
-            continue
-        props = bytes(buf[s : s + n])
-        if not any(k in props for k in _KEYS):
-            continue
-        delay_id[j], level[j] = rec._property_fields(props)
-        tag[j] = fmt.tag_hash_of(props)
+        props = buf[s : s + n]
+        # tag_hash_of is 0 without a TAGS item (the C speedup finds that at once)
+        t = tag_hash_of(props)
+        if t:
+            tag[j] = t
+        if delay_key in props or level_key in props:
+            delay_id[j], level[j] = rec._property_fields(bytes(props))
     return tag, delay_id, level
 
 

@@ -27,6 +27,7 @@ import re
 import numpy as np
 
 from mqserver.store import format as fmt
+from mqserver.store.native import walk as _walk
 from spark.audit import records as rec
 
 _MIN_SIZE = fmt.HEADER_SIZE + 3
@@ -153,7 +154,8 @@ def walk(chunk, a, b):
     C{(kind, pos, detail)} with kind C{blank} (detail: the declared segment size),
     C{zeros}, C{eof}, C{torn} or C{corrupt}.
 
-    The loop checks only what it needs to move on (magic, size, the file's end); the
+    The loop checks only what it needs to move on (magic, size, the file's end), in C
+    where the store's speedups are built (C{mqserver.store.native.walk}); the
     inner lengths and physical offsets of the records it returns are checked in bulk by
     the caller (L{spark.audit.columns.first_invalid}), which cuts the list at the first
     bad one, as a record-by-record scan would have stopped there."""
@@ -166,6 +168,13 @@ def walk(chunk, a, b):
     buf, lo = chunk.buf, chunk.lo
     last = -1
     while pos < b:
+        if _walk is not None:  # the C step, up to what needs this loop's care
+            found, at = _walk(buf, pos - lo, b - lo, end - lo)
+            if found:
+                positions.extend((np.frombuffer(found, dtype=np.int64) + lo).tolist())
+            pos = at + lo
+            if pos >= b:
+                break
         if pos + fmt.BLANK_SIZE > lo + len(buf):
             break
         size, magic = unpack(buf, pos - lo)

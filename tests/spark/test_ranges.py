@@ -66,7 +66,19 @@ def _same(data):
         assert range_items(data, split) == ref, split
 
 
-def test_clean_broker_directory(broker_dir):
+@pytest.fixture(params=["c", "python"])
+def walk_step(request, monkeypatch):
+    """The record walk's step in C (mqserver.store.native.walk) and in Python."""
+    from spark.audit import scan
+
+    if request.param == "python":
+        monkeypatch.setattr(scan, "_walk", None)
+    elif scan._walk is None:
+        pytest.skip("the store's C speedups are not built")
+    return request.param
+
+
+def test_clean_broker_directory(broker_dir, walk_step):
     """The broker's own directory decodes to the same items at every split."""
     _same(broker_dir[0])
 
@@ -76,7 +88,7 @@ def test_clean_broker_directory(broker_dir):
     ["crc", "relabel", "torn", "bad_magic", "bad_size", "physical_offset", "zero_tail", "not_a_segment", "cut",
      "header"],
 )
-def test_damaged_copies(broker_dir, tmp_path, damage):
+def test_damaged_copies(broker_dir, tmp_path, damage, walk_step):
     """Each kind of damage, anywhere in a segment, gives the reference's items: the
     damaged bytes as one problem, and the records from the next sound one on, whichever
     range holds them."""

@@ -2,6 +2,7 @@
 gives (mqserver/speedups.py)."""
 
 import importlib
+import struct
 import zlib
 
 import pytest
@@ -432,6 +433,56 @@ def test_record_check_sees_a_flipped_body_byte():
     assert check.first_damaged(bytes(rec), locs, False) == -1  # framing only
 
 
+def _walk_py(buf, pos, stop, limit):
+    """The audit's record walk step (spark/audit/scan.py walk), as _check.walk's contract
+    says: records with either magic and a size that ends within limit and buf."""
+    limit, out = min(limit, len(buf)), []
+    while pos < stop and 0 <= pos and pos + fmt.BLANK_SIZE <= len(buf):
+        size, magic = fmt.BLANK.unpack_from(buf, pos)
+        if magic not in (fmt.MESSAGE_MAGIC, fmt.ADMIN_MAGIC) or size < fmt.MIN_RECORD_SIZE or size > limit - pos:
+            break
+        out.append(pos)
+        pos += size
+    return out, pos
+
+
+def _admin(body):
+    return fmt.pack_record(
+        magic=fmt.ADMIN_MAGIC, flag=fmt.OP_CREATE, physical_offset=0, born_ts=0, born_host=fmt.NO_HOST,
+        store_host=fmt.NO_HOST, reconsume_times=0, queue_id=0, queue_offset=0, sys_flag=0, store_ts=1,
+        event_id=1, body=body, topic=b"t", properties=b"")
+
+
+@settings(max_examples=300)
+@given(st.lists(st.one_of(_message, st.binary(max_size=40)), min_size=1, max_size=8),
+       st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 255)), max_size=3),
+       st.integers(0, 40), st.integers(0, 4000), st.integers(-10, 4000), st.integers(0, 60))
+def test_record_walk_matches_python(items, flips, start, stop, limit, cut):
+    """The C walk steps over the same records and stops at the same place as the
+    Python step, through message and admin records, flipped bytes, stops and limits
+    anywhere, and a buffer cut short."""
+    check = _c_module("mqserver.store._check")
+    buf = bytearray(b"".join(_pack(m) if isinstance(m, dict) else _admin(m) for m in items))
+    for at, xor in flips:
+        if at < len(buf):
+            buf[at] ^= xor
+    buf = bytes(buf[: max(0, len(buf) - cut)])
+    start = min(start, len(buf))
+    found, pos = check.walk(buf, start, stop, limit)
+    assert (list(struct.unpack(f"={len(found) // 8}q", found)), pos) == _walk_py(buf, start, stop, limit)
+
+
+def test_record_walk_steps_over_a_log():
+    check = _c_module("mqserver.store._check")
+    recs = [_pack({"queue_id": 0, "queue_offset": i, "sys_flag": 0, "store_ts": 1, "event_id": i + 1,
+                   "body": b"x" * i, "topic": b"t", "properties": b""}) for i in range(50)]
+    buf = b"".join(recs) + bytes(64)
+    found, pos = check.walk(buf, 0, len(buf), len(buf))
+    starts = [sum(map(len, recs[:i])) for i in range(50)]
+    assert list(struct.unpack(f"={len(found) // 8}q", found)) == starts
+    assert pos == sum(map(len, recs)), "it stops at the zeros after the last record"
+
+
 # -- the C layouts come from configure() ---------------------------------------------------
 
 #: The record schema with its header fields in reverse order: a layout no C code could
@@ -521,9 +572,9 @@ def test_check_configure_refuses_a_layout_it_cannot_read():
     check = _c_module("mqserver.store._check")
     spans = native.spans(fmt.HEADER_LAYOUT, native.CHECK_FIELDS)
     with pytest.raises(ValueError):
-        check.configure(fmt.HEADER_SIZE, ((0, 8),) + spans[1:], fmt.MIN_RECORD_SIZE, fmt.MESSAGE_MAGIC)
+        check.configure(fmt.HEADER_SIZE, ((0, 8),) + spans[1:], fmt.MIN_RECORD_SIZE, fmt.MESSAGE_MAGIC, fmt.ADMIN_MAGIC)
     with pytest.raises(ValueError):
-        check.configure(fmt.HEADER_SIZE, spans, fmt.HEADER_SIZE - 1, fmt.MESSAGE_MAGIC)
+        check.configure(fmt.HEADER_SIZE, spans, fmt.HEADER_SIZE - 1, fmt.MESSAGE_MAGIC, fmt.ADMIN_MAGIC)
     rec = _pack({"queue_id": 0, "queue_offset": 0, "sys_flag": 0, "store_ts": 1, "event_id": 1,
                  "body": b"x", "topic": b"t", "properties": b""})
     assert check.first_damaged(rec, [(0, len(rec))], True) == -1
