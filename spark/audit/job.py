@@ -11,6 +11,7 @@ test-case-name: tests.spark.test_audit_job
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -228,9 +229,17 @@ def interpreted(spark, on):
 
 def ship_code(spark):
     """Add the zip of L{spark.audit.package} to the job, unless spark-submit was given
-    C{--py-files} already: executors on a cluster then import the format module."""
+    C{--py-files} already or the master is local (C{local}, C{local[N]}): executors on
+    a cluster then import the format module. Returns the zip's path (in a temporary
+    directory of its own, which L{main} removes once Spark stopped), or None."""
     conf = spark.sparkContext.getConf()
     if conf.get("spark.submit.pyFiles", ""):
+        return None
+    master = spark.sparkContext.master
+    if master == "local" or master.startswith("local["):
+        # The Python workers run here, with this interpreter, its environment and this
+        # working directory: they import this code as the driver did, C speedups
+        # included, which a zip ahead of them on the workers' path would hide.
         return None
     from spark.audit.package import build_pyfiles
 
@@ -824,8 +833,9 @@ def main(argv=None):
               "apt-get install default-jre-headless) or set JAVA_HOME.", file=sys.stderr)  # fmt: skip
         return 2
     code = 2
+    shipped = None
     try:
-        ship_code(spark)
+        shipped = ship_code(spark)
         summary, code = run(spark, args)
         from spark.audit.summary import console_summary
 
@@ -839,6 +849,8 @@ def main(argv=None):
         code = 2
     finally:
         stop_bounded(spark, code)
+        if shipped is not None:  # its temporary directory, once the workers are gone
+            shutil.rmtree(os.path.dirname(shipped), ignore_errors=True)
         if archive is not None:
             archive.finish(jvm_process(spark))
     return code

@@ -27,8 +27,12 @@ import re
 import numpy as np
 
 from mqserver.store import format as fmt
-from mqserver.store.native import walk as _walk
 from spark.audit import records as rec
+
+try:
+    from mqserver.store.native import walk as _walk
+except ImportError:  # the zip shipped to a cluster (spark.audit.package) holds no C code
+    _walk = None
 
 _MIN_SIZE = fmt.HEADER_SIZE + 3
 _MAGICS = (fmt.MESSAGE_MAGIC, fmt.ADMIN_MAGIC)

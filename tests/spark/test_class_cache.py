@@ -25,7 +25,9 @@ def _archives(cache):
 def _audit(data, out, cache):
     """Run the audit in its own process with C{--class-cache cache}; returns
     C{(CompletedProcess-like, whether a process of its tree mapped an archive of cache)}."""
-    env = dict(os.environ, PYTHONPATH=ROOT, SPARK_LOCAL_IP="127.0.0.1")
+    tmp = out.parent / "tmp"  # Python's temporary files: the test checks none is left
+    tmp.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=ROOT, SPARK_LOCAL_IP="127.0.0.1", TMPDIR=str(tmp))
     cmd = [sys.executable, "-m", "spark.audit", str(data), "--out", str(out), "--quiet",
            "--master", "local[2]", "--class-cache", str(cache)]
     proc = subprocess.Popen(cmd, env=env, cwd=str(out.parent), stdout=subprocess.PIPE,
@@ -108,6 +110,9 @@ def test_first_run_writes_the_archive_the_next_maps(data, written, tmp_path):
     assert _summary(tmp_path / "out2") == _summary(out1)
     json.loads(second.stdout.split("\nreport:")[0])
     assert _archives(cache) == [name]
+    for run in (out1, tmp_path / "out2"):
+        left = [n for n in os.listdir(run.parent / "tmp") if n.startswith("mqaudit-")]
+        assert not left, f"the audit left its code's zip behind: {left}"
 
 
 @pytest.mark.parametrize("damage", ["cut", "zeroed"])
