@@ -1,7 +1,8 @@
 /* The read-path record check in C: is each record of a read sound (framing and body
  * CRC)? A speedup of format.first_damaged (format.py), which stays the reference and
  * the fallback; tests compare the two. Also the audit's step over a segment's records
- * (walk), a speedup of the loop in spark/audit/scan.py's walk, its reference.
+ * (walk), a speedup of the loop in spark/audit/scan.py's walk, its reference, and its
+ * CRCs of many spans at once (crc32s).
  *
  * Every read path (cursors, pulls, the replication feed) calls it once per read, over
  * the buffer the records came in, so a damaged record is never served. The CRC is
@@ -15,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <limits.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -170,6 +172,57 @@ static PyObject *check_walk(PyObject *self, PyObject *const *args, Py_ssize_t na
     return Py_BuildValue("(Nn)", positions, pos);
 }
 
+/* crc32s(buf, starts, lengths) -> bytes: zlib's CRC-32 of buf[starts[i]:starts[i] +
+ * lengths[i]] for each i, native uint32s. starts and lengths are buffers of native
+ * int64s of one length (numpy arrays); a span outside buf raises ValueError. The
+ * audit's body CRCs (spark/audit/columns.py _body_crcs, the reference). */
+static PyObject *check_crc32s(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "crc32s(buf, starts, lengths)");
+        return NULL;
+    }
+    Py_buffer view, st, ln;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &st, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &ln, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&st);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (st.len != ln.len || st.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "starts and lengths must be int64 arrays of one length");
+        goto done;
+    }
+    Py_ssize_t n = st.len / (Py_ssize_t)sizeof(int64_t);
+    out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint32_t));
+    if (out == NULL)
+        goto done;
+    uint32_t *crc = (uint32_t *)PyBytes_AS_STRING(out);
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t a, b;
+        memcpy(&a, (const char *)st.buf + i * sizeof(int64_t), sizeof a);
+        memcpy(&b, (const char *)ln.buf + i * sizeof(int64_t), sizeof b);
+        if (a < 0 || b < 0 || a > view.len || b > view.len - a || b > UINT_MAX) {
+            PyErr_Format(PyExc_ValueError, "span %zd (%lld, %lld) is outside the buffer",
+                         i, (long long)a, (long long)b);
+            Py_CLEAR(out);
+            goto done;
+        }
+        crc[i] = (uint32_t)crc32(0L, buf + a, (uInt)b);
+    }
+done:
+    PyBuffer_Release(&ln);
+    PyBuffer_Release(&st);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef check_methods[] = {
     {"configure", check_configure, METH_VARARGS,
      "configure(header_size, spans, min_record_size, message_magic, admin_magic): the "
@@ -177,6 +230,8 @@ static PyMethodDef check_methods[] = {
     {"walk", (PyCFunction)(void (*)(void))check_walk, METH_FASTCALL,
      "walk(buf, pos, stop, limit) -> (positions: int64 bytes, pos): the records stepped "
      "over from pos (see spark/audit/scan.py)."},
+    {"crc32s", (PyCFunction)(void (*)(void))check_crc32s, METH_FASTCALL,
+     "crc32s(buf, starts, lengths) -> uint32 bytes: the CRC-32 of each span of buf."},
     {"first_damaged", (PyCFunction)(void (*)(void))check_first_damaged, METH_FASTCALL,
      "first_damaged(buf, locs, check_crc) -> index of the first damaged record of locs, "
      "or -1."},

@@ -14,7 +14,7 @@ from mqserver.store import format as fmt
 from mqserver.store.message import PutResult
 
 __all__ = ["check", "configure_check", "configure_index", "configure_pack", "configure_usual",
-           "first_damaged", "index", "pack", "spans", "walk"]
+           "crc32s", "first_damaged", "index", "pack", "spans", "walk"]
 
 #: The order of the header fields in C{_pack.configure()}'s spans.
 PACK_FIELDS = (
@@ -77,6 +77,8 @@ if check is not None:
 first_damaged = fmt.first_damaged if check is None else check.first_damaged
 #: The C step over a segment's records (the audit's L{spark.audit.scan.walk}), or None.
 walk = None if check is None else check.walk
+#: The CRC-32s of many spans of a buffer at once (the audit's body CRCs), or None.
+crc32s = None if check is None else check.crc32s
 #: The C speedup of the key index's usual put (index.put_uniq_py).
 index = speedups.load("mqserver.store._index")
 if index is not None:

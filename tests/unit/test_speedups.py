@@ -1,6 +1,7 @@
 """The C speedups are built and give, byte for byte, what the Python code they speed up
 gives (mqserver/speedups.py)."""
 
+import array
 import importlib
 import struct
 import zlib
@@ -481,6 +482,29 @@ def test_record_walk_steps_over_a_log():
     starts = [sum(map(len, recs[:i])) for i in range(50)]
     assert list(struct.unpack(f"={len(found) // 8}q", found)) == starts
     assert pos == sum(map(len, recs)), "it stops at the zeros after the last record"
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=600), st.lists(st.tuples(st.integers(0, 600), st.integers(0, 600)), max_size=12))
+def test_crc32s_match_zlib(buf, spans):
+    """The C CRCs of many spans give zlib's CRC-32 of each; a span outside the buffer is
+    refused with ValueError, never read."""
+    check = _c_module("mqserver.store._check")
+    starts, lengths = array.array("q", [a for a, _ in spans]), array.array("q", [n for _, n in spans])
+    if all(a + n <= len(buf) for a, n in spans):
+        got = check.crc32s(buf, starts, lengths)
+        assert list(array.array("I", got)) == [zlib.crc32(buf[a:a + n]) for a, n in spans]
+    else:
+        with pytest.raises(ValueError):
+            check.crc32s(buf, starts, lengths)
+
+
+def test_crc32s_refuse_spans_of_two_lengths():
+    check = _c_module("mqserver.store._check")
+    with pytest.raises(ValueError):
+        check.crc32s(b"abc", array.array("q", [0, 1]), array.array("q", [1]))
+    with pytest.raises(ValueError):
+        check.crc32s(b"abc", array.array("q", [-1]), array.array("q", [1]))
 
 
 # -- the C layouts come from configure() ---------------------------------------------------
