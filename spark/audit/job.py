@@ -9,6 +9,7 @@ test-case-name: tests.spark.test_audit_job
 """
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -320,10 +321,19 @@ def list_files(spark, path):
     ]  # fmt: skip
 
 
+def one_task_each(spark, tasks, fn, ddl):
+    """Return the DataFrame (schema C{ddl}) of C{fn(tasks, batches)} run as
+    C{mapInArrow}, one Spark task per element of C{tasks}: the JVM numbers them
+    (C{spark.range}, one number per partition) and each worker looks its own up
+    (L{ranges.numbered})."""
+    n = max(1, len(tasks))
+    return spark.range(0, len(tasks), 1, n).mapInArrow(functools.partial(fn, tasks), ddl)
+
+
 def _decode(spark, tasks):
-    """Run L{ranges.decode_ranges} over C{tasks} (RANGE_DDL tuples), one task each."""
-    rdd = spark.sparkContext.parallelize(tasks, max(1, len(tasks)))
-    return spark.createDataFrame(rdd, R.RANGE_DDL).mapInArrow(R.decode_ranges, rec.ITEM_DDL)
+    """Run L{ranges.decode_ranges} over C{tasks} (tuples of L{ranges.RANGE_FIELDS}), one
+    task each."""
+    return one_task_each(spark, tasks, R.decode_ranges, rec.ITEM_DDL)
 
 
 def _range_rows(items):
@@ -450,8 +460,7 @@ def read_cq(spark, data_dir, low=None):
     if not files:
         return spark.createDataFrame([], rec.CQ_DDL)
     groups = [(g, None, None) for g in R.group_files(files)]
-    rdd = spark.sparkContext.parallelize(groups, len(groups))
-    df = spark.createDataFrame(rdd, R.CQ_TASK_DDL).mapInArrow(R.decode_cq_groups, rec.CQ_DDL)
+    df = one_task_each(spark, groups, R.decode_cq_groups, rec.CQ_DDL)
     return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 
@@ -467,8 +476,7 @@ def read_cq_compact(spark, data_dir, durable=None, limit=None):
         return spark.createDataFrame([], rec.CQ_COMPACT_DDL)
     spec = json.dumps(durable) if durable is not None else None
     groups = [(g, spec, limit) for g in R.group_files(files)]
-    rdd = spark.sparkContext.parallelize(groups, len(groups))
-    df = spark.createDataFrame(rdd, R.CQ_TASK_DDL).mapInArrow(R.decode_cq_compact, rec.CQ_COMPACT_DDL)
+    df = one_task_each(spark, groups, R.decode_cq_compact, rec.CQ_COMPACT_DDL)
     return df.persist(StorageLevel.MEMORY_AND_DISK)
 
 

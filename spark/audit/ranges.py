@@ -16,8 +16,11 @@ misled by damage next to the boundary), the range is walked again from the right
 test-case-name: tests.spark.test_ranges
 """
 
+import gc
 import json
 import os
+import sys
+import zipimport
 import zlib
 from urllib.parse import unquote, urlparse
 
@@ -27,21 +30,18 @@ from mqserver.store import format as fmt
 from spark.audit import columns as C
 from spark.audit import scan
 
-#: One task: a byte range of a segment file; C{start_at} a known record boundary or null.
-RANGE_DDL = (
-    "uri string, seg_start bigint, file_length bigint, range_start bigint, range_end bigint, start_at bigint,"
-    " digest boolean, live string"
-)
+#: One task: a byte range of a segment file; C{start_at} a known record boundary or None.
+RANGE_FIELDS = ("uri", "seg_start", "file_length", "range_start", "range_end", "start_at", "digest", "live")
 #: Consume-queue files, grouped into tasks: C{uris}; for the compact form the durable
 #: queue lengths (JSON C{[[topic, queue_id, length]]}) and log offset, when C{--live}.
-CQ_TASK_DDL = "uris array<string>, durable string, log_limit bigint"
+CQ_TASK_FIELDS = ("uris", "durable", "log_limit")
 BATCH = 65536
 _READ_PAD = 64 << 10
 DEFAULT_SPLIT = 64 << 20
 
 
 def plan(files, split=DEFAULT_SPLIT, digest=True, live=None, begin=None):
-    """Return the ranges (RANGE_DDL tuples) of C{files}, C{[(name, uri, length)]} of
+    """Return the ranges (tuples of L{RANGE_FIELDS}) of C{files}, C{[(name, uri, length)]} of
     the segment files whose names are 20 digits; C{digest}: compute record digests;
     C{live}: the compact form (L{spark.audit.columns.compact_batches}) for these live
     topics (JSON C{{topic: create_event_id}}), else one item per record. C{begin}:
@@ -208,16 +208,49 @@ def decode_range(read_at, seg_start, length, a, b, start_at=None, digest=True, l
     )  # fmt: skip
 
 
-def decode_ranges(batches):
-    """The C{mapInArrow} function: RANGE_DDL batches in, item batches out."""
+def settle_worker():
+    """Make a reused PySpark worker's housekeeping between tasks cheap. Every task
+    function of the audit calls it first.
+
+    A PySpark worker calls C{importlib.invalidate_caches()} before each task and
+    C{gc.collect()} after it. Before Python 3.12 the first makes each zip finder in
+    C{sys.path_importer_cache} read its archive's whole directory again (CPython issue
+    103200): one for pyspark.zip, py4j's zip and Spark's core jar, which Spark puts on
+    the workers' path, and one for each package imported from them; so those finders
+    are dropped (an import still to come finds its archive again). The full collection
+    walks every object the worker holds, numpy, pyarrow and pyspark's modules included;
+    C{gc.freeze()} puts the objects alive now out of its reach, so it looks only at what
+    the task makes, and frees that as before. Each took some 20-80 ms of a worker's CPU
+    per task."""
+    if sys.version_info < (3, 12):
+        cache = sys.path_importer_cache
+        for entry, finder in list(cache.items()):
+            if isinstance(finder, zipimport.zipimporter):
+                del cache[entry]
+    gc.freeze()
+
+
+def numbered(tasks, fields, batches):
+    """Yield, as dicts of C{fields}, the C{tasks} whose numbers the first column of the
+    Arrow C{batches} holds (the C{id} of C{spark.range}: the job numbers the tasks in the
+    JVM and ships the list with the function, so no Python worker turns the driver's
+    rows into a DataFrame first). Calls L{settle_worker} first."""
+    settle_worker()
     for rb in batches:
-        for r in rb.to_pylist():
-            reader = Reader(r["uri"])
-            try:
-                yield from decode_range(reader.read_at, r["seg_start"], r["file_length"], r["range_start"],
-                                        r["range_end"], r["start_at"], r["digest"], r.get("live"))  # fmt: skip
-            finally:
-                reader.close()
+        for i in rb.column(0).to_pylist():
+            yield dict(zip(fields, tasks[i]))
+
+
+def decode_ranges(tasks, batches):
+    """The C{mapInArrow} function (with C{tasks} bound): task numbers in (L{numbered},
+    L{RANGE_FIELDS}), item batches out."""
+    for r in numbered(tasks, RANGE_FIELDS, batches):
+        reader = Reader(r["uri"])
+        try:
+            yield from decode_range(reader.read_at, r["seg_start"], r["file_length"], r["range_start"],
+                                    r["range_end"], r["start_at"], r["digest"], r["live"])  # fmt: skip
+        finally:
+            reader.close()
 
 
 def _read_whole(uri):
@@ -228,25 +261,25 @@ def _read_whole(uri):
         reader.close()
 
 
-def decode_cq_groups(batches):
-    """The C{mapInArrow} function for consume queues: lists of URIs in, entries out."""
-    for rb in batches:
-        for r in rb.to_pylist():
-            for uri in r["uris"]:
-                yield C.cq_batch(uri, _read_whole(uri))
+def decode_cq_groups(tasks, batches):
+    """The C{mapInArrow} function for consume queues (with C{tasks} bound): task numbers
+    in (L{numbered}, L{CQ_TASK_FIELDS}), entries out."""
+    for r in numbered(tasks, CQ_TASK_FIELDS, batches):
+        for uri in r["uris"]:
+            yield C.cq_batch(uri, _read_whole(uri))
 
 
-def decode_cq_compact(batches):
+def decode_cq_compact(tasks, batches):
     """The C{mapInArrow} function for the compact consume queues
-    (L{spark.audit.columns.cq_compact_file}): lists of URIs in, problems and per-block
-    signatures out, file by file."""
-    for rb in batches:
-        for r in rb.to_pylist():
-            durable = None
-            if r.get("durable") is not None:
-                durable = {(t, int(q)): int(n) for t, q, n in json.loads(r["durable"])}
-            for uri in r["uris"]:
-                yield from C.cq_compact_file(uri, _read_whole(uri), durable, r.get("log_limit")).to_batches()
+    (L{spark.audit.columns.cq_compact_file}, with C{tasks} bound): task numbers in
+    (L{numbered}, L{CQ_TASK_FIELDS}), problems and per-block signatures out, file by
+    file."""
+    for r in numbered(tasks, CQ_TASK_FIELDS, batches):
+        durable = None
+        if r["durable"] is not None:
+            durable = {(t, int(q)): int(n) for t, q, n in json.loads(r["durable"])}
+        for uri in r["uris"]:
+            yield from C.cq_compact_file(uri, _read_whole(uri), durable, r["log_limit"]).to_batches()
 
 
 def consolidate(rows, begin=None):
@@ -341,4 +374,4 @@ def bad_name_item(name, length):
     return {"kind": "problem", "size": length, "problem": "corrupt", "detail": f"not a segment name: {name}"}
 
 
-__all__ = ["plan", "decode_range", "decode_ranges", "decode_cq_groups", "decode_cq_compact", "consolidate", "fmt"]
+__all__ = ["plan", "decode_range", "numbered", "decode_ranges", "decode_cq_groups", "decode_cq_compact", "consolidate", "fmt"]

@@ -154,6 +154,7 @@ def file_digest(uri, n, more=None):
     """Return the SHA-256 (hex) of the first C{n} bytes of C{uri}, how many it read, and
     with C{more} (> C{n}) the SHA-256 of the first C{more} bytes, hashed on in the same
     pass (else None)."""
+    R.settle_worker()
     reader = R.Reader(uri)
     h = hashlib.sha256()
     got, first = 0, None
