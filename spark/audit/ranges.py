@@ -220,7 +220,7 @@ def settle_worker():
     are dropped (an import still to come finds its archive again). The full collection
     walks every object the worker holds, numpy, pyarrow and pyspark's modules included;
     C{gc.freeze()} puts the objects alive now out of its reach, so it looks only at what
-    the task makes, and frees that as before. Each took some 20-80 ms of a worker's CPU
+    the task makes, and frees that as before. Each took some 20-100 ms of a worker's CPU
     per task."""
     if sys.version_info < (3, 12):
         cache = sys.path_importer_cache
