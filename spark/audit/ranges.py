@@ -219,15 +219,17 @@ def settle_worker():
     the workers' path, and one for each package imported from them; so those finders
     are dropped (an import still to come finds its archive again). The full collection
     walks every object the worker holds, numpy, pyarrow and pyspark's modules included;
-    C{gc.freeze()} puts the objects alive now out of its reach, so it looks only at what
-    the task makes, and frees that as before. Each took some 20-100 ms of a worker's CPU
-    per task."""
+    at its first task C{gc.freeze()} puts the objects alive then out of its reach, so it
+    looks only at what tasks make, and frees that as before (once only: what a later
+    task holds as it starts is garbage after it). Each took some 20-100 ms of a worker's
+    CPU per task."""
     if sys.version_info < (3, 12):
         cache = sys.path_importer_cache
         for entry, finder in list(cache.items()):
             if isinstance(finder, zipimport.zipimporter):
                 del cache[entry]
-    gc.freeze()
+    if not gc.get_freeze_count():
+        gc.freeze()
 
 
 def numbered(tasks, fields, batches):
