@@ -214,10 +214,10 @@ def settle_worker():
 
     A PySpark worker calls C{importlib.invalidate_caches()} before each task and
     C{gc.collect()} after it. Before Python 3.12 the first makes each zip finder in
-    C{sys.path_importer_cache} read its archive's whole directory again (CPython issue
-    103200): one for pyspark.zip, py4j's zip and Spark's core jar, which Spark puts on
-    the workers' path, and one for each package imported from them; so those finders
-    are dropped (an import still to come finds its archive again). The full collection
+    C{sys.path_importer_cache} read its archive's whole directory again
+    (python/cpython#103200): one for pyspark.zip, py4j's zip and Spark's core jar, which
+    Spark puts on the workers' path, and one for each package imported from them; so
+    those finders are dropped (an import still to come finds its archive again). The full collection
     walks every object the worker holds, numpy, pyarrow and pyspark's modules included;
     at its first task C{gc.freeze()} puts the objects alive then out of its reach, so it
     looks only at what tasks make, and frees that as before (once only: what a later
