@@ -305,13 +305,13 @@ def test_settle_worker_drops_zip_finders_and_freezes_what_is_alive(zipped_packag
     from zpkg import b
 
     assert b.B == 2
-    frozen = gc.get_freeze_count()
-    assert frozen > 0
+    assert gc.get_freeze_count() > 0
     after = [["made after"]]
     generations = [id(o) for g in range(3) for o in gc.get_objects(generation=g)]
     assert id(after) in generations and id(before) not in generations
-    R.settle_worker()  # a later task: what it holds as it starts stays collectable
-    assert gc.get_freeze_count() == frozen
+    # A later task: what it holds as it starts stays collectable. (The freeze count is
+    # no measure of that: it drops as frozen objects are freed.)
+    R.settle_worker()
     generations = [id(o) for g in range(3) for o in gc.get_objects(generation=g)]
     assert id(after) in generations
 
