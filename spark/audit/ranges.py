@@ -217,12 +217,12 @@ def settle_worker():
     C{sys.path_importer_cache} read its archive's whole directory again
     (python/cpython#103200): one for pyspark.zip, py4j's zip and Spark's core jar, which
     Spark puts on the workers' path, and one for each package imported from them; so
-    those finders are dropped (an import still to come finds its archive again). The full collection
-    walks every object the worker holds, numpy, pyarrow and pyspark's modules included;
-    at its first task C{gc.freeze()} puts the objects alive then out of its reach, so it
-    looks only at what tasks make, and frees that as before (once only: what a later
-    task holds as it starts is garbage after it). Each took some 20-100 ms of a worker's
-    CPU per task."""
+    those finders are dropped (an import still to come finds its archive again). The
+    full collection walks every object the worker holds, numpy, pyarrow and pyspark's
+    modules included; at its first task C{gc.freeze()} puts the objects alive then out
+    of its reach, so it looks only at what tasks make, and frees that as before (once
+    only: what a later task holds as it starts is garbage after it). Each took some
+    20-100 ms of a worker's CPU per task."""
     if sys.version_info < (3, 12):
         cache = sys.path_importer_cache
         for entry, finder in list(cache.items()):
@@ -376,4 +376,5 @@ def bad_name_item(name, length):
     return {"kind": "problem", "size": length, "problem": "corrupt", "detail": f"not a segment name: {name}"}
 
 
-__all__ = ["plan", "decode_range", "numbered", "decode_ranges", "decode_cq_groups", "decode_cq_compact", "consolidate", "fmt"]
+__all__ = ["plan", "decode_range", "numbered", "decode_ranges", "decode_cq_groups", "decode_cq_compact",
+           "consolidate", "fmt"]

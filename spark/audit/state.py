@@ -154,7 +154,6 @@ def file_digest(uri, n, more=None):
     """Return the SHA-256 (hex) of the first C{n} bytes of C{uri}, how many it read, and
     with C{more} (> C{n}) the SHA-256 of the first C{more} bytes, hashed on in the same
     pass (else None)."""
-    R.settle_worker()
     reader = R.Reader(uri)
     h = hashlib.sha256()
     got, first = 0, None
@@ -182,7 +181,14 @@ def digests(spark, wanted):
     if not wanted:
         return {}
     rdd = spark.sparkContext.parallelize(wanted, len(wanted))
-    return dict(rdd.map(lambda w: (w[0], file_digest(*w[1:]))).collect())
+    return dict(rdd.map(digest_task).collect())
+
+
+def digest_task(w):
+    """The executors' function of L{digests}: C{(name, (hex, bytes read, hex or None))}
+    of one C{(name, uri, n[, more])}, its worker settled first (L{ranges.settle_worker})."""
+    R.settle_worker()
+    return w[0], file_digest(*w[1:])
 
 
 # -- the plan -----------------------------------------------------------------------------

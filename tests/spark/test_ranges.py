@@ -316,7 +316,7 @@ def test_settle_worker_drops_zip_finders_and_freezes_what_is_alive(zipped_packag
     assert id(after) in generations
 
 
-@pytest.mark.parametrize("task", ["decode_ranges", "decode_cq_groups", "decode_cq_compact", "file_digest"])
+@pytest.mark.parametrize("task", ["decode_ranges", "decode_cq_groups", "decode_cq_compact", "digest_task"])
 def test_every_task_function_settles_its_worker_first(zipped_package, tmp_path, task):
     """Each function the audit's workers run settles the worker before its work."""
     import gc
@@ -324,10 +324,10 @@ def test_every_task_function_settles_its_worker_first(zipped_package, tmp_path, 
 
     from spark.audit import state
 
-    if task == "file_digest":
+    if task == "digest_task":
         path = tmp_path / "f"
         path.write_bytes(b"x" * 10)
-        state.file_digest("file://" + str(path), 10)
+        state.digest_task(("f", "file://" + str(path), 10))
     else:
         list(getattr(R, task)([], iter([])))
     assert gc.get_freeze_count() > 0
