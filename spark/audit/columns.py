@@ -396,8 +396,9 @@ def _live_mask(topics, event_id, live):
 
 def compact_batches(buf, layout, seg_start, range_start, live):
     """The compact items of the records of C{layout}: the few records the checks need
-    one by one (admin records, messages fired by a delay, CRC failures) as C{"record"}
-    items, and partial aggregates of the messages: C{"qstat"} per topic and queue,
+    one by one (admin records, CRC failures) as C{"record"} items, and partial
+    aggregates of the messages: C{"fired"} per topic and delay (the messages a delay
+    published, C{delay_id} and their count C{n}), C{"qstat"} per topic and queue,
     C{"minute"} per topic and minute of store time (with the sum and largest store lag,
     C{store_ts - born_ts}), C{"sig"} per topic, queue and block of C{CQ_BLOCK} queue
     offsets (signatures of the entries the consume queues must hold, for the messages
@@ -412,15 +413,26 @@ def compact_batches(buf, layout, seg_start, range_start, live):
     tag = np.zeros(n, dtype=np.int64)
     has_delay = np.zeros(n, dtype=bool)
     has_level = np.zeros(n, dtype=bool)
+    delay_id = np.zeros(n, dtype=np.int64)
     with_props = np.nonzero(is_msg & (layout.props_len > 0))[0]
     if len(with_props):
         t, d, lv = _message_props(buf, layout, with_props)
         tag[with_props] = t
         has_delay[with_props] = [x is not None for x in d]
         has_level[with_props] = [x is not None for x in lv]
-    notable = np.nonzero(~is_msg | ~crc_ok | has_delay)[0]
+        delay_id[with_props] = [x or 0 for x in d]
+    notable = np.nonzero(~is_msg | ~crc_ok)[0]
     if len(notable):
         yield record_batch(buf, _sub_layout(layout, notable), seg_start, range_start, digest=False)
+    # A delay's messages are only counted (per delay, T.delays): one row per delay and
+    # range instead of one per message. (A message whose CRC fails is a record above.)
+    fired = np.nonzero(is_msg & crc_ok & has_delay)[0]
+    if len(fired):
+        f = pa.table({"topic": _gather_strings(arr, layout.topic_at[fired], layout.topic_len[fired]),
+                      "delay_id": delay_id[fired]})  # fmt: skip
+        f = f.group_by(["topic", "delay_id"]).aggregate([("delay_id", "count")])
+        yield _agg_batch("fired", f, seg_start, range_start,
+                         {"topic": "topic", "delay_id": "delay_id", "delay_id_count": "n"})  # fmt: skip
     m = np.nonzero(is_msg)[0]
     if not len(m):
         return

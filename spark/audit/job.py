@@ -588,7 +588,7 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         # segment names, the segments' ends) through a Python worker every time.
         items = items.persist()
     progress.step("decode", "commit-log segments")
-    recs = T.records(items)  # compact: only admin records, fired delays, CRC failures
+    recs = T.records(items)  # compact: only admin records and CRC failures
     totals_df = T.totals_from_parts(items) if compact else None
     totals = early = runs = None
     if compact:
@@ -679,7 +679,7 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         tables["consumer_lag"] = T.consumer_lag(offsets_frame(spark, data_dir, meta), ends)
         tables["retry_dlq"] = T.retry_dlq(tables["queue_stats"])
         as_of, grace = facts["as_of_ms"], args.grace_ms
-        tables["delays"] = T.delays(whole, pending_frame(spark, meta), topics, as_of, grace)
+        tables["delays"] = T.delays(whole, pending_frame(spark, meta), topics, as_of, grace, items if compact else None)
         tables["expired_topics"] = T.expired_topics(topics, as_of, grace)
     # Each table feeds both its Parquet file and the summary: compute it once. Caching
     # a table plans its query (about 0.15 s each on a JVM just started): planned at once.

@@ -61,9 +61,9 @@ ITEM_DDL = ", ".join(
         "range_end bigint",
         "range_first bigint",
         "run_end bigint",
-        # Partial aggregates of a range (kinds "qstat", "minute", "sig"; see
+        # Partial aggregates of a range (kinds "qstat", "minute", "sig", "fired"; see
         # spark.audit.columns.compact_batches): per queue, per minute, per block of
-        # consume-queue entries.
+        # consume-queue entries, per delay.
         "key bigint",
         "n bigint",
         "sum_size bigint",

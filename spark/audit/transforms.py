@@ -374,7 +374,7 @@ def retry_dlq(stats):
     return out.select("kind", group.alias("consumer_group"), "topic", "messages", "bytes")
 
 
-def delays(recs, pending, topics, as_of_ms, grace_ms):
+def delays(recs, pending, topics, as_of_ms, grace_ms, items=None):
     """Delays and whether they fired: C{event_id, topic, trigger_ms, delay_count, fired,
     pending, overdue}.
 
@@ -382,14 +382,15 @@ def delays(recs, pending, topics, as_of_ms, grace_ms):
     C{MQ_DELAY_ID=<its eventId>}. Delays named only by the checkpoint (their record was
     removed by retention) come from C{pending}. A delay whose topic is gone is not
     pending (the broker drops it). It is overdue when messages are still missing
-    C{grace_ms} after its trigger time, as of C{as_of_ms}."""
+    C{grace_ms} after its trigger time, as of C{as_of_ms}. The compact form's C{items}
+    add the messages their C{"fired"} aggregates count to those of C{recs}."""
     logged = recs.where((F.col("magic") == "admin") & (F.col("flag") == OP_DELAY)).select(
         "event_id", "topic", "trigger_ms", "delay_count"
     )
-    fired = (
-        messages(recs).where(F.col("delay_id").isNotNull())
-        .groupBy(F.col("delay_id").alias("event_id")).agg(F.count("*").alias("fired"))
-    )  # fmt: skip
+    fired = messages(recs).where(F.col("delay_id").isNotNull()).select("delay_id", F.lit(1).cast("bigint").alias("n"))
+    if items is not None:
+        fired = fired.unionByName(items.where(F.col("kind") == "fired").select("delay_id", "n"))
+    fired = fired.groupBy(F.col("delay_id").alias("event_id")).agg(F.sum("n").alias("fired"))
     from_meta = pending.join(logged.select("event_id"), "event_id", "left_anti").select(
         "event_id", "topic", "trigger_ms", "delay_count", F.col("applied").alias("meta_applied")
     )

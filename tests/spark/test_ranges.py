@@ -97,6 +97,60 @@ def test_damaged_copies(broker_dir, tmp_path, damage, walk_step):
     _same(data)
 
 
+def _delayed_log(tmp_path):
+    """A segment of 300 messages to two topics, every third published by one of two
+    delays (ids 7 and 9), and one of delay 9's bodies damaged (its CRC fails)."""
+    fmt = rec.fmt
+    out, pos, bad = bytearray(), 0, None
+    for i in range(300):
+        delay = (7, 9)[i % 2] if i % 3 == 0 else None
+        props = fmt.encode_properties([(fmt.DELAY_PROPERTY, fmt.delay_marker(delay, 1000))]) if delay else b""
+        r = bytearray(fmt.pack_record(
+            magic=fmt.MESSAGE_MAGIC, queue_id=i % 2, flag=0, queue_offset=i // 2, physical_offset=pos, sys_flag=0,
+            born_ts=1000 + i, born_host=fmt.NO_HOST, store_ts=1000 + i, store_host=fmt.NO_HOST, reconsume_times=0,
+            event_id=20 + i, body=b"%03d" % i * 20, topic=(b"a", b"b")[i % 2], properties=props))  # fmt: skip
+        if delay == 9 and bad is None:
+            bad = 20 + i
+            r[-len(props) - 3 - 2] ^= 0xFF  # a byte of the body
+        out += r
+        pos += len(r)
+    os.makedirs(tmp_path / "commitlog")
+    with open(tmp_path / "commitlog" / rec.fmt.segment_name(0), "wb") as f:
+        f.write(out)
+    return str(tmp_path), bad
+
+
+def test_compact_form_counts_each_delays_messages(tmp_path):
+    """The compact form leaves a delay's messages as C{"fired"} counts per topic and
+    delay, not as rows: at every split they add up, with the one whose CRC fails (kept
+    as a row), to the messages the reference decoder finds carrying each delay's id."""
+    data, bad = _delayed_log(tmp_path)
+    ref = {}
+    for r in reference_items(data):
+        item = dict(zip([n for n in NAMES if n not in IGNORED], r))
+        if item["kind"] == "record" and item["delay_id"] is not None:
+            ref[item["delay_id"]] = ref.get(item["delay_id"], 0) + 1
+    assert ref == {7: 50, 9: 50}
+    path = os.path.join(data, "commitlog", rec.fmt.segment_name(0))
+    size = os.path.getsize(path)
+    for split in SPLITS:
+        got, rows = {}, []
+        reader = R.Reader("file://" + path)
+        try:
+            for _, _, _, a, b, start, digest, live in R.plan([(rec.fmt.segment_name(0), "", size)], split, False, "{}"):
+                for item in (r for batch in R.decode_range(reader.read_at, 0, size, a, b, start, digest, live)
+                             for r in batch.to_pylist()):  # fmt: skip
+                    if item["kind"] == "fired":
+                        got[item["delay_id"]] = got.get(item["delay_id"], 0) + item["n"]
+                    elif item["kind"] == "record":
+                        rows.append(item)
+        finally:
+            reader.close()
+        assert [(r["event_id"], r["crc_ok"]) for r in rows] == [(bad, False)], split
+        got[9] += 1  # the damaged one, counted from its row
+        assert got == ref, split
+
+
 def test_boundary_scan_skips_a_fake_header_in_a_body(tmp_path):
     """A body holding two whole records (right magic, the physical offsets of where they
     lie) fools the boundary scan of a range that starts inside it, but not the result:
