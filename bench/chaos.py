@@ -44,7 +44,12 @@ and waiting for its answer, for C{--seconds}) of a single broker against the lea
 group of three with C{syncReplicas: 1}, in C{--rounds} rounds that alternate the two
 (each on a fresh broker or group), and the ratio of the medians.
 
-    python bench/chaos.py --rate [--seconds 5] [--rounds 3] [--connections 4]
+    python bench/chaos.py --rate [--seconds 5] [--rounds 3] [--connections 4] [--sdk PATH]
+
+Each round also prints every broker process's CPU time per message acknowledged (the
+leader's and each follower's in a group). C{--sdk} (or C{SMSS_SDK_LOAD}) publishes with
+the smss Go SDK's load driver instead (C{--connections} goroutines; built outside the
+repository, as C{docs/performance.md} says), whose publishers take less of the machine.
 
     python bench/chaos.py [--runs 1] [--faults 6] [--seed N] [--lease-ms 2000]
                           [--kinds kill,pause,etcd,wipe,diskfull] [--netns] [--keep]
@@ -52,6 +57,7 @@ group of three with C{syncReplicas: 1}, in C{--rounds} rounds that alternate the
 
 import argparse
 import dataclasses
+import json
 import multiprocessing as mp
 import os
 import random
@@ -478,9 +484,12 @@ def chaos(out=sys.stdout, **settings):
     return results
 
 
-def rate_round(work, group, seconds, connections, lease_ms):
-    """Return the smss publishes a second to a single broker (C{group} False) or to the
-    leader of a group of three with C{syncReplicas: 1}, each fresh in C{work}."""
+def rate_round(work, group, seconds, connections, lease_ms, sdk=None):
+    """Return C{(msgs/s, {process: CPU µs per message})} of smss publishes to a single
+    broker (C{group} False) or to the leader of a group of three with C{syncReplicas:
+    1}, each fresh in C{work}: C{connections} Python publishers one request at a time,
+    or, with C{sdk} (the smss Go SDK load driver), as many of its goroutines."""
+    from procstat import cpu_seconds
     from sync_cost import _smss as publisher  # one request at a time, 200 bytes
 
     etcd, servers = None, []
@@ -497,23 +506,38 @@ def rate_round(work, group, seconds, connections, lease_ms):
             wait_until(lambda: lead.status().get("sync", {}).get("available"), SETTLE,
                        "a follower confirming to the leader", interval=0.1)
             port = lead.port
+            pids = {"leader": lead.server.proc.pid}
+            pids.update({f"follower {i + 1}": m.server.proc.pid
+                         for i, m in enumerate(m for m in servers if m is not lead)})
         else:
             single = ServerProcess(os.path.join(work, "single"),
                                    config={"timeout": {"server": {"alive": 300}}})
             servers = [single]
             single.start()
             port = single.smss_port
+            pids = {"broker": single.proc.pid}
         with SmssClient("127.0.0.1", port) as c:
             c.create("bench")
-        queue = mp.Queue()
-        procs = [mp.Process(target=publisher, args=(port, seconds, queue))
-                 for _ in range(connections)]
-        for p in procs:
-            p.start()
-        sent = sum(queue.get(timeout=seconds + 60)[0] for _ in procs)
-        for p in procs:
-            p.join()
-        return sent / seconds
+        before = {k: cpu_seconds(pid) for k, pid in pids.items()}
+        if sdk:
+            done = subprocess.run([sdk, "-port", str(port), "-topic", "bench", "-conns",
+                                   str(connections), "-seconds", str(seconds), "-size", "200",
+                                   "pub"], capture_output=True, text=True, timeout=seconds + 60)
+            if done.returncode:
+                raise RuntimeError(f"smss SDK driver failed: {done.stderr[-500:]}")
+            got = json.loads(done.stdout.strip().splitlines()[-1])
+            sent, took = got["messages"], got["seconds"]
+        else:
+            queue = mp.Queue()
+            procs = [mp.Process(target=publisher, args=(port, seconds, queue))
+                     for _ in range(connections)]
+            for p in procs:
+                p.start()
+            sent, took = sum(queue.get(timeout=seconds + 60)[0] for _ in procs), seconds
+            for p in procs:
+                p.join()
+        cpu = {k: 1e6 * (cpu_seconds(pid) - before[k]) / max(1, sent) for k, pid in pids.items()}
+        return sent / took, cpu
     finally:
         for s in servers:
             s.stop()
@@ -523,19 +547,22 @@ def rate_round(work, group, seconds, connections, lease_ms):
             etcd.stop()
 
 
-def rate(seconds=5.0, rounds=3, connections=4, lease_ms=2000, out=sys.stdout):
-    """Measure (see the module docstring) and print the rates; return
-    C{{"single": [msgs/s...], "group": [msgs/s...]}}."""
+def rate(seconds=5.0, rounds=3, connections=4, lease_ms=2000, out=sys.stdout, sdk=None):
+    """Measure (see the module docstring) and print the rates and each process's CPU per
+    message; return C{{"single": [msgs/s...], "group": [msgs/s...]}}."""
     got = {"single": [], "group": []}
     for r in range(rounds):
         for kind in ("single", "group"):
             with tempfile.TemporaryDirectory(prefix="mq-chaos-rate-") as work:
-                got[kind].append(rate_round(work, kind == "group", seconds, connections,
-                                            lease_ms))
-            print(f"round {r + 1}: {kind:6s} {got[kind][-1]:10,.0f} msgs/s", file=out,
-                  flush=True)
+                msgs, cpu = rate_round(work, kind == "group", seconds, connections,
+                                       lease_ms, sdk)
+            got[kind].append(msgs)
+            per = ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+            print(f"round {r + 1}: {kind:6s} {msgs:10,.0f} msgs/s; CPU µs per message: {per}",
+                  file=out, flush=True)
     med = {k: sorted(v)[len(v) // 2] for k, v in got.items()}
-    print(f"smss publish, {connections} connections, one request at a time, median of"
+    load = "goroutines of the smss Go SDK" if sdk else "connections"
+    print(f"smss publish, {connections} {load}, one request at a time, median of"
           f" {rounds}: single broker {med['single']:,.0f} msgs/s, group of three"
           f" (syncReplicas 1) {med['group']:,.0f} msgs/s: {med['group'] / med['single']:.2f}"
           f" of the single broker's rate", file=out, flush=True)
@@ -560,6 +587,9 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=5.0, help="with --rate: per round")
     ap.add_argument("--rounds", type=int, default=3, help="with --rate: rounds of each")
     ap.add_argument("--connections", type=int, default=4, help="with --rate: publishers")
+    ap.add_argument("--sdk", default=os.environ.get("SMSS_SDK_LOAD"), metavar="PATH",
+                    help="with --rate: publish with the smss Go SDK's load driver at PATH"
+                         " (default: $SMSS_SDK_LOAD; unset: Python publishers)")
     args = ap.parse_args(argv)
     known = NETNS_FAULTS if args.netns else FAULTS
     args.kinds = [k for k in (args.kinds or ",".join(known)).split(",") if k]
@@ -569,7 +599,7 @@ def main(argv=None):
         print(SKIP_REASON, file=sys.stderr)
         return 2
     if args.rate:
-        rate(args.seconds, args.rounds, args.connections, args.lease_ms)
+        rate(args.seconds, args.rounds, args.connections, args.lease_ms, sdk=args.sdk)
         return 0
     results = chaos(runs=args.runs, faults=args.faults, seed=args.seed,
                     lease_ms=args.lease_ms, kinds=tuple(args.kinds), netns=args.netns,
