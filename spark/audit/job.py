@@ -96,6 +96,16 @@ OOM_EXIT = "-XX:+ExitOnOutOfMemoryError"
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 #: The options of the JVMs the audit starts, unless the user gave their own.
 JAVA_OPTIONS = f"{OOM_EXIT} {QUICK_JIT}"
+#: The driver's logging: errors only (spark/audit/log4j2.properties).
+LOG_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+
+
+def log_option():
+    """The driver JVM's option naming L{LOG_CONFIG} (a leading space), or "" when the
+    file is missing or its path holds whitespace (Spark splits the options on it)."""
+    if not os.path.isfile(LOG_CONFIG) or any(c.isspace() for c in LOG_CONFIG):
+        return ""
+    return f" -Dlog4j2.configurationFile=file:{LOG_CONFIG}"
 #: How long stopping Spark may take after a failure before the process exits anyway.
 STOP_TIMEOUT_S = 60
 
@@ -127,7 +137,7 @@ def _session(args, extra_java):
         b = b.master(args.master or "local[*]").config("spark.driver.memory", args.driver_memory)
         # A JVM out of heap may leave a thread dead and the job waiting forever; end
         # the JVM instead, so the driver sees the failure and exits with 2.
-        b = b.config("spark.driver.extraJavaOptions", JAVA_OPTIONS + extra_java)
+        b = b.config("spark.driver.extraJavaOptions", JAVA_OPTIONS + log_option() + extra_java)
     if not conf.contains("spark.executor.extraJavaOptions"):
         b = b.config("spark.executor.extraJavaOptions", JAVA_OPTIONS)
     if not conf.contains("spark.ui.showConsoleProgress"):

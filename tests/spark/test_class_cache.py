@@ -103,12 +103,16 @@ def test_first_run_writes_the_archive_the_next_maps(data, written, tmp_path):
     assert os.path.getsize(cache / name) == int(name.rsplit("-", 1)[1][:-4]) > 1 << 20
     assert not [n for n in os.listdir(cache) if n.endswith(".tmp")]
     json.loads(first.stdout.split("\nreport:")[0])  # nothing of the JVM's on stdout
+    # --quiet: nothing on stderr either (Spark's start-up warnings and its notice of the
+    # default log level are the driver's logging configuration's to keep out)
+    assert first.stderr == "", first.stderr[-3000:]
 
     second, mapped = _audit(data, tmp_path / "out2", cache)
     assert second.returncode == 0, second.stderr[-3000:]
     assert mapped, "the second run's JVM did not map the archive"
     assert _summary(tmp_path / "out2") == _summary(out1)
     json.loads(second.stdout.split("\nreport:")[0])
+    assert second.stderr == "", second.stderr[-3000:]
     assert _archives(cache) == [name]
     for run in (out1, tmp_path / "out2"):
         left = [n for n in os.listdir(run.parent / "tmp") if n.startswith("mqaudit-")]
