@@ -23,6 +23,7 @@ def test_wheel_contains_plugin(tmp_path):
     assert "mqserver/store/format.py" in names
     assert "protocols/smss/codec.py" in names
     assert "spark/audit/job.py" in names
+    assert "spark/audit/log4j2.properties" in names  # the audit driver's logging
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith(".dist-info/LICENSE")
                for n in names), names
     # mqserver and mqctl are installed as console scripts; prometheus_client is a dependency
