@@ -784,8 +784,10 @@ def wanted_tables(spec, tables):
     return names
 
 
-def run(spark, args, progress=None):
-    """Run the audit with an existing session. Returns C{(summary, exit_code)}."""
+def run(spark, args, progress=None, clear_cache=True):
+    """Run the audit with an existing session. Returns C{(summary, exit_code)}. With
+    C{clear_cache} the session's cached tables are dropped at the end (the session goes
+    on to other work)."""
     from spark.audit import report as R
     from spark.audit import summary as S
 
@@ -830,7 +832,8 @@ def run(spark, args, progress=None):
     if carry:  # only after a run that completed
         progress.step("report", f"saving the state in {args.since_state}")
         carry.save_run(tables, facts, summary)
-    spark.catalog.clearCache()
+    if clear_cache:
+        spark.catalog.clearCache()
     progress.step("report", f"done: {summary['verdict']} (exit {summary['exit_code']})")
     return summary, summary["exit_code"]
 
@@ -854,7 +857,10 @@ def main(argv=None):
     shipped = None
     try:
         shipped = ship_code(spark)
-        summary, code = run(spark, args)
+        # The session stops next, which drops every cache. Clearing them first only raced
+        # the stop: the block manager's removals, answered from a pool being shut down,
+        # printed a stack trace on stderr for each answer refused.
+        summary, code = run(spark, args, clear_cache=False)
         from spark.audit.summary import console_summary
 
         print(json.dumps(console_summary(summary), indent=2))
