@@ -57,7 +57,6 @@ repository, as C{docs/performance.md} says), whose publishers take less of the m
 
 import argparse
 import dataclasses
-import json
 import multiprocessing as mp
 import os
 import random
@@ -490,6 +489,7 @@ def rate_round(work, group, seconds, connections, lease_ms, sdk=None):
     1}, each fresh in C{work}: C{connections} Python publishers one request at a time,
     or, with C{sdk} (the smss Go SDK load driver), as many of its goroutines."""
     from procstat import cpu_seconds
+    from refservers import sdk_load
     from sync_cost import _smss as publisher  # one request at a time, 200 bytes
 
     etcd, servers = None, []
@@ -520,13 +520,8 @@ def rate_round(work, group, seconds, connections, lease_ms, sdk=None):
             c.create("bench")
         before = {k: cpu_seconds(pid) for k, pid in pids.items()}
         if sdk:
-            done = subprocess.run([sdk, "-port", str(port), "-topic", "bench", "-conns",
-                                   str(connections), "-seconds", str(seconds), "-size", "200",
-                                   "pub"], capture_output=True, text=True, timeout=seconds + 60)
-            if done.returncode:
-                raise RuntimeError(f"smss SDK driver failed: {done.stderr[-500:]}")
-            got = json.loads(done.stdout.strip().splitlines()[-1])
-            sent, took = got["messages"], got["seconds"]
+            sent, took = sdk_load(sdk, port, "-topic", "bench", "-conns", connections,
+                                  "-seconds", seconds, "-size", 200, "pub", timeout=seconds + 60)
         else:
             queue = mp.Queue()
             procs = [mp.Process(target=publisher, args=(port, seconds, queue))

@@ -43,7 +43,7 @@ import nsq_bench
 import smss_bench as sb
 from procstat import cpu_seconds, peak_rss_mb, rss_mb, steal_seconds
 from protocols.smss import client_codec as cc
-from refservers import RefServer, binary
+from refservers import RefServer, binary, sdk_load
 
 MP = mp.get_context("fork")
 _OPS = re.compile(r"duration: ([0-9.]+)(ms|s) - [0-9.]+mb/s - ([0-9.]+)ops/s")
@@ -164,22 +164,12 @@ def smss_catchup(sysm, a, batch):
     return {"rate": got / elapsed, "cpu_us": 1e6 * cpu / got}
 
 
-def _sdk_load(a, port, *args, timeout):
-    """Run the smss Go SDK load driver (C{--smss-sdk}); return its C{(messages, seconds)}."""
-    done = subprocess.run([a.smss_sdk, "-port", str(port), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
-    if done.returncode:
-        raise RuntimeError(f"smss SDK driver failed: {done.stderr[-500:]}")
-    r = json.loads(done.stdout.strip().splitlines()[-1])
-    return r["messages"], r["seconds"]
-
-
 def smss_sdk_publish(sysm, a, conns):
     """C{conns} goroutines of the smss Go SDK, one Publish (200 bytes) per round trip."""
     topic = "cmp-sdk-pub"
     sb.create_topic(sysm.smss_port, topic)
     c0 = cpu_seconds(sysm.pid)
-    n, t = _sdk_load(a, sysm.smss_port, "-topic", topic, "-conns", conns, "-seconds",
+    n, t = sdk_load(a.smss_sdk, sysm.smss_port, "-topic", topic, "-conns", conns, "-seconds",
                      a.seconds, "-size", 200, "pub", timeout=a.seconds + 60)
     return {"rate": n / t, "cpu_us": 1e6 * (cpu_seconds(sysm.pid) - c0) / n}
 
@@ -190,7 +180,7 @@ def smss_sdk_catchup(sysm, a, batch):
     sb.create_topic(sysm.smss_port, topic)
     sb.bulk_publish(sysm.smss_port, topic, a.backlog)
     c0 = cpu_seconds(sysm.pid)
-    n, t = _sdk_load(a, sysm.smss_port, "-topic", topic, "-batch", batch, "-expect",
+    n, t = sdk_load(a.smss_sdk, sysm.smss_port, "-topic", topic, "-batch", batch, "-expect",
                      a.backlog, "sub", timeout=300)
     return {"rate": n / t, "cpu_us": 1e6 * (cpu_seconds(sysm.pid) - c0) / n}
 

@@ -11,11 +11,13 @@ temporary directory that goes with it.
 - C{NSQD_BIN}: nsqd 1.3 (C{--tcp-address}, C{--http-address} and C{--data-path} given).
 - C{NSQ_BENCH_WRITER}, C{NSQ_BENCH_READER}: nsq's own C{bench/bench_writer} and
   C{bench/bench_reader} programs.
+- C{SMSS_SDK_LOAD}: a load driver built on the smss Go SDK (L{sdk_load}).
 
 Kinds C{"null"} and C{"null-nowrite"} start C{bench/null_smss.py} (no binary), the floor
 under a broker's smss publish rows.
 """
 
+import json
 import os
 import shutil
 import socket
@@ -67,6 +69,17 @@ def binary(option, env_name):
     if path and os.path.isfile(path) and os.access(path, os.X_OK):
         return path
     return None
+
+
+def sdk_load(path, port, *args, timeout):
+    """Run the smss Go SDK load driver at C{path} against C{port} with C{args}; return
+    its C{(messages, seconds)}."""
+    done = subprocess.run([path, "-port", str(port), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        raise RuntimeError(f"smss SDK driver failed: {done.stderr[-500:]}")
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    return r["messages"], r["seconds"]
 
 
 def wait_listening(port, proc, timeout=30.0):

@@ -424,19 +424,18 @@ def compact_batches(buf, layout, seg_start, range_start, live):
     notable = np.nonzero(~is_msg | ~crc_ok)[0]
     if len(notable):
         yield record_batch(buf, _sub_layout(layout, notable), seg_start, range_start, digest=False)
-    # A delay's messages are only counted (per delay, T.delays): one row per delay and
-    # range instead of one per message. (A message whose CRC fails is a record above.)
-    fired = np.nonzero(is_msg & crc_ok & has_delay)[0]
-    if len(fired):
-        f = pa.table({"topic": _gather_strings(arr, layout.topic_at[fired], layout.topic_len[fired]),
-                      "delay_id": delay_id[fired]})  # fmt: skip
-        f = f.group_by(["topic", "delay_id"]).aggregate([("delay_id", "count")])
-        yield _agg_batch("fired", f, seg_start, range_start,
-                         {"topic": "topic", "delay_id": "delay_id", "delay_id_count": "n"})  # fmt: skip
     m = np.nonzero(is_msg)[0]
     if not len(m):
         return
     topics = _gather_strings(arr, layout.topic_at[m], layout.topic_len[m])
+    # A delay's messages are only counted (per delay, T.delays): one row per delay and
+    # range instead of one per message. (A message whose CRC fails is a record above.)
+    fired = np.nonzero((crc_ok & has_delay)[m])[0]
+    if len(fired):
+        f = pa.table({"topic": topics.take(pa.array(fired)), "delay_id": delay_id[m][fired]})
+        f = f.group_by(["topic", "delay_id"]).aggregate([("delay_id", "count")])
+        yield _agg_batch("fired", f, seg_start, range_start,
+                         {"topic": "topic", "delay_id": "delay_id", "delay_id_count": "n"})  # fmt: skip
     ts = h["store_ts"][m].astype(np.int64)
     eid = h["event_id"][m].astype(np.int64)
     qo = h["queue_offset"][m].astype(np.int64)

@@ -101,9 +101,9 @@ LOG_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.pr
 
 
 def log_option():
-    """The driver JVM's option naming L{LOG_CONFIG} (a leading space), or "" when the
-    file is missing or its path holds whitespace (Spark splits the options on it)."""
-    if not os.path.isfile(LOG_CONFIG) or any(c.isspace() for c in LOG_CONFIG):
+    """The driver JVM's option naming L{LOG_CONFIG} (a leading space), or "" when its
+    path holds whitespace (Spark splits the options on it)."""
+    if any(c.isspace() for c in LOG_CONFIG):
         return ""
     return f" -Dlog4j2.configurationFile=file:{LOG_CONFIG}"
 #: How long stopping Spark may take after a failure before the process exits anyway.
@@ -689,7 +689,8 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         tables["consumer_lag"] = T.consumer_lag(offsets_frame(spark, data_dir, meta), ends)
         tables["retry_dlq"] = T.retry_dlq(tables["queue_stats"])
         as_of, grace = facts["as_of_ms"], args.grace_ms
-        tables["delays"] = T.delays(whole, pending_frame(spark, meta), topics, as_of, grace, items if compact else None)
+        fired = items if compact else None  # the compact form counts delays' messages
+        tables["delays"] = T.delays(whole, pending_frame(spark, meta), topics, as_of, grace, fired)
         tables["expired_topics"] = T.expired_topics(topics, as_of, grace)
     # Each table feeds both its Parquet file and the summary: compute it once. Caching
     # a table plans its query (about 0.15 s each on a JVM just started): planned at once.
