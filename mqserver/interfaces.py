@@ -166,7 +166,8 @@ class IReplicationLog(ILogBounds):
     def reader_after(event_id):
         """Return a reader just after the write holding event_id (0: from the oldest
         record): C{read()} returns the next readable records (views, possibly []) and
-        C{offset} is where it stands. Raises EventNotFound."""
+        C{offset} is where it stands; setting C{offset} to where another reader of this
+        log stood after a read moves it past the same records. Raises EventNotFound."""
 
     def add_append_listener(callback):
         """Call callback() whenever any record becomes readable."""

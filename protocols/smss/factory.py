@@ -4,6 +4,7 @@ from twisted.internet.protocol import Factory
 
 from protocols.smss.faults import DOOR, check_fault
 from protocols.smss.protocol import SmssServerProtocol
+from protocols.smss.replica import SharedFrames
 
 
 class SmssFactory(Factory):
@@ -26,6 +27,7 @@ class SmssFactory(Factory):
         self.folder_count = folder_count
         self.idle_timeout = idle_timeout
         self.replica_feeds = 0
+        self.shared_frames = SharedFrames(reactor)  # the replica feeds' (protocols.smss.replica)
         self.names = {}  # raw topic bytes -> validated name (see protocol._topic_name)
         broker.wiretap.faults.door(DOOR, check_fault)
 

@@ -451,7 +451,8 @@ class SmssServerProtocol(IdleWatch, Protocol):
         except EventNotFound as e:
             return codec.err(str(e))
         confirms = ev.trace == wire.CONFIRM_TRACE
-        self.replica_feed = ReplicaFeed(self, reader, ev.event_id, confirms)
+        self.replica_feed = ReplicaFeed(self, reader, ev.event_id, confirms,
+                                        self.factory.shared_frames)
         self.factory.replica_feeds += 1
         self.log.info("slave {peer} follows from eventId {eid}{how}", peer=self._peer(),
                       eid=ev.event_id, how=", confirming what it holds" if confirms else "")

@@ -6,6 +6,7 @@ import struct
 
 
 from protocols.smss import client_codec as cc
+from protocols.smss import wire
 from protocols.smss.factory import SmssFactory, make_factory
 from protocols.smss.messages import Batch, ErrResponse, OkResponse
 from protocols.smss.payload import encode_message
@@ -308,6 +309,44 @@ def test_replica_stream_blocks_alive_and_loss(node):
     publisher.lose()  # an open request connection keeps its idle timer
     r.lose()
     assert f.replica_feeds == 0
+    assert node.pending_calls() == []
+
+
+def test_followers_at_one_place_share_a_reads_frames(node):
+    """Feeds reading from the same place in the same turn send the same frames, made
+    once: the first to read makes them, the others send its bytes. A reference slave
+    (no confirmations: no epoch records) gets frames of its own, a feed starting in a
+    later turn reads for itself, and a lone feed keeps nothing."""
+    f = order_with(node, b"hello")
+    a, b, ref, c = (node.connect(f) for _ in range(4))
+    a.send(cc.encode_replica(0, wire.CONFIRM_TRACE))
+    first = a.take()
+    assert f.shared_frames.reused == 0 and f.shared_frames.get((0, True)) is None, "alone"
+    b.send(cc.encode_replica(0, wire.CONFIRM_TRACE))
+    ref.send(cc.encode_replica(0))
+    c.send(cc.encode_replica(0, wire.CONFIRM_TRACE))
+    assert b.take() == c.take() == first
+    assert f.shared_frames.reused == 1, "c sent what b read"
+    assert [e.raw for e in events(ref.take(), cc.Expect.REPLICA)] == [
+        e.raw for e in events(first, cc.Expect.REPLICA) if e.raw], "the same records"
+    publisher = node.connect(f)
+    publisher.send(cc.encode_pub(b"order", record(b"one")) + cc.encode_pub(b"order", record(b"two")))
+    node.clock.advance(0)  # the feeds' turn: a reads for b and c, ref for itself
+    (one, two) = events(a.take(), cc.Expect.REPLICA)
+    assert two.raw.endswith(record(b"two") + b"\n")
+    more = OK + struct.pack("<I", len(one.raw)) + one.raw + OK + struct.pack(
+        "<I", len(two.raw)) + two.raw
+    assert b.take() == c.take() == more
+    assert [e.raw for e in events(ref.take(), cc.Expect.REPLICA)] == [one.raw, two.raw]
+    assert f.shared_frames.reused == 3
+    node.clock.advance(0)  # a later turn: nothing of the earlier reads is kept
+    d = node.connect(f)
+    d.send(cc.encode_replica(0, wire.CONFIRM_TRACE))
+    assert d.take() == first + more
+    assert f.shared_frames.reused == 3
+    for conn in (a, b, ref, c, d, publisher):
+        conn.lose()
+    assert f.shared_frames.feeds == 0
     assert node.pending_calls() == []
 
 
