@@ -41,6 +41,8 @@ CMD_COMMIT = wire.CMD_COMMIT
 REC_HEADER = b"MQ_REC"
 _I64 = wire.BINLOG_CREATE_STRUCT  # expireAt
 _DELAY_PREFIX = wire.BINLOG_DELAY_STRUCT  # trigger time, delay eventId
+_u32_from = wire.U32.unpack_from
+_prefix_from = wire.MESSAGE_PREFIX_STRUCT.unpack_from  # a message record's S and H
 
 
 PROPS_HEADER = b"MQ_PROPS"
@@ -167,16 +169,18 @@ class BinlogRecord:
 
 def parse_block(block):
     """Parse a binlog block. Raises ValueError when it is malformed."""
-    (cmd_len,) = wire.U32.unpack_from(block, 0)
-    line = bytes(block[4 : 4 + cmd_len])
+    (cmd_len,) = _u32_from(block, 0)
+    start = 4 + cmd_len
+    line = bytes(block[4:start])
     if not line.endswith(b"\n"):
         raise ValueError("binlog command line does not end in a newline")
     parts = line[:-1].split(b"\t")
     if len(parts) != 6:
         raise ValueError("binlog command line needs 6 fields")
-    write_time, cmd, event_id, timestamp = (int(p) for p in parts[:4])
+    # every follower's every record: the fields one by one, not through a generator
+    write_time, cmd, event_id, timestamp = int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
     payload_len = int(parts[5])
-    payload = bytes(block[4 + cmd_len : 4 + cmd_len + payload_len])
+    payload = bytes(block[start : start + payload_len])
     if len(payload) != payload_len:
         raise ValueError("binlog payload is shorter than its length")
     if payload_len:
@@ -187,6 +191,11 @@ def parse_block(block):
 
 
 def _message_from_record(payload, start, end, born_ts, extra_props=b""):
+    if _prefix_from(payload, start)[1] == 0:
+        # No headers (H 0), what most replicated messages carry: what the parse below
+        # makes of them, without it.
+        return 0, Message(body=bytes(payload[start + 8 : end]), properties=extra_props,
+                          born_ts=born_ts)
     try:
         headers, body = parse_record(payload, start, end)
     except InvalidPayload:

@@ -951,3 +951,43 @@ def test_binlog_payload_prefixes_parse_with_the_schema():
     assert (parsed.trigger_time, parsed.delay_event_id, parsed.messages) == (5000, 7, HELLO)
     assert wire.BINLOG_DELAY_STRUCT.unpack_from(delay) == (5000, 7)
     assert wire.BINLOG_DELAY_STRUCT.size == 16
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=40),
+                          st.lists(st.tuples(st.binary(min_size=1, max_size=6).filter(
+                              lambda k: b"\x01" not in k and b"\x02" not in k
+                              and not k.startswith(b"MQ_")),  # a master's own headers
+                              st.sampled_from([b"", b"v", b"x\x01y"])), max_size=2)),
+                min_size=1, max_size=4),
+       st.sampled_from([b"", b"\x44ELAY\x011\x02"]))
+def test_replicated_records_become_the_messages_they_hold(records, extra):
+    """A PUB payload's records, with headers or without (H 0, which most replicated
+    messages are and which takes a shorter way), become messages as the smss door stores
+    them: a record without headers is its body alone, born at the record's time; one
+    whose headers fit a properties string carries them as properties; any other keeps
+    the whole record as its body, flagged as such."""
+    from mqserver import message as fmt
+    from mqserver.message import Message
+    from protocols.smss import binlog
+    from protocols.smss.payload import encode_message
+
+    payload = b"".join(encode_message(headers, body) for body, headers in records)
+    got = binlog.messages_of(payload, 1700000000000, extra)
+    want = []
+    for (body, headers), raw in zip(records, _records_of(payload)):
+        if not headers:
+            want.append((0, Message(body=body, properties=extra, born_ts=1700000000000)))
+        elif fmt.properties_safe(headers):
+            want.append((0, Message(body=body, properties=fmt.encode_properties(headers) + extra,
+                                    born_ts=1700000000000)))
+        else:
+            want.append((0, Message(body=raw, properties=extra,
+                                    sys_flag=fmt.SYSFLAG_SMSS_FRAMED, born_ts=1700000000000)))
+    assert got == want
+
+
+def _records_of(payload):
+    from protocols.smss.payload import record_spans
+
+    return [payload[s:e] for s, e in record_spans(payload)]
