@@ -17,6 +17,10 @@ master's field for field (physical offset and store host aside):
   time is not the block's timestamp or it has a born host (RocketMQ producers);
 - properties that the headers would not give back byte for byte (no trailing separator,
   empty items), as the header ``MQ_PROPS`` holding them in hex;
+- a message whose body is a whole smss record (headers no properties string can hold:
+  ``SYSFLAG_SMSS_FRAMED``) and whose fields are not the defaults (a queue other than 0):
+  as a record of its own whose headers are ``MQ_REC`` and an empty ``MQ_FRAMED`` and whose
+  body is the stored record, byte for byte (its headers may not even parse);
 - a topic's queue count, permissions and attributes, when not smss's defaults, as JSON
   after the 8-byte expireAt of a CREATE payload (an UPDATE is such a CREATE with
   ``"update": true``).
@@ -42,17 +46,22 @@ REC_HEADER = b"MQ_REC"
 _I64 = wire.BINLOG_CREATE_STRUCT  # expireAt
 _DELAY_PREFIX = wire.BINLOG_DELAY_STRUCT  # trigger time, delay eventId
 _u32_from = wire.U32.unpack_from
-_prefix_from = wire.MESSAGE_PREFIX_STRUCT.unpack_from  # a message record's S and H
+_PREFIX = wire.MESSAGE_PREFIX_STRUCT  # a message record's S and H
+_prefix_from = _PREFIX.unpack_from
 
 
 PROPS_HEADER = b"MQ_PROPS"
+FRAMED_HEADER = b"MQ_FRAMED"
 #: SysFlag bits the writer sets itself: never carried.
 _OWN_BITS = fmt.SYSFLAG_SMSS_FRAMED | fmt.SYSFLAG_BATCH_MORE
 
 
 def _smss_record(body, properties, sys_flag, extra):
     if sys_flag & fmt.SYSFLAG_SMSS_FRAMED:
-        return bytes(body)
+        if extra is None:
+            return bytes(body)
+        # the stored record stays whole, as the body of one carrying its fields
+        return message_record([(REC_HEADER, extra), (FRAMED_HEADER, b"")], body)
     headers = []
     if properties:  # (none: no headers, and nothing to check; most replicated messages)
         pairs = fmt.decode_properties(properties)
@@ -106,6 +115,14 @@ def records_to_block(views):
     log order): one PUB or DelayApply record whose eventId is the first message's."""
     first = views[0]
     topic = first.topic.encode("utf-8")
+    if (len(views) == 1 and not first.properties and not first.queue_id and not first.flag
+            and not first.reconsume_times and not first.sys_flag & ~fmt.SYSFLAG_SMSS_FRAMED
+            and first.born_host == fmt.NO_HOST):
+        # One message of a body alone (what nearly every write of a busy master is): the
+        # record the calls below make of it (no headers, nothing for MQ_REC), made here.
+        body = first.body
+        rec = bytes(body) if first.sys_flag else _PREFIX.pack(len(body), 0) + body
+        return _block(first.store_ts, CMD_PUB, first.event_id, first.born_ts, topic, rec)
     recs = b"".join(_view_record(v, first.born_ts) for v in views)
     if fmt.DELAY_PROPERTY in first.properties:
         for k, v in fmt.decode_properties(first.properties):
@@ -202,7 +219,7 @@ def _message_from_record(payload, start, end, born_ts, extra_props=b""):
         headers = None
     qid = flag = sysf = rc = 0
     born_host = fmt.NO_HOST
-    exact = None
+    exact = rec = None
     if headers:  # (none: most replicated messages)
         rec = [v for k, v in headers if k == REC_HEADER]
         if rec:
@@ -215,6 +232,10 @@ def _message_from_record(payload, start, end, born_ts, extra_props=b""):
             exact = bytes.fromhex(props[0].decode())
         if rec or props:
             headers = [(k, v) for k, v in headers if k not in (REC_HEADER, PROPS_HEADER)]
+    if rec and headers == [(FRAMED_HEADER, b"")]:  # a stored record whole, and its fields
+        return qid, Message(body=body, properties=extra_props, flag=flag,
+                            sys_flag=sysf | fmt.SYSFLAG_SMSS_FRAMED, reconsume_times=rc,
+                            born_ts=born_ts, born_host=born_host)
     if headers is not None and (exact is not None or fmt.properties_safe(headers)):
         props = exact if exact is not None else fmt.encode_properties(headers) + extra_props
         return qid, Message(body=body, properties=props, flag=flag, sys_flag=sysf,

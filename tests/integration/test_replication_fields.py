@@ -69,6 +69,11 @@ def write_pair(tmp_path):
         assert rocket_send(rmq, "R", batch, "", qid=3,
                            code=codes.SEND_BATCH_MESSAGE).code == codes.SUCCESS
         rmq.close()
+        with SmssClient("127.0.0.1", master.smss_port) as c:
+            # whole smss records (headers no properties string holds) into R's queues in
+            # turn: 0, 1, 2
+            for i in range(3):
+                c.publish("R", [([(b"bin", b"\x01%d" % i)], b"framed-r")])
         nsq = V2(master.ports["NsqdFactory"])
         nsq.send(b"PUB n\n" + (3).to_bytes(4, "big") + b"one")
         assert nsq.frame() == (0, b"OK")
@@ -91,8 +96,11 @@ def write_pair(tmp_path):
 def test_slave_records_equal_the_masters_after_every_protocol(tmp_path):
     master, slave = write_pair(tmp_path)
     mine, theirs = records(master), records(slave)
-    rocket = [r for r in mine if r["topic"] == "R" and r["magic"] == fmt.MESSAGE_MAGIC]
+    rocket = [r for r in mine if r["topic"] == "R" and r["magic"] == fmt.MESSAGE_MAGIC
+              and not r["sys_flag"] & fmt.SYSFLAG_SMSS_FRAMED]
     assert rocket and all(r["born_host"] != fmt.NO_HOST for r in rocket)
+    framed = [r["queue_id"] for r in mine if r["topic"] == "R" and r["sys_flag"] & fmt.SYSFLAG_SMSS_FRAMED]
+    assert framed == [0, 1, 2]
     assert len(mine) == len(theirs)
     for a, b in zip(mine, theirs):
         assert a == b, {k: (a[k], b[k]) for k in FIELDS if a[k] != b[k]}
