@@ -65,3 +65,25 @@ def _body(i, sys_flag):
     if i % 2:
         return struct.pack("<II", 12, 3) + b"twelve bytes"
     return message_record([(b"h", b"x\x01y")], body)
+
+
+def test_a_write_of_several_messages_comes_back_whole(tmp_path):
+    """The messages of one write (a batch: bodies, whole smss records, properties) in a
+    queue other than 0 make one block, and the follower reads each back in that queue
+    with its fields."""
+    batch = [Message(body=_body(i, sysf), properties=props, sys_flag=sysf, born_ts=1700000000000)
+             for i, (sysf, props) in enumerate([(0, b""), (fmt.SYSFLAG_SMSS_FRAMED, b""),
+                                                (fmt.SYSFLAG_SMSS_FRAMED, b""), (0, b"K\x01v\x02")])]
+    store = MessageStore(str(tmp_path), Clock(), flush_level=1)
+    store.open()
+    try:
+        store.put("t", 2, batch)
+        views = LogReader(store, store.commitlog.min_offset).read()
+    finally:
+        store.close()
+    assert [v.sys_flag & fmt.SYSFLAG_BATCH_MORE for v in views] == [fmt.SYSFLAG_BATCH_MORE] * 3 + [0]
+    rec = binlog.parse_block(binlog.records_to_block(views))
+    assert rec.event_id == views[0].event_id
+    got = binlog.messages_of(rec.payload, rec.timestamp)
+    assert [(qid, m.body, m.properties, m.sys_flag) for qid, m in got] == [
+        (2, bytes(v.body), v.properties, v.sys_flag & ~fmt.SYSFLAG_BATCH_MORE) for v in views]
