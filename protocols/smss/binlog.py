@@ -62,8 +62,10 @@ def _smss_record(body, properties, sys_flag, extra):
             return bytes(body)
         # the stored record stays whole, as the body of one carrying its fields
         return message_record([(REC_HEADER, extra), (FRAMED_HEADER, b"")], body)
+    if not properties and extra is None:
+        return _PREFIX.pack(len(body), 0) + body  # no headers: most replicated messages
     headers = []
-    if properties:  # (none: no headers, and nothing to check; most replicated messages)
+    if properties:
         pairs = fmt.decode_properties(properties)
         headers = [(k, v) for k, v in pairs if k != fmt.DELAY_PROPERTY]
         marker = [(k, v) for k, v in pairs if k == fmt.DELAY_PROPERTY]
@@ -115,15 +117,10 @@ def records_to_block(views):
     log order): one PUB or DelayApply record whose eventId is the first message's."""
     first = views[0]
     topic = first.topic.encode("utf-8")
-    if (len(views) == 1 and not first.properties and not first.queue_id and not first.flag
-            and not first.reconsume_times and not first.sys_flag & ~fmt.SYSFLAG_SMSS_FRAMED
-            and first.born_host == fmt.NO_HOST):
-        # One message of a body alone (what nearly every write of a busy master is): the
-        # record the calls below make of it (no headers, nothing for MQ_REC), made here.
-        body = first.body
-        rec = bytes(body) if first.sys_flag else _PREFIX.pack(len(body), 0) + body
-        return _block(first.store_ts, CMD_PUB, first.event_id, first.born_ts, topic, rec)
-    recs = b"".join(_view_record(v, first.born_ts) for v in views)
+    if len(views) == 1:  # a write of one message: what nearly every write of a busy master is
+        recs = _view_record(first, first.born_ts)
+    else:
+        recs = b"".join(_view_record(v, first.born_ts) for v in views)
     if fmt.DELAY_PROPERTY in first.properties:
         for k, v in fmt.decode_properties(first.properties):
             if k == fmt.DELAY_PROPERTY:

@@ -106,6 +106,8 @@ def log_option():
     if any(c.isspace() for c in LOG_CONFIG):
         return ""
     return f" -Dlog4j2.configurationFile=file:{LOG_CONFIG}"
+
+
 #: How long stopping Spark may take after a failure before the process exits anyway.
 STOP_TIMEOUT_S = 60
 
