@@ -56,12 +56,15 @@ def read_topic(server, topic, after=0, count=None, until_alive=False, timeout=10
     when the subscription has caught up; the server needs a short
     C{timeout.server.alive}), or otherwise after C{settle} s without a batch (or at an
     ALIVE, whichever comes first).
-    Fails if C{timeout} s pass first.
+    Fails if C{timeout} s pass first. The server is asked to wait as long for each ack
+    (not its default 3 s): a reader paused by a busy machine is not a lost message, and a
+    batch that never arrives still fails the read at C{timeout}.
     """
     msgs = []
     deadline = time.monotonic() + timeout
     with connect(server) as c:
-        sub = c.subscribe(topic, after, batch=batch, who=who or unique_who())
+        sub = c.subscribe(topic, after, batch=batch, who=who or unique_who(),
+                          ack_timeout_ms=timeout * 1000)
         while True:
             if count is not None and len(msgs) >= count:
                 try:
