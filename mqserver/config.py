@@ -126,6 +126,7 @@ SCHEMA = {
                        "spinning or standard"),
     "server.spinMicros": (int, 200, lambda v: 0 <= v <= 10_000, "0..10000 (0: never busy-poll)"),
     "server.spinProbe": (bool, True, None, None),
+    "server.tlsStack": (str, "auto", lambda v: v in ("auto", "always"), "auto or always"),
     "log.path": (str, "stdout", None, None),
     "log.sample": (int, 10000, lambda v: v >= 1, ">= 1"),
     "log.withGid": (bool, True, None, None),
@@ -191,6 +192,9 @@ DOCS = {
     "server.spinMicros": "µs the reactor keeps polling after traffic before it sleeps",
     "server.spinProbe": "spin only where it pays: probes compare the CPU per byte read "
                         "with and without the spin",
+    "server.tlsStack": "`auto`: load Twisted's TLS stack (pyOpenSSL, about 12 MB resident) "
+                       "only when the configuration uses TLS (docs/security.md); "
+                       "`always`: load it in any case",
 }
 
 #: Keys of smss's config.yaml that mqserver accepts, so that an smss configuration starts

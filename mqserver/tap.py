@@ -5,15 +5,21 @@ import sys
 
 from twisted.python import usage
 
+from twisted.logger import Logger
+
 from mqserver.config import ConfigError, etcd_endpoints, load_config
 from mqserver.errors import StartupError
-from mqserver.runtime.fastpath import service_reactor
 from mqserver.frontdoor import front_doors
 from mqserver.listen import check_description, probe_bind
-from mqserver.replication.roles import Roles
-from mqserver.service import BrokerService, ListenError
+from mqserver.runtime import tlsstack
 from mqserver.store.lock import check_directory
 from mqserver.version import version
+
+# Nothing imported above imports Twisted's TCP module: whether it comes with the TLS stack
+# is chosen from the configuration (mqserver.runtime.tlsstack) before makeService imports
+# the reactor, the service and the doors.
+
+log = Logger()
 
 
 def refuse_start(why, stream=None):
@@ -77,6 +83,7 @@ class Options(usage.Options):
 
     def postOptions(self):
         config, doors = self.configuration()
+        self["tls"] = tlsstack.choose(config, doors)
         for name, desc in config.listen.items():
             if desc is not None:
                 probe_endpoint(name, desc)
@@ -145,6 +152,8 @@ def probe_endpoint(door, description):
     """Raise L{ListenError} when the TCP address of C{description} cannot be bound (a
     door that cannot listen must stop start-up, and this is known before anything
     starts)."""
+    from mqserver.service import ListenError
+
     try:
         probe_bind(description)
     except OSError as e:
@@ -153,7 +162,13 @@ def probe_endpoint(door, description):
 
 def makeService(options, reactor=None):
     """Build the service tree (no I/O happens until it starts)."""
+    from mqserver.replication.roles import Roles
+    from mqserver.runtime.fastpath import service_reactor
+    from mqserver.service import BrokerService
+
     config = options["settings"]
+    if options.get("tls") is not None:
+        log.info("{why}", why=options["tls"].why)
     if reactor is None:
         reactor = service_reactor(spin=config["server.spinMicros"] / 1e6,
                                   standard=config["server.reactor"] == "standard",

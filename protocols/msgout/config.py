@@ -23,3 +23,9 @@ DOCS = {
     "msgout.pushMaxBackoffMs": "the longest wait between push retries, ms",
     "msgout.token": "bearer token every HTTP request must carry; empty: none (docs/security.md)",
 }
+
+
+def tls_uses(values, listen):
+    """Why the door needs the broker's TLS stack (L{mqserver.runtime.tlsstack}): while
+    it listens, a push subscription may name an https:// URL at any time."""
+    return [f"door {DOOR} (pushes to https:// URLs)"] if listen.get(DOOR) else []

@@ -77,6 +77,15 @@ DOCS = {
 }
 
 
+def tls_uses(values, listen):
+    """Why these keys need the broker's TLS stack (L{mqserver.runtime.tlsstack}): a
+    certificate for IDENTIFY C{tls_v1}, or an auth server reached over https."""
+    reasons = ["nsq.tlsCert"] if values["nsq.tlsCert"] else []
+    if any(a.lower().startswith("https:") for a in values["nsq.authHttpAddresses"]):
+        reasons.append("nsq.authHttpAddresses https://")
+    return reasons
+
+
 def validate(values):
     """nsqd's start-up checks: a certificate needs its key, TLS-required needs both."""
     from mqserver.config import ConfigError

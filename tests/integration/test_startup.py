@@ -119,6 +119,28 @@ def test_a_sigkilled_holder_does_not_block_a_restart(tmp_path, procs):
         assert f.read().split() == [str(again.proc.pid)]
 
 
+def _maps(pid):
+    with open(f"/proc/{pid}/maps") as f:
+        return f.read()
+
+
+def test_a_broker_using_no_tls_runs_without_the_tls_stack(tmp_path, procs):
+    """A broker whose doors listen on plain TCP says at start that it left the TLS stack
+    out, maps none of cryptography's or pyOpenSSL's code, and serves; one with an
+    C{ssl:} door (tests/integration/test_tls_doors.py serves through them) loads it."""
+    plain = running_with(tmp_path, procs, b"plain")
+    assert read_bodies(plain, "t", 1) == [b"plain"]
+    assert "TLS stack left out (the configuration uses no TLS)" in plain.current_log()
+    assert "cryptography" not in _maps(plain.proc.pid)
+    plain.stop()
+    tls = second(plain, tmp_path, config={"server": {"tlsStack": "always"}})
+    procs(tls)
+    tls.start()
+    assert read_bodies(tls, "t", 1) == [b"plain"]
+    assert "TLS stack loaded (server.tlsStack: always)" in tls.current_log()
+    assert "cryptography" in _maps(tls.proc.pid)
+
+
 def _prepared(tmp_path, procs):
     """A data directory a broker ran on and stopped cleanly; returns (server, snapshot)."""
     s = running_with(tmp_path, procs, b"before")

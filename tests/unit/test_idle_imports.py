@@ -122,3 +122,52 @@ def test_http_doors_load_at_their_first_connection():
         "assert 'prometheus_client' in sys.modules and 'protocols.admin.door' not in sys.modules\n"
         "svc.stopService()\n"
     )
+
+
+def test_tls_stack_left_out_when_the_configuration_uses_no_tls():
+    """A broker whose doors listen on plain TCP, as the twistd plugin builds it, runs as
+    Twisted runs without pyOpenSSL: neither it nor cryptography is loaded, the fast paths
+    still check out, and the doors start. With the msgout door (pushes may go to https://
+    URLs) or C{server.tlsStack: always} the stack loads as Twisted loads it."""
+    start = (
+        "import sys, tempfile\n"
+        "from mqserver import tap\n"
+        "from tests.support.server import _door_names\n"
+        "def start(on, *extra):\n"
+        "    args = ['--data', tempfile.mkdtemp(), *extra]\n"
+        "    for name in _door_names():\n"
+        "        args += ['--listen', f'{name}=' + ('tcp:0:interface=127.0.0.1' if name in on else 'off')]\n"
+        "    o = tap.Options()\n"
+        "    o.parseOptions(args)\n"
+        "    svc = tap.makeService(o)\n"
+        "    svc.privilegedStartService()\n"
+        "    svc.startService()\n"
+        "    return o, svc\n"
+    )
+    _run(
+        start +
+        "o, svc = start(('smss', 'nsqd_tcp', 'namesrv', 'broker', 'console', 'metrics', 'admin'))\n"
+        "assert not o['tls'].loaded, o['tls'].why\n"
+        "assert sys.modules['OpenSSL'] is None\n"
+        "loaded = [m for m in ('cryptography', 'twisted.internet.ssl', 'twisted.protocols.tls')\n"
+        "          if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+        "from mqserver.runtime.fastpath import service_reactor\n"
+        "assert service_reactor.choice.spinning and service_reactor.choice.send_now\n"
+        "assert svc.getServiceNamed('listen-smss').running\n"
+        "svc.stopService()\n"
+    )
+    for extra in ("o, svc = start(('smss', 'msgout'))",
+                  "o, svc = start(('smss',), '--config', sys.argv[1])"):
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            f.write("server:\n  tlsStack: always\n")
+        done = subprocess.run(
+            [sys.executable, "-c", start + extra + "\n"
+             "assert o['tls'].loaded, o['tls'].why\n"
+             "import OpenSSL.SSL, twisted.internet.ssl\n"
+             "svc.stopService()\n", f.name],
+            cwd=ROOT, capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+        os.unlink(f.name)
+        assert done.returncode == 0, done.stderr

@@ -146,11 +146,12 @@ def _twisted_imports(path):
 
 
 #: What the rest of the code may use of mqserver.runtime: the output object and calls in
-#: the next turn (every door), and the reactor choice (start-up only).
+#: the next turn (every door), and the reactor and TLS stack choices (start-up only).
 RUNTIME_PUBLIC = {
     "mqserver.runtime.output": None,
     "mqserver.runtime.soon": None,
     "mqserver.runtime.fastpath": ("mqserver.tap", "mqserver.service"),
+    "mqserver.runtime.tlsstack": ("mqserver.tap",),
 }
 #: Twisted's modules whose internals the tuned paths read: only mqserver.runtime imports them.
 TWISTED_INTERNALS = ("twisted.internet.epollreactor", "twisted.internet.posixbase",
