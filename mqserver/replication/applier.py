@@ -124,9 +124,13 @@ class Applier:
         self.records += 1
         self.store.mark_dirty()
 
-    def messages(self, first_id, topic, items, write_time, delay_event_id=None):
+    def messages(self, first_id, topic, items, write_time, delay_event_id=None, ends=None):
         """Apply a record of messages (C{items}: [(queue id, Message)]) whose first
-        eventId is C{first_id}. Returns a Deferred (durability), or None if skipped."""
+        eventId is C{first_id}. Returns a Deferred (durability), or None if skipped.
+
+        C{ends}: None (the items are one write of the master), or bytes as long as
+        C{items}, nonzero where one of the master's writes ends (several records of the
+        same store time applied at once: each write keeps its end, L{Writer.put})."""
         self._check_gap(first_id)
         skip = max(0, self.store.next_event_id - first_id)
         todo = items[skip:]
@@ -139,7 +143,8 @@ class Applier:
             while j < len(todo) and todo[j][0] == qid:
                 j += 1
             msgs = [m for _, m in todo[i:j]]
-            last = self.store.put_messages(topic, qid, msgs, now_ms=write_time, event_id=eid)
+            last = self.store.put_messages(topic, qid, msgs, now_ms=write_time, event_id=eid,
+                                           ends=None if ends is None else ends[skip + i:skip + j])
             eid += j - i
             i = j
         if delay_event_id is not None and todo:

@@ -106,7 +106,7 @@ static PyObject *pack_configure(PyObject *self, PyObject *args) {
 }
 
 /* pack(messages, start, magic, queue_id, op, is_msg, qoff, pos, seg_left, blank_size,
- *      now, host, event_id, tail, max_size, crc32, tag_hash)
+ *      now, host, event_id, tail, max_size, crc32, tag_hash[, ends])
  *   -> (data, entries, offsets, queue_offsets, sizes, stop)
  *
  * Packs messages[start:] while each record plus a BLANK marker fits in seg_left. An item
@@ -114,7 +114,10 @@ static PyObject *pack_configure(PyObject *self, PyObject *args) {
  * properties, flags 0, born now on no host). queue_offsets count up from qoff for
  * messages and are qoff itself for admin records (is_msg false).
  * stop: 0 all packed; 1 the next message needs a new segment (the caller rolls and
- * calls again); 2 the next message's body is over max_size. */
+ * calls again); 2 the next message's body is over max_size.
+ * Every message record but the last of messages gets batch_more (another record of the
+ * same write follows), unless ends (None, or bytes as long as messages) is nonzero at
+ * its index: the messages are several writes, and a write ends there. */
 static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t start, seg_left, blank_size, max_size;
     long long magic_ll, queue_id_ll, op_ll, qoff, pos, now, event_id;
@@ -122,9 +125,18 @@ static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
         return NULL;
     }
-    if (nargs != 17) {
-        PyErr_SetString(PyExc_TypeError, "pack() takes 17 arguments");
+    if (nargs != 17 && nargs != 18) {
+        PyErr_SetString(PyExc_TypeError, "pack() takes 17 or 18 arguments");
         return NULL;
+    }
+    const char *ends = NULL;
+    if (nargs == 18 && args[17] != Py_None) {
+        if (!PyBytes_Check(args[17]) || !PyList_Check(args[0]) ||
+            PyBytes_GET_SIZE(args[17]) != PyList_GET_SIZE(args[0])) {
+            PyErr_SetString(PyExc_TypeError, "pack(): ends must be None or bytes as long as messages");
+            return NULL;
+        }
+        ends = PyBytes_AS_STRING(args[17]);
     }
     PyObject *messages = args[0], *host = args[11], *tail = args[13], *crc32 = args[15],
              *tag_hash = args[16];
@@ -269,7 +281,7 @@ static PyObject *pack_pack(PyObject *self, PyObject *const *args, Py_ssize_t nar
         put_be64(o + off[F_QUEUE_OFFSET], (uint64_t)qoff);
         put_be64(o + off[F_PHYSICAL], (uint64_t)pos);
         uint32_t sys_flag = (uint32_t)m->sys_flag & ~batch_more;
-        if (is_msg && start + i < total_n - 1)
+        if (is_msg && start + i < total_n - 1 && !(ends && ends[start + i]))
             sys_flag |= batch_more;
         put_be32(o + off[F_SYS_FLAG], sys_flag);
         put_be64(o + off[F_BORN_TS], (uint64_t)(m->born_ts ? m->born_ts : now));
@@ -396,8 +408,8 @@ static PyMethodDef pack_methods[] = {
      "batch_more): the layout, from format.py (see native.py)."},
     {"pack", (PyCFunction)(void (*)(void))pack_pack, METH_FASTCALL,
      "pack(messages, start, magic, queue_id, op, is_msg, qoff, pos, seg_left, blank_size, "
-     "now, host, event_id, tail, max_size, crc32, tag_hash) -> (data, entries, offsets, "
-     "queue_offsets, sizes, stop): see _pack.c."},
+     "now, host, event_id, tail, max_size, crc32, tag_hash[, ends]) -> (data, entries, "
+     "offsets, queue_offsets, sizes, stop): see _pack.c."},
     {"configure_usual", pack_configure_usual, METH_VARARGS,
      "configure_usual(message_magic, blank_size, crc32, tag_hash, result_type): the "
      "constants of usual() (see native.py)."},

@@ -88,7 +88,8 @@ class Writer:
         self._table = table
         self._queues = table.queues  # the very dict: one lookup per publish
 
-    def put(self, topic, queue_id, messages, now_ms=None, event_id=None, answer=None):
+    def put(self, topic, queue_id, messages, now_ms=None, event_id=None, answer=None,
+            ends=None):
         """Append C{messages} to (topic, queue id) as one write: every publish of every
         door ends here. A message is a L{Message}, or bytes: a message with only a body,
         born at the write.
@@ -107,7 +108,12 @@ class Writer:
         reactor's thread), so a client answered early sees what it would have seen; its
         round trip no longer waits for the bookkeeping. A failure in the bookkeeping
         after C{answer} is logged, not raised: the records stand and the client has its
-        answer. A write that is not complete at once leaves C{answer} uncalled."""
+        answer. A write that is not complete at once leaves C{answer} uncalled.
+
+        C{ends} (a replication follower applying several of its master's writes at once,
+        each with the same store time): bytes as long as C{messages}, nonzero where one
+        of those writes ends, so that each keeps its end in the log as the master's did
+        (L{fmt.SYSFLAG_BATCH_MORE}); None: the messages are one write."""
         if self._disk.refusal is not None:
             raise self._disk.refusal
         if event_id is not None:
@@ -137,7 +143,7 @@ class Writer:
                     self.write_latency.observe(_perf_counter() - t0)
             else:
                 result, entries, q, qoff = self._write(topic, queue_id, messages,
-                                                       _MESSAGE_MAGIC, 0, now)
+                                                       _MESSAGE_MAGIC, 0, now, ends)
                 size = sum(result.sizes)
         except OSError as e:
             raise self._write_failed(e) from None
@@ -175,10 +181,11 @@ class Writer:
                          topic=topic, queue_id=queue_id, offset=result.log_offsets)
         return None if answered else result
 
-    def put_messages(self, topic, queue_id, messages, now_ms=None, event_id=None):
+    def put_messages(self, topic, queue_id, messages, now_ms=None, event_id=None, ends=None):
         """L{put} for a caller that wants a Deferred whatever the flush level: it fires
         with the L{PutResult}, or fails with L{StoreError}."""
-        return defer.maybeDeferred(self.put, topic, queue_id, messages, now_ms, event_id)
+        return defer.maybeDeferred(self.put, topic, queue_id, messages, now_ms, event_id,
+                                   None, ends)
 
     def put_admin(self, op, topic, body, now_ms=None, event_id=None):
         """Append one admin record; the state machine applies it before this returns.
@@ -209,7 +216,7 @@ class Writer:
             raise StoreError(f"eventId {event_id} is behind the log ({self.next_event_id})")
         self.next_event_id = event_id
 
-    def _write(self, topic, queue_id, messages, magic, op, now_ms):
+    def _write(self, topic, queue_id, messages, magic, op, now_ms, ends=None):
         """Pack C{messages} as records and append them to the log: one pwrite per
         segment touched. Returns the L{PutResult}, the packed consume-queue entries, the
         queue (None for admin records) and its offset of the first message; nothing of a
@@ -239,11 +246,11 @@ class Writer:
             if _pack is None:
                 result, entries, data = self._pack_py(messages, magic, queue_id, op,
                                                       q is not None, qoff, now, tail,
-                                                      event_id)
+                                                      event_id, ends)
             else:
                 result, entries, data = self._pack_c(messages, magic, queue_id, op,
                                                      q is not None, qoff, now, tail,
-                                                     event_id)
+                                                     event_id, ends)
         except BaseException:
             log.truncate(start)
             raise
@@ -255,7 +262,8 @@ class Writer:
             self.write_latency.observe(_perf_counter() - t0)
         return result, entries, q, qoff
 
-    def _pack_c(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id):
+    def _pack_c(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id,
+                ends=None):
         # The C packing of any write (_pack.c, whose reference is _pack_py): same
         # returns.
         log = self.commitlog
@@ -263,7 +271,7 @@ class Writer:
         packed = _pack.pack(
             messages, 0, magic, queue_id, op, is_msg, qoff, start, log.space_left(),
             _BLANK_SIZE, now, self.store_host, event_id, tail, self.max_message_size,
-            _crc32, _tag_hash_of)
+            _crc32, _tag_hash_of, ends)
         data, entries, offs, qoffs, sizes, stop = packed
         result = PutResult(event_id, queue_id, now, offs, qoffs, sizes)
         entries = [entries]
@@ -286,14 +294,15 @@ class Writer:
                 messages, done, magic, queue_id, op, is_msg,
                 qoff + done if is_msg else qoff, log.end, log.space_left(),
                 _BLANK_SIZE, now, self.store_host, event_id + done, tail,
-                self.max_message_size, _crc32, _tag_hash_of)
+                self.max_message_size, _crc32, _tag_hash_of, ends)
             if sizes:
                 result.log_offsets += offs
                 result.queue_offsets += qoffs
                 result.sizes += sizes
             entries.append(ents)
 
-    def _pack_py(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id):
+    def _pack_py(self, messages, magic, queue_id, op, is_msg, qoff, now, tail, event_id,
+                 ends=None):
         # The reference packing and writing (the C speedup _pack.c packs the same bytes):
         # one pwrite per segment touched. Returns the PutResult, the consume-queue
         # entries and the bytes of the last write (a single message's record).
@@ -315,7 +324,7 @@ class Writer:
             if type(m) is bytes:
                 m = Message(body=m)
             sys_flag = m.sys_flag & ~fmt.SYSFLAG_BATCH_MORE
-            if is_msg and i < last:
+            if is_msg and i < last and not (ends and ends[i]):
                 sys_flag |= fmt.SYSFLAG_BATCH_MORE
             body, props = m.body, m.properties
             blen = len(body)

@@ -86,6 +86,40 @@ def apply_record(applier, rec):
     raise ValueError(f"unknown binlog command {rec.cmd}")
 
 
+class _PubRun:
+    """PUB records (writes) the master made one after another into one topic in the
+    same millisecond (so with the same store time), with consecutive eventIds: applied
+    at once, one put per queue as for a batch publish, each write keeping its end
+    (L{Writer.put}'s C{ends}) and each message its eventId, queue, times and fields, so
+    the records equal the master's byte for byte. Under load a follower reads about
+    twenty records a read, most of them in such runs."""
+
+    __slots__ = ("first", "topic", "write_time", "items", "ends")
+
+    def __init__(self, rec):
+        self.first, self.topic, self.write_time = rec.event_id, rec.topic, rec.write_time
+        self.items = binlog.messages_of(rec.payload, rec.timestamp)
+        self.ends = bytearray(len(self.items))
+        if self.items:
+            self.ends[-1] = 1
+
+    def take(self, rec):
+        """Add C{rec} (a PUB record) if it continues the run; return whether it did."""
+        if (rec.event_id != self.first + len(self.items) or rec.write_time != self.write_time
+                or rec.topic != self.topic):
+            return False
+        items = binlog.messages_of(rec.payload, rec.timestamp)
+        if items:
+            self.items += items
+            self.ends += bytes(len(items) - 1) + b"\x01"
+        return True
+
+    def apply(self, applier):
+        """Apply the run; returns the store's Deferred or None (as L{apply_record})."""
+        return applier.messages(self.first, self.topic, self.items, self.write_time,
+                                ends=bytes(self.ends))
+
+
 class FollowerProtocol(Protocol):
     """One connection to the master."""
 
@@ -182,16 +216,31 @@ class FollowerProtocol(Protocol):
             self.transport.abortConnection()
             return
         self._touch()
+        run = None  # PUB records read but not yet applied (see _PubRun)
         for ev in events:
             if self._failed:
                 return
             if isinstance(ev, ReplicaBlock):
                 if not ev.raw:  # an mqserver master asks for confirmations
+                    if run is not None and not self._apply_run(run):
+                        return
+                    run = None
                     self._confirming = True
                     self._confirm_when_durable(None)
                     continue
                 try:
                     rec = binlog.parse_block(ev.raw)
+                    if rec.cmd == binlog.CMD_PUB and self._commits_known:
+                        if run is not None and run.take(rec):
+                            continue
+                        if run is not None and not self._apply_run(run):
+                            return
+                        run = _PubRun(rec)
+                        continue
+                    if run is not None:
+                        if not self._apply_run(run):
+                            return
+                        run = None
                     if self._commit_point(rec):
                         continue
                     d = apply_record(self.applier, rec)
@@ -199,11 +248,13 @@ class FollowerProtocol(Protocol):
                     self.log.failure("cannot apply a replicated record")
                     self._fail()
                     return
-                if self._confirming:
-                    self._confirm_when_durable(d)
-                elif d is not None:
-                    d.addErrback(self._store_failed)
-            elif isinstance(ev, OkResponse) and self._phase == "epochs":
+                self._applied(d)
+                continue
+            if run is not None:
+                if not self._apply_run(run):
+                    return
+                run = None
+            if isinstance(ev, OkResponse) and self._phase == "epochs":
                 self._epochs(json.loads(ev.body) if ev.body else {})
             elif isinstance(ev, ErrResponse) and self._phase == "epochs":
                 self._epochs(None)  # a reference smss master: no terms
@@ -216,6 +267,26 @@ class FollowerProtocol(Protocol):
                 self._fail()
             elif isinstance(ev, AliveResponse) and self._phase == "replica":
                 self._commit_point(None)
+        if run is not None:
+            self._apply_run(run)
+
+    def _apply_run(self, run):
+        """Apply the PUB records of C{run}; False (the stream failed) if that fails."""
+        try:
+            d = run.apply(self.applier)
+        except Exception:
+            self.log.failure("cannot apply a replicated record")
+            self._fail()
+            return False
+        self._applied(d)
+        return True
+
+    def _applied(self, d):
+        # d: the store's Deferred (durability) of what was just applied, or None
+        if self._confirming:
+            self._confirm_when_durable(d)
+        elif d is not None:
+            d.addErrback(self._store_failed)
 
     def _commit_point(self, rec):
         # A master with synchronous replication sends its commit point first, before

@@ -102,14 +102,14 @@ def _files(s):
     return segments, entries
 
 
-def _answered(s, rec, topic, qid, messages, now_ms, event_id):
+def _answered(s, rec, topic, qid, messages, now_ms, event_id, ends=None):
     """put with an answer callback, given as the result it was called with
     when it was called (and None returned), else what the call returned; the callback
     must be called at most once, only when None is returned, and before any listener
     hears of the write."""
     answers = []
     r = s.put(topic, qid, messages, now_ms, event_id,
-              lambda result: answers.append((result, rec.calls[:])))
+              lambda result: answers.append((result, rec.calls[:])), ends)
     if r is not None:
         assert answers == []
         return r
@@ -138,13 +138,15 @@ def _apply(path, ops, flush_level, answer):
         kind = op[0]
         s.checkpoints.dirty = False
         if kind == "put":
-            _, topic, qid, messages, now_ms, event_id, fault = op
+            _, topic, qid, messages, now_ms, event_id, fault, *ends = op
+            ends = ends[0] if ends else None
             pwrite.plan = list(fault)
             if answer:
                 got = _outcome(lambda: _answered(s, rec, topic, qid, messages, now_ms,
-                                                 event_id))
+                                                 event_id, ends))
             else:
-                got = _outcome(lambda: s.put(topic, qid, messages, now_ms, event_id))
+                got = _outcome(lambda: s.put(topic, qid, messages, now_ms, event_id,
+                                             ends=ends))
             pwrite.plan = []
         elif kind == "open-queue":  # a reader opens a queue before anything is written
             s.queue(op[1], op[2])
@@ -189,8 +191,13 @@ _fault = st.sampled_from([(), (), (), ("enospc",), ("eio",), ("short",), ("short
 _put_op = st.tuples(st.just("put"), st.sampled_from(["a", "b", "c"]), st.integers(0, 2),
                     _messages, st.sampled_from([None, None, None, 1_600_000_000_123]),
                     st.sampled_from([None, None, None, None, "skip"]), _fault)
+# several writes of a replication master applied in one put: where each ends
+_ends_op = st.lists(_message, min_size=1, max_size=6).flatmap(lambda ms: st.tuples(
+    st.just("put"), st.sampled_from(["a", "b"]), st.integers(0, 1), st.just(ms),
+    st.sampled_from([None, 1_600_000_000_123]), st.sampled_from([None, "skip"]), _fault,
+    st.lists(st.sampled_from([0, 1]), min_size=len(ms), max_size=len(ms)).map(bytes)))
 _op = st.one_of(
-    _put_op, _put_op, _put_op, _put_op, _put_op,
+    _put_op, _put_op, _put_op, _put_op, _put_op, _ends_op,
     st.tuples(st.just("open-queue"), st.sampled_from(["a", "c", "d"]), st.integers(0, 2)),
     st.tuples(st.just("admin"), st.sampled_from(["a", "z"])),
     st.tuples(st.just("tick"), st.integers(1, 5)),
@@ -243,8 +250,8 @@ def test_flush_level_2_writes_as_the_reference(tmp_path_factory, ops):
     _compare(tmp_path_factory, ops, flush_level=2)
 
 
-def _put(topic, messages, qid=0, now_ms=None, event_id=None, fault=()):
-    return ("put", topic, qid, messages, now_ms, event_id, fault)
+def _put(topic, messages, qid=0, now_ms=None, event_id=None, fault=(), ends=None):
+    return ("put", topic, qid, messages, now_ms, event_id, fault, ends)
 
 
 _M = [b"m"]
@@ -258,6 +265,9 @@ CASES = {
     "an eventId given": [_put("a", _M, event_id=50), _put("a", _M)],
     "an eventId behind the log": [_put("a", _M, event_id=1)],
     "a batch": [_put("a", [b"m", _TAGGED])],
+    "writes of a master applied at once": [_put("a", [b"m", _TAGGED, b"n"], ends=b"\1\0\1")],
+    "writes of a master across a new segment": [
+        _put("a", [b"x" * 300] * 8, ends=b"\0\1\0\0\1\0\0\1")],
     "no message": [_put("a", [])],
     "a tuple of one": [_put("a", (b"m",))],
     "a new segment": [_put("a", [b"x" * 300]) for _ in range(8)],
@@ -420,6 +430,31 @@ def test_the_answer_comes_before_the_bookkeeping_with_either_packing(tmp_path, p
             assert heard == [] and ("arrived", "a", 0) in rec.calls
             rec.calls.clear()
         assert result.queue_offsets == [2, 3] and s.next_event_id == 5
+        s.close()
+    finally:
+        writer_module._pack = saved
+
+
+@pytest.mark.parametrize("packer", ["c", "py"])
+@pytest.mark.parametrize("ends, more", [
+    (None, [1, 1, 1, 1, 0]),
+    (b"\0\1\0\0\1", [1, 0, 1, 1, 0]),
+    (b"\1\1\1\1\1", [0, 0, 0, 0, 0]),
+    (b"\0\1\0\0\0", [1, 0, 1, 1, 0]),  # the put's last record ends a write anyway
+])
+def test_each_write_of_a_put_keeps_its_end(tmp_path, packer, ends, more):
+    """A put of several writes (C{ends}) marks SYSFLAG_BATCH_MORE on every record but
+    the last of each write, as the writes made one by one would; the messages' own bit
+    is cleared."""
+    saved = writer_module._pack
+    writer_module._pack = _c_module("mqserver.store._pack") if packer == "c" else None
+    try:
+        s, _, _ = _open(tmp_path)
+        msgs = [Message(b"m%d" % i, sys_flag=fmt.SYSFLAG_BATCH_MORE) for i in range(5)]
+        r = s.put("a", 0, msgs, ends=ends)
+        views = [fmt.RecordView(s.commitlog.read(off, size))
+                 for off, size in zip(r.log_offsets, r.sizes)]
+        assert [int(bool(v.sys_flag & fmt.SYSFLAG_BATCH_MORE)) for v in views] == more
         s.close()
     finally:
         writer_module._pack = saved
