@@ -100,20 +100,24 @@ class SyncGate:
 
     # -- writes ----------------------------------------------------------------------
 
-    def wait(self, event_id):
-        """Return a Deferred that fires once C{replicas} followers hold C{event_id}; it
-        fails with L{ReplicasUnavailable} at once when too few are attached and caught
-        up, and with L{ReplicationTimeout} after L{timeout}."""
+    def wait(self, event_id, result=None):
+        """Return a Deferred that fires with C{result} (the write's L{PutResult}) once
+        C{replicas} followers hold C{event_id}; it fails with L{ReplicasUnavailable} at
+        once when too few are attached and caught up, and with L{ReplicationTimeout}
+        after L{timeout}, each a L{ReplicationError} carrying C{result} as its
+        C{put_result}."""
         if event_id <= self.committed_event_id:
-            return defer.succeed(None)
+            return defer.succeed(result)
         if self.refusing is not None:
-            return defer.fail(ReplicationError(self.refusing))
+            return defer.fail(ReplicationError(self.refusing, result))
         if not self.available():
             self.unavailable += 1
             return defer.fail(ReplicasUnavailable(
-                f"{len(self._confirmed)} of {self.replicas} replicas connected and caught up"))
+                f"{len(self._confirmed)} of {self.replicas} replicas connected and caught up",
+                result))
         d = defer.Deferred()
-        entry = [event_id, next(self._sequence), d, self._reactor.seconds() + self.timeout]
+        entry = [event_id, next(self._sequence), d, self._reactor.seconds() + self.timeout,
+                 result]
         heapq.heappush(self._waiting, entry)
         self._deadlines.append(entry)
         if self._timer is None:
@@ -133,7 +137,7 @@ class SyncGate:
             d = entry[2]
             if d is not None:
                 entry[2] = None
-                d.errback(ReplicationError(why))
+                d.errback(ReplicationError(why, entry[4]))
 
     def _expire(self):
         # Fail the writes past their deadline, oldest first; the timer is set again for
@@ -154,7 +158,7 @@ class SyncGate:
             self.timeouts += 1
             d.errback(ReplicationTimeout(
                 f"no {self.replicas} replicas confirmed eventId {entry[0]} within "
-                f"{self.timeout * 1000:.0f} ms"))
+                f"{self.timeout * 1000:.0f} ms", entry[4]))
 
     def _stop_timer(self):
         if self._timer is not None:
@@ -184,7 +188,7 @@ class SyncGate:
             d = entry[2]
             if d is not None:
                 entry[2] = None
-                d.callback(None)
+                d.callback(entry[4])
         # The confirmed at the head of the deadlines are done with. The timer stays
         # armed while none waits (it then fires once, finds nothing and disarms): one
         # timer per timeout, not a timer set and cancelled per write.

@@ -2,18 +2,6 @@
 
 from collections import deque
 
-from mqserver.errors import ReplicationError
-
-
-def _the_result(_, result):
-    return result
-
-
-def _with_result(f, result):
-    # a write the gate failed stays in the log: the failure carries its PutResult
-    f.trap(ReplicationError)
-    f.value.put_result = result
-    return f
 
 
 class Notifier:
@@ -157,13 +145,12 @@ class Notifier:
         # confirmed by enough of them: only then answered and shown to consumers.
         last = result.event_id + len(result.sizes) - 1
         self._unconfirmed.append((last, end, topic, queue_id))
+        # a write the gate fails stays in the log: the failure carries its PutResult
         if self.flush_level >= 2:
             gate = self.gate
-            d = self._flusher.request(end).addCallback(lambda _: gate.wait(last))
-        else:
-            self._replicable(end)
-            d = self.gate.wait(last)
-        return d.addCallbacks(_the_result, _with_result, (result,), None, (result,))
+            return self._flusher.request(end).addCallback(lambda _: gate.wait(last, result))
+        self._replicable(end)
+        return self.gate.wait(last, result)
 
     def _after_write_held(self, result, topic, queue_id, end):
         # A follower's write: durable here as the flush level asks (its confirmation to

@@ -54,6 +54,11 @@ MAX_PIPELINE = 256
 
 
 _OK = codec.ok()
+
+
+def _ok(_):
+    """A write's answer once it is acknowledged."""
+    return _OK
 _Ack, _Sub = m.Ack, m.Sub  # tested on every request
 
 
@@ -209,9 +214,8 @@ class SmssServerProtocol(IdleWatch, Protocol):
         if isinstance(result, defer.Deferred):
             slot = PendingAnswer(result)
             self._answers.append(slot)
-            result.addErrback(self._failure_to_err)
             # Exactly one flush per answer, when it is ready (at once if it already is).
-            result.addBoth(self._settle, slot)
+            result.addCallbacks(self._settle, self._settle_failure, (slot,), None, (slot,))
         else:
             self._answers.append(result)
         self._flush_answers()
@@ -224,6 +228,9 @@ class SmssServerProtocol(IdleWatch, Protocol):
             return codec.err(self._error_text(f.value))
         self.log.failure("smss request failed", f)
         return codec.err("internal error")
+
+    def _settle_failure(self, f, slot):
+        return self._settle(self._failure_to_err(f), slot)
 
     def _settle(self, answer, slot):
         slot.settle(answer)
@@ -327,7 +334,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         # type() first: isinstance of Deferred (an ABC's subclass) runs abc's check
         if type(stored) is PutResult:
             return _OK  # stored already (flush levels 0 and 1)
-        return stored.addCallback(lambda _: _OK)
+        return stored.addCallback(_ok)
 
     def _send_ok(self, result):
         """Answer a publish the broker has written with OK, before the broker's

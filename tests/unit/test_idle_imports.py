@@ -171,3 +171,46 @@ def test_tls_stack_left_out_when_the_configuration_uses_no_tls():
             cwd=ROOT, capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
         os.unlink(f.name)
         assert done.returncode == 0, done.stderr
+
+
+def test_start_up_objects_are_frozen_once_the_broker_runs():
+    """Once its reactor runs, the broker has collected start-up's garbage and moved what
+    is left out of the collector's generations (gc.freeze): a cycle made before is gone,
+    the objects made before are frozen, the ones made after are not."""
+    _run(
+        "import gc, os, sys, tempfile, traceback, weakref\n"
+        "from mqserver import tap\n"
+        "from tests.support.server import _door_names\n"
+        "class Node: pass\n"
+        "def check():\n"
+        "    gc.disable()  # only the broker's own collection may find the cycle\n"
+        "    a, b = Node(), Node()\n"
+        "    a.b, b.a = b, a\n"
+        "    gone = weakref.ref(a)\n"
+        "    del a, b\n"
+        "    args = ['--data', tempfile.mkdtemp()]\n"
+        "    for name in _door_names():\n"
+        "        args += ['--listen', f'{name}=' + ('tcp:0:interface=127.0.0.1' if name == 'smss' else 'off')]\n"
+        "    o = tap.Options()\n"
+        "    o.parseOptions(args)\n"
+        "    svc = tap.makeService(o)\n"
+        "    kept = Node()\n"
+        "    from twisted.internet import reactor\n"
+        "    svc.privilegedStartService()\n"
+        "    svc.startService()\n"
+        "    assert gc.get_freeze_count() == 0 and gone() is not None\n"
+        "    reactor.callLater(0.05, reactor.stop)\n"
+        "    reactor.run(installSignalHandlers=False)\n"
+        "    assert gone() is None, 'a cycle made at start-up was frozen'\n"
+        "    assert gc.get_freeze_count() > 10000, gc.get_freeze_count()\n"
+        "    later = Node()\n"
+        "    objects = gc.get_objects()\n"
+        "    assert any(o is later for o in objects) and not any(o is kept for o in objects)\n"
+        "try:\n"
+        "    check()\n"
+        "except BaseException:\n"
+        "    traceback.print_exc()\n"
+        "    sys.stderr.flush()\n"
+        "    os._exit(1)\n"
+        "os._exit(0)  # the store's disk threads would keep the process waiting\n"
+    )
