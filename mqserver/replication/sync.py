@@ -94,8 +94,9 @@ class SyncGate:
     def available(self):
         """Return True when enough attached followers are close enough to count."""
         limit = self.fallbehind_bytes
-        caught_up = sum(1 for f in self._confirmed
-                        if limit is None or f.behind_bytes() <= limit)
+        if limit is None:  # asked on every write: no follower to look at
+            return len(self._confirmed) >= self.replicas
+        caught_up = sum(1 for f in self._confirmed if f.behind_bytes() <= limit)
         return caught_up >= self.replicas
 
     # -- writes ----------------------------------------------------------------------

@@ -54,11 +54,6 @@ MAX_PIPELINE = 256
 
 
 _OK = codec.ok()
-
-
-def _ok(_):
-    """A write's answer once it is acknowledged."""
-    return _OK
 _Ack, _Sub = m.Ack, m.Sub  # tested on every request
 
 
@@ -233,7 +228,8 @@ class SmssServerProtocol(IdleWatch, Protocol):
         return self._settle(self._failure_to_err(f), slot)
 
     def _settle(self, answer, slot):
-        slot.settle(answer)
+        # a write's PutResult (a publish acknowledged later) is answered OK
+        slot.settle(_OK if type(answer) is PutResult else answer)
         self._flush_answers()
         return answer
 
@@ -334,7 +330,7 @@ class SmssServerProtocol(IdleWatch, Protocol):
         # type() first: isinstance of Deferred (an ABC's subclass) runs abc's check
         if type(stored) is PutResult:
             return _OK  # stored already (flush levels 0 and 1)
-        return stored.addCallback(_ok)
+        return stored  # its PutResult answers OK (_settle)
 
     def _send_ok(self, result):
         """Answer a publish the broker has written with OK, before the broker's
