@@ -5,35 +5,18 @@ times and fields, so its own feed sends the same blocks. In process: an smss mas
 and a follower over StringTransports, real stores, the stream of many writes read in one
 chunk (as a loaded follower reads about twenty records a read)."""
 
-import os
-
 import pytest
 from twisted.internet.testing import StringTransport
 
 from mqserver.replication.applier import Applier
 from mqserver.replication.logreader import LogReader
-from mqserver.store import format as fmt
 from protocols.smss import binlog
 from protocols.smss import client_codec as cc
 from protocols.smss.factory import make_factory
 from protocols.smss.follower import FollowerFactory
 from protocols.smss.payload import encode_payload
+from tests.integration.test_replication_fields import records
 from tests.support.inprocess import Node
-
-FIELDS = [f for f in fmt.RecordView.__slots__ if f not in ("offset", "store_host")]
-
-
-def records(store):
-    """Every record of C{store}'s log as a dict of its fields (physical offset and store
-    host left out), in log order."""
-    d = os.path.join(store.path, "commitlog")
-    out = []
-    for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name), "rb") as f:
-            buf = f.read()
-        for _, v in fmt.scan_buffer(memoryview(buf), int(name)):
-            out.append({f: bytes(getattr(v, f)) if f == "body" else getattr(v, f) for f in FIELDS})
-    return out
 
 
 def blocks(store):
@@ -98,7 +81,7 @@ def test_writes_of_one_millisecond_are_applied_together_and_kept_apart(tmp_path,
         puts.clear()
         proto.dataReceived(chunk)  # every write in one read
         fnode.clock.advance(0)
-        assert records(fnode.store) == records(master.store)
+        assert records(fnode.store.path) == records(master.store.path)
         assert blocks(fnode.store) == blocks(master.store)
         # the first millisecond's writes to t until the one to u, the rest of t's, u's,
         # the next millisecond's: 4 puts for 9 writes
