@@ -460,9 +460,11 @@ class BrokerService(service.MultiService):
         except StartupError as e:
             self._refuse(e)
         self._ready()
+        # the signal handlers first: a SIGTERM that arrives while start-up's garbage is
+        # collected (tens of ms) must already stop the broker cleanly
+        self._reactor.callWhenRunning(self._stop_cleanly_on_signals)
         self._reactor.callWhenRunning(freeze_start_up_heap)
         self._reactor.callWhenRunning(release_free_heap)
-        self._reactor.callWhenRunning(self._stop_cleanly_on_signals)
 
     def listeners(self):
         """Return the L{ListenerService} of every door that listens, in start order."""
