@@ -116,6 +116,7 @@ class Writer:
         (L{fmt.SYSFLAG_BATCH_MORE}); None: the messages are one write."""
         if self._disk.refusal is not None:
             raise self._disk.refusal
+        before = self.next_event_id  # a failed write takes no eventId, given or not
         if event_id is not None:
             self._force_event_id(event_id)
         q = self._queues.get((topic, queue_id))
@@ -146,7 +147,11 @@ class Writer:
                                                        _MESSAGE_MAGIC, 0, now, ends)
                 size = sum(result.sizes)
         except OSError as e:
+            self.next_event_id = before
             raise self._write_failed(e) from None
+        except BaseException:
+            self.next_event_id = before
+            raise
         answered = answer is not None and self._notifier.complete_at_write
         if answered:
             try:
@@ -190,14 +195,17 @@ class Writer:
     def put_admin(self, op, topic, body, now_ms=None, event_id=None):
         """Append one admin record; the state machine applies it before this returns.
         Returns a Deferred firing with the L{PutResult}. C{event_id}: as for L{put}."""
+        before = self.next_event_id  # a failed write takes no eventId, given or not
         try:
             self._disk.check_writable()
             self._force_event_id(event_id)
             result = self._write(topic, -1, [Message(body=body)], fmt.ADMIN_MAGIC, op,
                                  now_ms)[0]
         except StoreError as e:
+            self.next_event_id = before
             return defer.fail(e)
         except OSError as e:
+            self.next_event_id = before
             return defer.fail(self._write_failed(e))
         log = self.commitlog
         for off, size in zip(result.log_offsets, result.sizes):

@@ -267,19 +267,20 @@ class FollowerProtocol(Protocol):
                 self._fail()
             elif isinstance(ev, AliveResponse) and self._phase == "replica":
                 self._commit_point(None)
-        if run is not None:
+        if run is not None and not self._failed:
             self._apply_run(run)
 
     def _apply_run(self, run):
-        """Apply the PUB records of C{run}; False (the stream failed) if that fails."""
+        """Apply the PUB records of C{run}; False when the stream failed (nothing after
+        a write that failed may be applied: the slave would skip its eventIds)."""
         try:
             d = run.apply(self.applier)
         except Exception:
             self.log.failure("cannot apply a replicated record")
             self._fail()
             return False
-        self._applied(d)
-        return True
+        self._applied(d)  # a write that failed at once fails the stream here
+        return not self._failed
 
     def _applied(self, d):
         # d: the store's Deferred (durability) of what was just applied, or None

@@ -5,6 +5,9 @@ times and fields, so its own feed sends the same blocks. In process: an smss mas
 and a follower over StringTransports, real stores, the stream of many writes read in one
 chunk (as a loaded follower reads about twenty records a read)."""
 
+import errno
+import os
+
 import pytest
 from twisted.internet.testing import StringTransport
 
@@ -92,6 +95,82 @@ def test_writes_of_one_millisecond_are_applied_together_and_kept_apart(tmp_path,
             for p in publishers:
                 assert p.take()
             assert master.broker.sync_gate.committed_event_id == master.store.next_event_id - 1
+    finally:
+        fnode.close()
+        master.close()
+
+
+class FailingPwrite:
+    """The follower's commit-log pwrite, failing with ENOSPC while C{full} is set."""
+
+    def __init__(self, real):
+        self.real = real
+        self.full = False
+
+    def __call__(self, fd, data, pos):
+        if self.full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.real(fd, data, pos)
+
+
+def connect_follower(master, door, fnode):
+    """A follower connection of C{fnode} to C{master}'s door, past its handshake:
+    (protocol, its transport, the master's side)."""
+    proto = FollowerFactory(Applier(fnode.broker), fnode.clock, 0,
+                            alive_interval=30.0).buildProtocol(None)
+    to_master = StringTransport()
+    proto.makeConnection(to_master)
+    stream = master.connect(door)
+    for _ in range(3):  # where the logs part, REPLICA, the first confirmation
+        stream.send(to_master.value())
+        to_master.clear()
+        proto.dataReceived(stream.take())
+        fnode.clock.advance(0)
+    return proto, to_master, stream
+
+
+def test_nothing_after_a_failed_write_is_applied(tmp_path):
+    """A follower whose store fails a run's write (disk full) applies nothing that came
+    after it in the same read and takes none of its eventIds; once the disk works, it
+    resumes after what it holds and its log equals the master's, no eventId skipped."""
+    master = Node(tmp_path / "master")
+    fnode = Node(tmp_path / "follower")
+    fnode.broker.is_master = False
+    pwrite = fnode.store.commitlog._pwrite = FailingPwrite(fnode.store.commitlog._pwrite)
+    try:
+        door = master.door(make_factory)
+        proto, to_master, stream = connect_follower(master, door, fnode)
+        publisher = master.connect(door)
+        publisher.send(cc.encode_create(b"t"))
+        master.clock.advance(0)
+        proto.dataReceived(stream.take())
+        held = fnode.store.next_event_id
+        # three runs in one read, the last of one write: the read ends with it
+        for millisecond, bodies in enumerate(([b"a0", b"b0"], [b"a1", b"b1"], [b"a2"])):
+            for body in bodies:
+                publisher.send(cc.encode_pub(b"t", encode_payload([body])))
+            master.clock.advance(0.0015)  # the next millisecond, whatever the rounding
+        chunk = stream.take()
+        applied = []
+        put = fnode.store.put_messages
+
+        def counted(*a, **k):
+            d = put(*a, **k)
+            applied.append(k["event_id"])
+            pwrite.full = True  # the disk fills after the first run's write
+            return d
+
+        fnode.store.put_messages = counted
+        proto.dataReceived(chunk)
+        assert applied == [held, held + 2]  # the second run failed: not the third
+        assert fnode.store.next_event_id == held + 2
+        assert proto.transport.disconnecting or to_master.disconnecting
+        fnode.store.put_messages = put
+        pwrite.full = False
+        fnode.store.disk.refusal = None
+        fnode.clock.advance(10)  # the store finds its disk writable again
+        proto, to_master, stream = connect_follower(master, door, fnode)
+        assert records(fnode.store.path) == records(master.store.path)
     finally:
         fnode.close()
         master.close()

@@ -458,3 +458,33 @@ def test_each_write_of_a_put_keeps_its_end(tmp_path, packer, ends, more):
         s.close()
     finally:
         writer_module._pack = saved
+
+
+@pytest.mark.parametrize("packer", ["c", "py"])
+def test_a_failed_write_takes_no_event_id_even_one_given(tmp_path, packer):
+    """A follower's write of its master's eventId 50 (ahead of the log) that fails (disk
+    full, a body over the limit) leaves the next eventId where it was, for messages and
+    admin records: the write taken again later is not skipped as already held."""
+    saved = writer_module._pack
+    writer_module._pack = _c_module("mqserver.store._pack") if packer == "c" else None
+    try:
+        s, _, _ = _open(tmp_path)
+        s.put("a", 0, [b"first"])
+        nxt = s.writer.next_event_id
+        s.commitlog._pwrite.plan = ["enospc"]
+        with pytest.raises(StoreError):
+            s.put("a", 0, [b"m", b"n"], event_id=50)
+        assert s.writer.next_event_id == nxt
+        with pytest.raises(StoreError):
+            s.put("a", 0, [b"y" * 401], event_id=60)
+        assert s.writer.next_event_id == nxt
+        s.disk.refusal = None
+        s.commitlog._pwrite.plan = ["enospc"]
+        failure = []
+        s.put_admin(fmt.OP_UPDATE, "a", b"body", event_id=70).addErrback(failure.append)
+        assert failure and s.writer.next_event_id == nxt
+        s.disk.refusal = None
+        assert s.put("a", 0, [b"again"]).event_id == nxt
+        s.close()
+    finally:
+        writer_module._pack = saved
