@@ -3,9 +3,8 @@
 import os
 import sys
 
-from twisted.python import usage
-
 from twisted.logger import Logger
+from twisted.python import usage
 
 from mqserver.config import ConfigError, etcd_endpoints, load_config
 from mqserver.errors import StartupError

@@ -5,5 +5,6 @@ busy-polling reactor and L{mqserver.runtime.output}'s direct socket writes) and 
 Twisted (its epoll reactor and C{transport.write}); L{mqserver.runtime.fastpath} makes
 that choice and falls back to plain Twisted when a release lacks what the tuned paths
 read. L{mqserver.runtime.tlsstack} leaves Twisted's TLS stack out of a broker whose
-configuration uses no TLS (C{server.tlsStack}). Doors use only L{mqserver.runtime.output} and L{mqserver.runtime.soon}.
+configuration uses no TLS (C{server.tlsStack}). Doors use only
+L{mqserver.runtime.output} and L{mqserver.runtime.soon}.
 """

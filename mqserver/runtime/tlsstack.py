@@ -72,9 +72,8 @@ def choose(config, doors):
     reasons = uses(config, doors)
     if reasons:
         return Choice(True, "TLS stack loaded for " + ", ".join(reasons))
-    if sys.modules.get("OpenSSL") is None and "OpenSSL" in sys.modules:
+    if "OpenSSL" not in sys.modules and "twisted.internet.tcp" not in sys.modules:
+        sys.modules["OpenSSL"] = None
+    if sys.modules.get("OpenSSL", False) is None:  # left out, now or by an earlier choice
         return Choice(False, "TLS stack left out (the configuration uses no TLS)")
-    if "OpenSSL" in sys.modules or "twisted.internet.tcp" in sys.modules:
-        return Choice(True, "TLS stack loaded before the configuration was read")
-    sys.modules["OpenSSL"] = None
-    return Choice(False, "TLS stack left out (the configuration uses no TLS)")
+    return Choice(True, "TLS stack loaded before the configuration was read")

@@ -146,11 +146,10 @@ class Writer:
                 result, entries, q, qoff = self._write(topic, queue_id, messages,
                                                        _MESSAGE_MAGIC, 0, now, ends)
                 size = sum(result.sizes)
-        except OSError as e:
+        except BaseException as e:
             self.next_event_id = before
-            raise self._write_failed(e) from None
-        except BaseException:
-            self.next_event_id = before
+            if isinstance(e, OSError):
+                raise self._write_failed(e) from None
             raise
         answered = answer is not None and self._notifier.complete_at_write
         if answered:
