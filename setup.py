@@ -15,6 +15,7 @@ SPEEDUPS = [
     ("mqserver.store._check", "mqserver/store/_check.c", ["z"]),
     ("protocols.smss._push", "protocols/smss/_push.c", []),
     ("protocols.smss._pub", "protocols/smss/_pub.c", []),
+    ("protocols.smss._feed", "protocols/smss/_feed.c", []),
     ("protocols.nsq._frames", "protocols/nsq/_frames.c", []),
     ("protocols.remoting._pull", "protocols/remoting/_pull.c", []),
     ("protocols.remoting._header", "protocols/remoting/_header.c", []),

@@ -165,7 +165,9 @@ class IReplicationLog(ILogBounds):
 
     def reader_after(event_id):
         """Return a reader just after the write holding event_id (0: from the oldest
-        record): C{read()} returns the next readable records (views, possibly []) and
+        record): C{read()} returns the next readable records (views, possibly []),
+        C{read_encoded(encode)} offers them to C{encode(buffer, offset)} first (a door's
+        own encoding of the records it knows, see L{mqserver.replication.logreader.LogReader.read_encoded}) and
         C{offset} is where it stands; setting C{offset} to where another reader of this
         log stood after a read moves it past the same records. Raises EventNotFound."""
 

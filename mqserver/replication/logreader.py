@@ -82,6 +82,16 @@ class LogReader:
     def read(self, max_bytes=_CHUNK):
         """Return the next readable records as L{fmt.RecordView}s (at least one if any is
         readable, even when it is larger than C{max_bytes}) and move past them."""
+        return self.read_encoded(None, max_bytes)[1]
+
+    def read_encoded(self, encode, max_bytes=_CHUNK):
+        """Like L{read}, offering the records to C{encode} first: return C{(made,
+        None)} when C{encode(buffer, offset)} made something of the whole records at the
+        start of the next readable bytes (it returns C{(made, length, ...)}, or None
+        when it takes none of them) and move past those bytes; else C{(None, views)}
+        as L{read} returns them. C{encode} is offered only records this process wrote
+        or recovery checked, and no record recovery found damaged: it need check no
+        CRC. With C{encode} None, this is L{read}."""
         store = self._store
         log = store.commitlog
         while True:
@@ -89,7 +99,7 @@ class LogReader:
             if self.offset < log.min_offset:
                 self.offset = log.min_offset
             if self.offset >= end:
-                return []
+                return None, []
             seg = log.segment_start(self.offset)
             limit = min(end, seg + log.segment_size) - self.offset
             data = log.read(self.offset, min(max_bytes, limit))
@@ -107,6 +117,12 @@ class LogReader:
                     store.report_damage(self.offset, "the segment file ends early")
                 self.offset = seg + log.segment_size
                 continue
+            if (encode is not None and self.offset >= store.trusted_from
+                    and not store.damaged_offsets):
+                made = encode(data, self.offset)
+                if made is not None:
+                    self.offset += made[1]
+                    return made, None
             views, skip_to = self._scan(data, end, seg)
             if views:
                 last = views[-1]
@@ -115,7 +131,7 @@ class LogReader:
                 self.offset = skip_to
                 if not views:
                     continue
-            return views
+            return None, views
 
     def _scan(self, data, end, seg):
         # The sound records of data (starting at self.offset) and, when damaged records

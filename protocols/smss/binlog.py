@@ -29,6 +29,7 @@ master's field for field (physical offset and store host aside):
 import json
 from dataclasses import dataclass
 
+from mqserver import speedups
 from mqserver.broker.topics import create_body
 from mqserver import message as fmt
 from mqserver.message import Message
@@ -48,6 +49,27 @@ _DELAY_PREFIX = wire.BINLOG_DELAY_STRUCT  # trigger time, delay eventId
 _u32_from = wire.U32.unpack_from
 _PREFIX = wire.MESSAGE_PREFIX_STRUCT  # a message record's S and H
 _prefix_from = _PREFIX.unpack_from
+
+
+_feed = speedups.load("protocols.smss._feed")
+if _feed is not None:
+    _feed.configure(
+        fmt.HEADER_SIZE,
+        *((fmt.HEADER_LAYOUT.offset(name), fmt.HEADER_LAYOUT.field_size(name)) for name in (
+            "magic", "queue_id", "flag", "physical_offset", "sys_flag", "born_timestamp",
+            "born_host", "store_timestamp", "reconsume_times", "event_id", "body_length")),
+        fmt.MESSAGE_MAGIC, wire.CMD_PUB,
+        wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, 0), wire.REPLICA_FRAME_LENGTH_AT,
+    )
+    #: The REPLICA frames of the plain records at a buffer's start (C{_feed.c}): what
+    #: the leader's Python path (L{record_to_block} in frames) sends for them, byte for
+    #: byte.
+    plain_frames = _feed.frames
+    #: The plain PUB writes of one run at a position of a REPLICA stream (C{_feed.c}):
+    #: what the follower's Python path (L{parse_block}, L{messages_of}) makes of them.
+    plain_run = _feed.run
+else:
+    plain_frames = plain_run = None
 
 
 PROPS_HEADER = b"MQ_PROPS"

@@ -186,6 +186,14 @@ class ResponseDecoder:
             del buf[:off]
         return events
 
+    def take_pending(self) -> bytes:
+        """Return the bytes fed but not decoded yet (the start of a frame), and forget
+        them: for a caller that decodes some frames itself and feeds back the rest."""
+        pending = bytes(self._buf)
+        self._buf.clear()
+        self._need = 0
+        return pending
+
     def _check(self, length: int) -> None:
         """Refuse a length over the limit before waiting for its bytes."""
         if length > self.max_response:

@@ -24,6 +24,7 @@ from mqserver.replication.epochs import EpochError, truncation_point
 from mqserver.runtime.output import Output, no_delay
 from mqserver.runtime.soon import call_soon
 from mqserver import message as fmt
+from mqserver.message import Message
 
 from protocols.smss import binlog, wire
 from protocols.smss.client_codec import (
@@ -51,6 +52,19 @@ def topic_from_json(d):
         state_change_event_id=d.get("stateChangeEventId", 0),
         state=d.get("state", 0),
     )
+
+
+_FRAME = wire.REPLICA_FRAME_HEADER_STRUCT
+_frame_head = _FRAME.unpack_from
+
+
+def _frame_end(data, pos):
+    """Where the REPLICA frame (status OK) at C{pos} ends, or None when the frame
+    there is another (the decoder reads it) or its header is not all here."""
+    if len(data) - pos < _FRAME.size:
+        return None
+    status, length = _frame_head(data, pos)
+    return pos + _FRAME.size + length if status == wire.STATUS_OK else None
 
 
 def apply_block(applier, raw):
@@ -209,13 +223,24 @@ class FollowerProtocol(Protocol):
         self.transport.abortConnection()
 
     def dataReceived(self, data):
+        if binlog.plain_run is not None and self._phase == "replica" and self._commits_known:
+            self._received_plain(data)
+        else:
+            self._received(data)
+
+    def _received(self, data):
+        # Decode what came and handle its events; False when the stream ended.
         try:
             events = self.decoder.feed(data)
         except SmssProtocolError as e:
             self.log.error("bad replication stream: {error}", error=e)
             self.transport.abortConnection()
-            return
+            return False
         self._touch()
+        self._events(events)
+        return not self._failed
+
+    def _events(self, events):
         run = None  # PUB records read but not yet applied (see _PubRun)
         for ev in events:
             if self._failed:
@@ -269,6 +294,43 @@ class FollowerProtocol(Protocol):
                 self._commit_point(None)
         if run is not None and not self._failed:
             self._apply_run(run)
+
+    def _received_plain(self, data):
+        # The runs of plain writes (one message without headers each: nearly every
+        # write of a busy master) are parsed in C (binlog.plain_run) and applied as a
+        # _PubRun of them would be; any other frame goes the Python way on its own
+        # (the commit point in front of a turn's records, a batch), and what is not all
+        # here waits in the decoder.
+        pending = self.decoder.take_pending()
+        if pending:
+            data = pending + data
+        run, pos, end, limit = binlog.plain_run, 0, len(data), self.decoder.max_response
+        while pos < end:
+            got = run(data, pos, limit)
+            if got is not None:
+                pos, topic, write_time, first, writes, ends = got
+                items = [(0, Message(body=body, born_ts=ts)) for ts, body in writes]
+                try:
+                    d = self.applier.messages(first, topic, items, write_time,
+                                              ends=bytes(ends))
+                except Exception:
+                    self.log.failure("cannot apply a replicated record")
+                    self._fail()
+                    return
+                self._applied(d)
+                if self._failed:
+                    return
+                continue
+            stop = _frame_end(data, pos)
+            if stop is None or stop > end:
+                break
+            if not self._received(memoryview(data)[pos:stop]):
+                return
+            pos = stop
+        if pos < end:
+            self._received(memoryview(data)[pos:])
+        else:
+            self._touch()
 
     def _apply_run(self, run):
         """Apply the PUB records of C{run}; False when the stream failed (nothing after

@@ -23,7 +23,7 @@ from mqserver.runtime.soon import call_soon
 
 from protocols.smss import codec, wire
 from protocols.smss.binlog import (
-    commit_block, continues, is_epoch, record_to_block, records_to_block)
+    commit_block, continues, is_epoch, plain_frames, record_to_block, records_to_block)
 from protocols.smss.keepalive import IdleAlive
 
 _READS_PER_TURN = 8
@@ -131,7 +131,7 @@ class ReplicaFeed:
                 self._gate.attach(self)
                 # before any record: the follower shows its consumers only what the
                 # commit points cover
-                self._send_commit()
+                self._send_commit_now()
                 self._gate.add_commit_listener(self._committed)
         self._proto.transport.registerProducer(self, True)
         self._replication_log.add_append_listener(self._wake)
@@ -144,6 +144,19 @@ class ReplicaFeed:
 
     def _pump(self):
         self._pump_call = None
+        self._pump_reads()
+        # the commit point that moved in this turn, when no records went out with it
+        self._send_commit_now()
+
+    def _send(self, data):
+        # The commit point that moved in this turn goes in front of the records: one
+        # send to the follower where there were two (a leader answering writes as
+        # followers confirm them moves it nearly every turn).
+        commit = self._commit_frame()
+        self._proto.write_through(commit + data if commit else data)
+        self._alive.wrote()
+
+    def _pump_reads(self):
         for _ in range(_READS_PER_TURN):
             if not self._active or self._paused:
                 return
@@ -159,25 +172,28 @@ class ReplicaFeed:
                     shared.reused += 1
                     self.sent += n
                     if data:
-                        self._proto.write_through(data)
-                        self._alive.wrote()
+                        self._send(data)
                     continue
-            views = reader.read()
-            if not views:
+            # a write split over two reads waits for its end in the Python path
+            made, views = reader.read_encoded(None if self._write else plain_frames)
+            if made is not None:
+                data, _, n, self.last_event_id = made
+            elif not views:
                 return
-            frames = []
-            for block in self._blocks(views):
-                frames.append(wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)))
-                frames.append(block)
-            self.sent += len(views)
-            # the last eventId sent (a write still open waits in _write, unsent)
-            self.last_event_id = self._write[0].event_id - 1 if self._write else views[-1].event_id
-            data = b"".join(frames)
+            else:
+                frames = []
+                for block in self._blocks(views):
+                    frames.append(wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)))
+                    frames.append(block)
+                n = len(views)
+                # the last eventId sent (a write still open waits in _write, unsent)
+                self.last_event_id = self._write[0].event_id - 1 if self._write else views[-1].event_id
+                data = b"".join(frames)
+            self.sent += n
             if shared is not None and not self._write:
-                shared.put(key, (data, reader.offset, len(views), self.last_event_id))
+                shared.put(key, (data, reader.offset, n, self.last_event_id))
             if data:
-                self._proto.write_through(data)
-                self._alive.wrote()
+                self._send(data)
         # More may be waiting: yield to the reactor between rounds.
         self._wake()
 
@@ -219,13 +235,25 @@ class ReplicaFeed:
 
     def _send_commit(self):
         self._commit_call = None
+        if self._pump_call is None:  # else records go out this turn: it goes with them
+            self._send_commit_now()
+
+    def _send_commit_now(self):
+        if self._active:
+            frame = self._commit_frame()
+            if frame:
+                self._proto.write_through(frame)
+
+    def _commit_frame(self):
+        # The frame of the commit point when it moved since the last one sent, else b"".
+        if self._gate is None:
+            return b""
         point = self._gate.committed_event_id
-        if not self._active or point == self._commit_sent:
-            return
+        if point == self._commit_sent:
+            return b""
         self._commit_sent = point
         block = commit_block(point, self._proto.broker.now_ms())
-        self._proto.write_through(
-            wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)) + block)
+        return wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)) + block
 
     def behind_bytes(self):
         """Return how many bytes of the log this follower has not been sent yet."""

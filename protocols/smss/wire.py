@@ -319,6 +319,8 @@ BATCH_HEADER_STRUCT = layout(BATCH_HEADER).struct
 ERR_HEADER_STRUCT = layout(ERR_HEADER).struct
 #: REPLICA_FRAME_HEADER: (status, block_len).
 REPLICA_FRAME_HEADER_STRUCT = layout(REPLICA_FRAME_HEADER).struct
+#: Where a REPLICA frame header's block length sits (for C{_feed.c}).
+REPLICA_FRAME_LENGTH_AT = layout(REPLICA_FRAME_HEADER).offset("block_len")
 _MESSAGE_PREFIX = layout(MESSAGE_RECORD, prefix=True)
 #: First 8 bytes of MESSAGE_RECORD: (size, header_count).
 MESSAGE_PREFIX_STRUCT = _MESSAGE_PREFIX.struct

@@ -69,7 +69,8 @@ def test_both_builds_deliver_alike(broker):
     else:
         assert ("C speedups in use: mqserver.broker._inflight, mqserver.store._check, "
                 "mqserver.store._hash, mqserver.store._index, mqserver.store._pack, "
-                "protocols.nsq._frames, protocols.smss._pub, protocols.smss._push") in log, log
+                "protocols.nsq._frames, protocols.smss._feed, protocols.smss._pub, "
+                "protocols.smss._push") in log, log
 
     with SmssClient("127.0.0.1", server.smss_port, timeout=10) as c:
         c.create(TOPIC)

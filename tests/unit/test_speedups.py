@@ -31,7 +31,7 @@ from protocols.smss.messages import Pub
 _SPEEDUPS = ["protocols.smss._push", "protocols.smss._pub", "protocols.nsq._frames",
              "mqserver.store._pack", "mqserver.broker._inflight", "mqserver.store._check",
              "protocols.remoting._pull", "mqserver.store._hash", "protocols.remoting._header",
-             "mqserver.store._index"]
+             "mqserver.store._index", "protocols.smss._feed"]
 #: (module, what the hot path calls, the Python reference)
 _PAIRS = [(views, "encode_records", "py_encode_records"),
           (smss_codec, "_one_pub", "py_one_pub"),
@@ -54,6 +54,15 @@ def test_speedup_is_built(name):
     """make test installs with a C compiler (setup.py): each speedup imports, so the
     equivalence tests below run the C code, not the fallback twice."""
     _c_module(name)
+
+
+def test_the_replication_streams_c_path_is_used():
+    """The leader's feed and the follower take plain writes the C way unless
+    MQSERVER_PURE_PYTHON is set (their Python path is the reference: test_feed_frames)."""
+    from protocols.smss import binlog, replica
+    assert (binlog.plain_frames is None) == speedups.pure_python()
+    assert (binlog.plain_run is None) == speedups.pure_python()
+    assert replica.plain_frames is binlog.plain_frames
 
 
 @pytest.mark.parametrize("module, name, reference", _PAIRS)

@@ -4,7 +4,7 @@ sending confirmations over the smss replication stream (StringTransports, real s
 
 import pytest
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
+from twisted.internet.testing import StringTransport, StringTransportWithDisconnection
 
 from mqserver.errors import ReplicasUnavailable, ReplicationTimeout
 from mqserver.replication.applier import Applier
@@ -423,3 +423,59 @@ def test_a_follower_reads_its_whole_log_whatever_its_consumers_see(tmp_path):
         assert [v.event_id for v in LogReader(n.store, 0).read()] == [1, 2, 3]
     finally:
         n.close()
+
+
+class CountingTransport(StringTransportWithDisconnection):
+    """A transport that keeps each write apart (each is one send on a socket)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.writes = []
+
+    def write(self, data):
+        self.writes.append(bytes(data))
+        super().write(data)
+
+
+def frames_of(data):
+    """The (block or None) of each REPLICA frame in data."""
+    out, pos, head = [], 0, wire.REPLICA_FRAME_HEADER_STRUCT
+    while pos < len(data):
+        _, n = head.unpack_from(data, pos)
+        pos += head.size
+        out.append(binlog.parse_block(data[pos:pos + n]) if n else None)
+        pos += n
+    return out
+
+
+def test_the_commit_point_goes_in_front_of_the_records_of_its_turn(node):
+    """A turn that moves the commit point (a confirmation) and appends records (a
+    publish) sends the follower one write: the commit block, then the records. A turn
+    that moves it alone sends the commit block alone."""
+    g = node.broker.require_replicas(1, 5000)
+    f = node.door(make_factory)
+    side = node.connect(f, transport=CountingTransport)
+    side.send(cc.encode_replica(0, wire.CONFIRM_TRACE))
+    node.clock.advance(0)
+    publisher = node.connect(f)
+    publisher.send(cc.encode_create(b"t"))
+    node.clock.advance(0)
+    created = node.store.next_event_id - 1
+    side.transport.writes.clear()
+    # one turn: the confirmation of the create, and a publish
+    side.send(cc.encode_replica(created))
+    publisher.send(cc.encode_pub(b"t", encode_payload([b"m"])))
+    node.clock.advance(0)
+    assert g.committed_event_id == created
+    (write,) = side.transport.writes
+    commit, record = frames_of(write)
+    assert (commit.cmd, commit.event_id) == (binlog.CMD_COMMIT, created)
+    assert (record.cmd, record.event_id) == (binlog.CMD_PUB, created + 1)
+    # a turn with the confirmation alone
+    side.transport.writes.clear()
+    side.send(cc.encode_replica(created + 1))
+    node.clock.advance(0)
+    (write,) = side.transport.writes
+    (commit,) = frames_of(write)
+    assert (commit.cmd, commit.event_id) == (binlog.CMD_COMMIT, created + 1)
+    assert publisher.take() == OK + OK
