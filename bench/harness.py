@@ -46,6 +46,8 @@ SHARED = {
     **dict.fromkeys(["DOORS", "PORT_NAMES", "conversation", "healthy", "prepare"],
                     "tests.support.fuzzframes"),
     "running": "tests.support.inprocess",
+    "Node": "tests.support.inprocess",
+    "connect_follower": "tests.unit.test_follower_runs",
     **dict.fromkeys(["SKIP_REASON", "EtcdProcess", "etcd_binary", "free_port"],
                     "tests.support.etcd"),
     **dict.fromkeys(["Member", "leader_of", "member_config", "wait_converged",
