@@ -21,7 +21,7 @@ from harness import Node, connect_follower
 
 from mqserver.message import MESSAGE_MAGIC
 from mqserver.replication.logreader import LogReader
-from protocols.smss import binlog, replica, wire
+from protocols.smss import binlog, codec, replica
 from protocols.smss import client_codec as cc
 from protocols.smss.factory import make_factory
 from protocols.smss.payload import encode_payload
@@ -89,8 +89,7 @@ def feed_alone(master):
             continue
         if not views:
             break
-        b"".join(wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(b)) + b
-                 for b in feed._blocks(views))
+        b"".join(codec.replica_frame(b) for b in feed._blocks(views))
         count += len(views)
     return 1e6 * (time.process_time() - start) / max(1, count)
 

@@ -167,8 +167,9 @@ class IReplicationLog(ILogBounds):
         """Return a reader just after the write holding event_id (0: from the oldest
         record): C{read()} returns the next readable records (views, possibly []),
         C{read_encoded(encode)} offers them to C{encode(buffer, offset)} first (a door's
-        own encoding of the records it knows, see L{mqserver.replication.logreader.LogReader.read_encoded}) and
-        C{offset} is where it stands; setting C{offset} to where another reader of this
+        own encoding of the records it knows: L{LogReader.read_encoded
+        <mqserver.replication.logreader.LogReader.read_encoded>}) and C{offset} is
+        where it stands; setting C{offset} to where another reader of this
         log stood after a read moves it past the same records. Raises EventNotFound."""
 
     def add_append_listener(callback):

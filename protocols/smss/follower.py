@@ -117,6 +117,15 @@ class _PubRun:
         if self.items:
             self.ends[-1] = 1
 
+    @classmethod
+    def parsed(cls, first, topic, write_time, items, ends):
+        """The run L{binlog.plain_run} parsed: its first eventId, topic, store time,
+        C{[(queue id, Message)]} and the end mark of each message."""
+        run = cls.__new__(cls)
+        run.first, run.topic, run.write_time, run.items, run.ends = (
+            first, topic, write_time, items, ends)
+        return run
+
     def take(self, rec):
         """Add C{rec} (a PUB record) if it continues the run; return whether it did."""
         if (rec.event_id != self.first + len(self.items) or rec.write_time != self.write_time
@@ -310,15 +319,7 @@ class FollowerProtocol(Protocol):
             if got is not None:
                 pos, topic, write_time, first, writes, ends = got
                 items = [(0, Message(body=body, born_ts=ts)) for ts, body in writes]
-                try:
-                    d = self.applier.messages(first, topic, items, write_time,
-                                              ends=bytes(ends))
-                except Exception:
-                    self.log.failure("cannot apply a replicated record")
-                    self._fail()
-                    return
-                self._applied(d)
-                if self._failed:
+                if not self._apply_run(_PubRun.parsed(first, topic, write_time, items, ends)):
                     return
                 continue
             stop = _frame_end(data, pos)

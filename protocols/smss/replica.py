@@ -252,8 +252,7 @@ class ReplicaFeed:
         if point == self._commit_sent:
             return b""
         self._commit_sent = point
-        block = commit_block(point, self._proto.broker.now_ms())
-        return wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)) + block
+        return codec.replica_frame(commit_block(point, self._proto.broker.now_ms()))
 
     def behind_bytes(self):
         """Return how many bytes of the log this follower has not been sent yet."""

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from mqserver.replication.logreader import LogReader
 from mqserver.store import format as fmt
 from protocols.smss import binlog, replica, wire
+from protocols.smss.codec import replica_frame as frame
 from protocols.smss import client_codec as cc
 from protocols.smss.factory import make_factory
 from protocols.smss.payload import encode_payload
@@ -21,10 +22,6 @@ plain_frames = replica.plain_frames
 pytestmark = pytest.mark.skipif(plain_frames is None, reason="the C speedup _feed is not built")
 
 BASE = 3 << 30  # a commit-log offset past 2^31: offsets are 64-bit
-
-
-def frame(block):
-    return wire.REPLICA_FRAME_HEADER_STRUCT.pack(wire.STATUS_OK, len(block)) + block
 
 
 def is_plain(view):
