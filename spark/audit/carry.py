@@ -7,6 +7,7 @@ test-case-name: tests.spark.test_incremental
 from pyspark.sql import functions as F
 
 from spark.audit import charts
+from spark.audit import rows as RW
 from spark.audit import state as st
 from spark.audit import transforms as T
 
@@ -77,27 +78,21 @@ class Carry:
     # -- the compact form: the carried segments' items ------------------------------------
 
     def absorb_items(self, items):
-        """The compact form's C{items} (what was read) with the items of the carried
-        segments (their partial aggregates, eventId runs, segment rows and the records
-        checked one by one), so every table and check of the compact form covers the
-        whole log; the result is also the part the state keeps. Cached."""
+        """The compact form's C{items} (dicts: what was read) with the items of the
+        carried segments (their partial aggregates, eventId runs, segment rows and the
+        records checked one by one), so every table and check of the compact form covers
+        the whole log; the result is also the part the state keeps."""
+        from spark.audit.records import ITEM_DDL
+
         if self.carried or self.resumed:
             old = self._old("items", resumed=True)
             if self.resumed:  # a resumed segment's row is the one read, its records merged
                 mine = [e["segment"] for e, _, _ in self.resumed.values()]
                 old = old.where(~((F.col("kind") == "segment") & F.col("segment").isin(mine)))
-            old = old.select(*[F.col(f.name).cast(f.dataType) for f in items.schema])
-            items = items.unionByName(old)
-        items = items.persist()
-        self.parts = {"items": items}
+            names = RW.ddl_names(ITEM_DDL)
+            items = items + [{c: r[c] for c in names} for r in old.select(*names).collect()]
+        self.parts = {"items": RW.Rows(ITEM_DDL, items)}
         return items
-
-    def totals_of_items(self, items):
-        """Per segment of the compact form's C{items}: the totals the manifest keeps."""
-        from spark.audit.summary import totals_of_parts
-
-        rows = T.totals_from_parts(items, by=("segment",)).collect()
-        return {r["segment"]: dict(totals_of_parts(r.asDict()), segment=r["segment"]) for r in rows}
 
     def need_records(self, what):
         """Raise L{FullAudit} when a check of the compact form needs the records (C{what}
@@ -207,7 +202,7 @@ class Carry:
         records in the carried segments no longer belong in its queues. In the compact
         form also when it was deleted: the carried signatures still expect its entries."""
         known = self.manifest["cq"].get("topics", {})
-        now = {r["topic"]: r["create_event_id"] for r in topics.select("topic", "create_event_id").collect()}
+        now = {r["topic"]: r["create_event_id"] for r in RW.dicts(topics)}
         for topic, created in now.items():
             if topic in known and known[topic] != created:
                 raise st.FullAudit(f"topic {topic} was created again (eventId {created})")
@@ -258,12 +253,15 @@ class Carry:
 
     # -- the summary and saving -----------------------------------------------------------
 
+    def changed_rows(self):
+        """The changed-segment findings as rows (dicts) of the C{problems} table."""
+        return [{"segment": seg, "offset": seg, "problem": "changed", "detail": detail} for seg, detail in self.changed]
+
     def changed_problems(self):
-        """The changed-segment findings as rows of the C{problems} table."""
-        rows = [(seg, seg, None, "changed", detail, None, None, None, None) for seg, detail in self.changed]
-        ddl = ("segment bigint, offset bigint, bytes int, problem string, detail string, event_id bigint,"
-               " topic string, event_before bigint, event_after bigint")
-        return self.spark.createDataFrame(rows, ddl)
+        """L{changed_rows} as a DataFrame."""
+        from spark.audit.compact import PROBLEMS_DDL
+
+        return RW.Rows(PROBLEMS_DDL, self.changed_rows()).frame(self.spark)
 
     def summary(self, segs, skipped_bytes=0):
         """The C{incremental} part of the summary: what was read, carried, verified."""
@@ -289,16 +287,16 @@ class Carry:
     def save_run(self, tables, facts, summary):
         """L{save} after a completed run of the job (C{tables}, C{facts}, C{summary} as
         the job has them)."""
-        bad = tables["problems"].where(F.col("segment").isNotNull()).select("segment").distinct().collect()
+        bad = RW.values(RW.where(tables["problems"], "segment", "set"), "segment")
         integ = summary["integrity"]
         cq_ok = not any(integ[k] for k in ("cq_missing", "cq_extra", "cq_wrong", "cq_torn_files"))
         cq_state = None
         if cq_ok and self.ends is not None:
             cq_state = {}
-            for r in self.ends.collect():
+            for r in RW.dicts(self.ends):
                 cq_state.setdefault(r["topic"], {})[str(r["queue_id"])] = r["max_offset"]
-        topics = {r["topic"]: r["create_event_id"] for r in tables["topics"].select("topic", "create_event_id").collect()}
-        return self.save(facts["segments"], self.totals, {r["segment"] for r in bad}, cq_state, topics)
+        topics = {r["topic"]: r["create_event_id"] for r in RW.dicts(tables["topics"])}
+        return self.save(facts["segments"], self.totals, bad, cq_state, topics)
 
     def save(self, segs, totals, problem_segments, cq_state, topics):
         """Write the new state: the parts and a manifest of the segments proven clean

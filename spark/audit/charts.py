@@ -1,5 +1,6 @@
-"""The report's time-series charts: throughput and lag over time, aggregated in Spark
-per minute (or per a few minutes on long logs) and drawn as inline SVG by this module.
+"""The report's time-series charts: throughput and lag over time, from per-minute
+aggregates (the decode's, or Spark's over every record), summed here into buckets of a
+minute or of a few minutes on long logs, and drawn as inline SVG by this module.
 
 Series (each a list of C{{"t": bucket start ms, ...}} rows, at most L{MAX_POINTS}):
 
@@ -21,6 +22,8 @@ import html
 
 from pyspark.sql import functions as F
 
+from spark.audit import rows as RW
+
 #: At most this many points per series: longer logs get wider buckets.
 MAX_POINTS = 720
 MINUTE = 60000
@@ -40,20 +43,41 @@ def _bucket(col, width):
 
 
 def throughput_series(throughput, width):
-    """Messages and bytes per bucket from the C{throughput} table (topic, minute)."""
-    df = throughput.groupBy(_bucket("minute", width).alias("t")).agg(
-        F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes")
-    )
-    return [r.asDict() for r in df.orderBy("t").limit(MAX_POINTS).collect()]
+    """Messages and bytes per bucket from the C{throughput} table (topic, minute): a
+    DataFrame or L{spark.audit.rows.Rows}."""
+    out = {}
+    for r in RW.dicts(throughput):
+        if r["minute"] is None:
+            continue
+        t = out.setdefault(r["minute"] - r["minute"] % width, {"messages": [], "bytes": []})
+        t["messages"].append(r["messages"])
+        t["bytes"].append(r["bytes"])
+    return [{"t": t, "messages": _sum(v["messages"]), "bytes": _sum(v["bytes"])}
+            for t, v in sorted(out.items())[:MAX_POINTS]]
 
 
 def store_lag_series(lag_parts, width):
     """Mean and largest store lag per bucket from per-minute parts (C{minute, n,
-    lag_sum, lag_max}, see L{spark.audit.state.lag_parts})."""
-    df = lag_parts.groupBy(_bucket("minute", width).alias("t")).agg(
-        (F.sum("lag_sum") / F.sum("n")).alias("mean"), F.max("lag_max").alias("max")
-    )
-    return [r.asDict() for r in df.orderBy("t").limit(MAX_POINTS).collect()]
+    lag_sum, lag_max}, see L{lag_parts}): a DataFrame or L{spark.audit.rows.Rows}."""
+    out = {}
+    for r in RW.dicts(lag_parts):
+        if r["minute"] is None:
+            continue
+        b = out.setdefault(r["minute"] - r["minute"] % width, {"n": [], "lag_sum": [], "lag_max": []})
+        for k in b:
+            b[k].append(r[k])
+    series = []
+    for t, v in sorted(out.items())[:MAX_POINTS]:
+        n, total, top = _sum(v["n"]), _sum(v["lag_sum"]), [x for x in v["lag_max"] if x is not None]
+        # As Spark divides two sums: as doubles, null when either is null or n is 0.
+        mean = None if n in (None, 0) or total is None else float(total) / float(n)
+        series.append({"t": t, "mean": mean, "max": max(top) if top else None})
+    return series
+
+
+def _sum(values):
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def replication_lag_series(mine, other, width):
@@ -77,16 +101,6 @@ def lag_parts(recs):
         recs.where(F.col("magic") == "message")
         .groupBy("segment", _bucket("store_ts", MINUTE).alias("minute"))
         .agg(F.count("*").alias("n"), F.sum(lag).alias("lag_sum"), F.max(lag).alias("lag_max"))
-    )
-
-
-def lag_parts_from_items(items):
-    """L{lag_parts} from the compact form's C{"minute"} partial aggregates of C{items}
-    (L{spark.audit.columns.compact_batches})."""
-    return (
-        items.where(F.col("kind") == "minute")
-        .groupBy("segment", F.col("key").alias("minute"))
-        .agg(F.sum("n").alias("n"), F.sum("lag_sum").alias("lag_sum"), F.max("lag_max").alias("lag_max"))
     )
 
 

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from mqserver.store import format as fmt
 from spark.audit import ranges as R
+from spark.audit.rows import frame
 
 VERSION = 1
 MANIFEST = "manifest.json"
@@ -238,13 +239,13 @@ def plan(spark, manifest, listing):
 
 
 def write_generation(spark, root, entries, parts, cq, form=RECORDS):
-    """Write a new generation under C{root}: the C{parts} (DataFrames by name) of the
+    """Write a new generation under C{root}: the C{parts} (DataFrames or rows by name) of the
     segments of C{entries}, then the manifest (under a temporary name, renamed, saying
     the audit's C{form}), then remove the older generations."""
     gen = f"{root.rstrip('/')}/gen-{int(time.time() * 1000)}"
     keep = [e["segment"] for e in entries]
     for name, df in parts.items():
-        df.where(F.col("segment").isin(keep)).write.mode("overwrite").parquet(f"{gen}/parts/{name}")
+        frame(spark, df).where(F.col("segment").isin(keep)).write.mode("overwrite").parquet(f"{gen}/parts/{name}")
     manifest = {"version": VERSION, "written_ms": int(time.time() * 1000), "segments": entries, "cq": cq,
                 "form": form}
     _write_atomically(spark, f"{gen}/{MANIFEST}", json.dumps(manifest, indent=1, sort_keys=True) + "\n")

@@ -14,6 +14,8 @@ from functools import reduce
 
 from pyspark.sql import functions as F
 
+from spark.audit import rows as RW
+
 #: Integrity counters: any non-zero value makes the exit code 1.
 INTEGRITY_KEYS = [
     "crc_failures", "corrupt_records", "torn_records", "unreadable_bytes", "missing_segments",
@@ -23,19 +25,9 @@ INTEGRITY_KEYS = [
 ]  # fmt: skip
 
 
-def _plain(v):
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    if isinstance(v, bytearray):
-        return bytes(v).hex()
-    return v
-
-
 def collect_rows(df, limit=None):
     """Collect C{df} (small: aggregates or examples) as a list of dicts."""
-    if limit is not None:
-        df = df.limit(limit)
-    return [{k: _plain(v) for k, v in r.asDict().items()} for r in df.collect()]
+    return RW.dicts(df, limit=limit)
 
 
 def _segment_size(segs, given):
@@ -70,9 +62,8 @@ def totals(recs):
 
 
 def totals_of_parts(t):
-    """The totals (as L{totals} names them) of a row of
-    L{spark.audit.transforms.totals_from_parts}, which counts messages and admin records
-    apart."""
+    """The totals (as L{totals} names them) of the compact form's sums
+    (L{spark.audit.compact.totals}), which count messages and admin records apart."""
     return {
         "records": (t["messages"] or 0) + t["admin_records"], "messages": t["messages"],
         "admin_records": t["admin_records"], "bytes": (t["msg_bytes"] or 0) + (t["admin_bytes"] or 0),
@@ -80,14 +71,12 @@ def totals_of_parts(t):
     }  # fmt: skip
 
 
-def log_facts(recs, segs, meta, meta_mtime, args, totals_df=None, known=None):
-    """Return the directory-wide facts: totals (C{known} when already known: an
-    incremental audit merges them; else from every record of C{recs}, or the one row of
-    C{totals_df}, the compact form's), segment size, log bounds, eventId floor, the
-    reference time, and what the checkpoint says against what the log holds."""
-    t = known or (totals(recs) if totals_df is None else totals_df).first().asDict()
-    if known is None and totals_df is not None:
-        t = totals_of_parts(t)
+def log_facts(recs, segs, meta, meta_mtime, args, known=None):
+    """Return the directory-wide facts: totals (C{known} when already known: the compact
+    form's, or an incremental audit's merged ones; else from every record of C{recs}),
+    segment size, log bounds, eventId floor, the reference time, and what the
+    checkpoint says against what the log holds."""
+    t = dict(known) if known else totals(recs).first().asDict()
     for k in ("messages", "admin_records", "bytes"):
         t[k] = t[k] or 0
     size, size_source = _segment_size(segs, args.segment_size)
@@ -138,25 +127,23 @@ def at_once(**work):
         return {name: f.result() for name, f in futures.items()}
 
 
-def _counts(df, col):
-    return {r[col]: r["n"] for r in df.groupBy(col).agg(F.count("*").alias("n")).collect()}
-
-
 def _integrity_asks(tables, n):
+    # Each table is a DataFrame or, in the compact form, rows on the driver (rows.py).
+    p, g, d = tables["problems"], tables["event_gaps"], tables["event_duplicates"]
     ask = {
-        "probs": lambda: _counts(tables["problems"], "problem"),
-        "unread": lambda: tables["problems"].where(F.col("problem") != "crc").agg(F.sum("bytes")).first()[0],
-        "gaps": lambda: tables["event_gaps"].agg(F.count("*"), F.sum("missing")).first(),
-        "dups": lambda: tables["event_duplicates"].count(),
-        "ex_problems": lambda: collect_rows(tables["problems"].orderBy("offset"), n),
-        "ex_gaps": lambda: collect_rows(tables["event_gaps"], n),
-        "ex_dups": lambda: collect_rows(tables["event_duplicates"].orderBy("event_id"), n),
+        "probs": lambda: RW.counts(p, "problem"),
+        "unread": lambda: RW.total(RW.where(p, "problem", "!=", "crc"), "bytes"),
+        "gaps": lambda: (RW.count(g), RW.total(g, "missing")),
+        "dups": lambda: RW.count(d),
+        "ex_problems": lambda: RW.dicts(p, ["offset"], n),
+        "ex_gaps": lambda: RW.dicts(g, ["gap_start"], n),
+        "ex_dups": lambda: RW.dicts(d, ["event_id"], n),
     }
     if "cq_mismatches" in tables:
-        order = ["topic", "queue_id", "queue_offset"]
-        ask["cq"] = lambda: _counts(tables["cq_mismatches"], "status")
-        ask["cq_torn"] = lambda: tables["cq_problems"].count()
-        ask["ex_cq"] = lambda: collect_rows(tables["cq_mismatches"].orderBy(*order), n)
+        m = tables["cq_mismatches"]
+        ask["cq"] = lambda: RW.counts(m, "status")
+        ask["cq_torn"] = lambda: RW.count(tables["cq_problems"])
+        ask["ex_cq"] = lambda: RW.dicts(m, ["topic", "queue_id", "queue_offset"], n)
     return ask
 
 
@@ -197,19 +184,26 @@ def integrity(tables, facts, n):
     return _integrity(at_once(**_integrity_asks(tables, n)), facts, n)
 
 
+def _overdue_messages(late):
+    # The messages overdue delays still owe: the sum of delay_count - fired.
+    if RW.is_local(late):
+        owed = [r["delay_count"] - r["fired"] for r in late.rows if None not in (r["delay_count"], r["fired"])]
+        return sum(owed) if owed else None
+    return late.agg(F.sum(F.col("delay_count") - F.col("fired"))).first()[0]
+
+
 def _consumption_asks(tables, n):
     d = tables["delays"]
+    late = RW.where(d, "overdue", "==", True)
     return {
-        "delays": lambda: d.agg(
-            F.count("*").alias("delays"),
-            F.sum(F.col("pending").cast("int")).alias("pending"),
-            F.sum(F.col("overdue").cast("int")).alias("overdue"),
-            F.sum(F.when(F.col("overdue"), F.col("delay_count") - F.col("fired"))).alias("overdue_messages"),
-        ).first(),
-        "lag": lambda: collect_rows(tables["consumer_lag"].orderBy("kind", "topic", "consumer", "queue_id")),
-        "retry_dlq": lambda: collect_rows(tables["retry_dlq"].orderBy("kind", "topic")),
-        "overdue": lambda: collect_rows(d.where("overdue").orderBy("trigger_ms"), n),
-        "expired": lambda: collect_rows(tables["expired_topics"].orderBy("topic")),
+        "delays": lambda: {
+            "delays": RW.count(d), "pending": RW.count(RW.where(d, "pending", "==", True)),
+            "overdue": RW.count(late), "overdue_messages": _overdue_messages(late),
+        },  # fmt: skip
+        "lag": lambda: RW.dicts(tables["consumer_lag"], ["kind", "topic", "consumer", "queue_id"]),
+        "retry_dlq": lambda: RW.dicts(tables["retry_dlq"], ["kind", "topic"]),
+        "overdue": lambda: RW.dicts(late, ["trigger_ms"], n),
+        "expired": lambda: RW.dicts(tables["expired_topics"], ["topic"]),
     }
 
 
@@ -236,7 +230,7 @@ def summarize(tables, facts, args):
     # Every question of the summary asked at once (see at_once).
     ask = {f"i_{k}": fn for k, fn in _integrity_asks(tables, n).items()}
     ask.update({f"c_{k}": fn for k, fn in _consumption_asks(tables, n).items()})
-    ask["stats"] = lambda: collect_rows(tables["queue_stats"].orderBy("topic", "queue_id"))
+    ask["stats"] = lambda: RW.dicts(tables["queue_stats"], ["topic", "queue_id"])
     a = at_once(**ask)
     counters, examples = _integrity({k[2:]: v for k, v in a.items() if k.startswith("i_")}, facts, n)
     t = facts["totals"]
@@ -263,7 +257,7 @@ def summarize(tables, facts, args):
 
 def compare_summary(diff, other_tables, other_facts, floor, args):
     """Summarize a comparison with the other directory."""
-    counts = _counts(diff, "status")
+    counts = RW.counts(diff, "status")
     first = diff.agg(F.min("event_id")).first()[0]
     other_integrity, _ = integrity(other_tables, other_facts, args.max_examples)
     return {
@@ -273,7 +267,7 @@ def compare_summary(diff, other_tables, other_facts, floor, args):
         "missing": counts.get("missing", 0),
         "extra": counts.get("extra", 0),
         "different": counts.get("different", 0),
-        "examples": collect_rows(diff.orderBy("event_id"), args.max_examples),
+        "examples": RW.dicts(diff, ["event_id"], args.max_examples),
         "other_log": {k: other_facts["totals"][k] for k in ("records", "first_event_id", "last_event_id")},
         "other_integrity": other_integrity,
     }
@@ -330,9 +324,9 @@ def exit_code(summary):
 def chart_data(tables, top=8, points=2000):
     """Collect what the report's charts draw: messages per minute of the busiest
     C{top} topics (at most C{points} rows)."""
-    busiest = (
-        tables["queue_stats"].groupBy("topic").agg(F.sum("messages").alias("m"))
-        .orderBy(F.desc("m")).limit(top)
-    )  # fmt: skip
-    tp = tables["throughput"].join(busiest.select("topic"), "topic").orderBy("minute", "topic")
-    return {"throughput": collect_rows(tp, points)}
+    per_topic = {}
+    for r in RW.dicts(tables["queue_stats"]):
+        per_topic[r["topic"]] = (per_topic.get(r["topic"]) or 0) + (r["messages"] or 0)
+    busiest = {t for t in sorted((t for t in per_topic if t is not None), key=lambda t: (-per_topic[t], t))[:top]}
+    tp = [r for r in RW.dicts(tables["throughput"]) if r["topic"] in busiest]
+    return {"throughput": sorted(tp, key=lambda r: RW.null_first(r, ["minute", "topic"]))[:points]}

@@ -374,7 +374,7 @@ def retry_dlq(stats):
     return out.select("kind", group.alias("consumer_group"), "topic", "messages", "bytes")
 
 
-def delays(recs, pending, topics, as_of_ms, grace_ms, items=None):
+def delays(recs, pending, topics, as_of_ms, grace_ms):
     """Delays and whether they fired: C{event_id, topic, trigger_ms, delay_count, fired,
     pending, overdue}.
 
@@ -382,14 +382,11 @@ def delays(recs, pending, topics, as_of_ms, grace_ms, items=None):
     C{MQ_DELAY_ID=<its eventId>}. Delays named only by the checkpoint (their record was
     removed by retention) come from C{pending}. A delay whose topic is gone is not
     pending (the broker drops it). It is overdue when messages are still missing
-    C{grace_ms} after its trigger time, as of C{as_of_ms}. The compact form's C{items}
-    add the messages their C{"fired"} aggregates count to those of C{recs}."""
+    C{grace_ms} after its trigger time, as of C{as_of_ms}."""
     logged = recs.where((F.col("magic") == "admin") & (F.col("flag") == OP_DELAY)).select(
         "event_id", "topic", "trigger_ms", "delay_count"
     )
     fired = messages(recs).where(F.col("delay_id").isNotNull()).select("delay_id", F.lit(1).cast("bigint").alias("n"))
-    if items is not None:
-        fired = fired.unionByName(items.where(F.col("kind") == "fired").select("delay_id", "n"))
     fired = fired.groupBy(F.col("delay_id").alias("event_id")).agg(F.sum("n").alias("fired"))
     from_meta = pending.join(logged.select("event_id"), "event_id", "left_anti").select(
         "event_id", "topic", "trigger_ms", "delay_count", F.col("applied").alias("meta_applied")
@@ -439,85 +436,4 @@ def compare_records(mine, other, floor):
         .withColumn("status", status)
         .where(F.col("status").isNotNull())
         .select("event_id", "status", "offset", "other_offset")
-    )
-
-
-# -- the compact form: the same tables from partial aggregates ---------------------------
-# The decode tasks aggregate what they decode (spark.audit.columns.compact_batches): a
-# few rows per range and queue, minute or block leave them instead of one per record.
-
-
-def queue_stats_from_parts(items):
-    """L{queue_stats} from the C{"qstat"} partial aggregates of C{items}."""
-    out = items.where(F.col("kind") == "qstat").groupBy("topic", "queue_id").agg(*queue_stats_columns("parts"))
-    return with_per_minute(out)
-
-
-def throughput_from_parts(items):
-    """L{throughput} from the C{"minute"} partial aggregates of C{items}."""
-    return (
-        items.where(F.col("kind") == "minute")
-        .groupBy("topic", F.col("key").alias("minute"))
-        .agg(F.sum("n").alias("messages"), F.sum("sum_size").alias("bytes"))
-    )
-
-
-def totals_from_parts(items, by=()):
-    """The whole log's totals (as L{spark.audit.summary.log_facts} computes them from
-    every record) from the partial aggregates and the admin records of C{items}; per
-    C{by} (e.g. C{("segment",)}) when given."""
-    part = F.col("kind") == "qstat"
-    admin = (F.col("kind") == "record") & (F.col("magic") == "admin")
-    if by:
-        items = items.where(part | admin).groupBy(*by)
-    return items.agg(
-        F.sum(F.when(part, F.col("n"))).alias("messages"),
-        F.count(F.when(admin, 1)).alias("admin_records"),
-        F.sum(F.when(part, F.col("sum_size"))).alias("msg_bytes"),
-        F.sum(F.when(admin, F.col("size"))).alias("admin_bytes"),
-        F.least(F.min(F.when(part, F.col("min_eid"))), F.min(F.when(admin, F.col("event_id")))).alias("first_event_id"),
-        F.greatest(F.max(F.when(part, F.col("max_eid"))), F.max(F.when(admin, F.col("event_id")))).alias(
-            "last_event_id"
-        ),
-        F.least(F.min(F.when(part, F.col("min_ts"))), F.min(F.when(admin, F.col("store_ts")))).alias("first_store_ts"),
-        F.greatest(F.max(F.when(part, F.col("max_ts"))), F.max(F.when(admin, F.col("store_ts")))).alias(
-            "last_store_ts"
-        ),
-    )
-
-
-def _sum_blocks(df):
-    return df.groupBy("topic", "queue_id", "key").agg(
-        F.sum("n").alias("n"), F.sum("sig_lo").alias("lo"), F.sum("sig_hi").alias("hi")
-    )
-
-
-def differing_blocks_from_parts(items, cq):
-    """The C{topic, queue_id, key} (block) whose expected entries (the C{"sig"} partials
-    of C{items}) and actual ones (the signature rows of the compact consume queues
-    C{cq}) differ. Empty on a sound directory."""
-    a = _sum_blocks(items.where(F.col("kind") == "sig"))
-    b = _sum_blocks(cq.where(F.col("n").isNotNull())).select(
-        "topic", "queue_id", "key", *[F.col(c).alias("o_" + c) for c in ("n", "lo", "hi")]
-    )
-    same = F.lit(True)
-    for c in ("n", "lo", "hi"):
-        same = same & F.col(c).eqNullSafe(F.col("o_" + c))
-    return a.join(b, ["topic", "queue_id", "key"], "full_outer").where(~same).select("topic", "queue_id", "key")
-
-
-def cq_problems_from_parts(cq):
-    """L{cq_problems} of the compact consume queues."""
-    return cq.where(F.col("n").isNull()).select(
-        "topic", "queue_id", "queue_offset", "log_offset", "size", "tag_hash", "problem"
-    )
-
-
-def queue_ends_from_parts(cq):
-    """L{queue_ends} of the compact consume queues (each block row holds its largest
-    offset)."""
-    return (
-        cq.where(F.col("n").isNotNull())
-        .groupBy("topic", "queue_id")
-        .agg((F.max("queue_offset") + 1).alias("max_offset"))
     )
