@@ -165,22 +165,20 @@ class Carry:
         return self.parts["runs"].select("start", "end", "copies")
 
     def check_duplicates(self, intervals):
-        """Raise L{FullAudit} when an eventId held twice lies in a carried segment: its
-        records are needed to list the copies."""
-        if not self.carried:
-            return
-        iv = intervals.collect()
-        if not iv:
+        """Raise L{FullAudit} when an eventId held twice (C{intervals}: C{[(lo, hi)]})
+        lies in a carried segment: its records are needed to list the copies."""
+        if not self.carried or not intervals:
             return
         runs = self._old("runs").collect()
-        for lo, hi in iv:
+        for lo, hi in intervals:
             if any(r["start"] <= hi and r["end"] >= lo for r in runs):
                 raise st.FullAudit(f"eventIds {lo}-{hi} are held twice, some in a carried segment")
 
     def skeleton(self, recs):
         """C{recs} plus, for the carried segments, their admin records, one message row
         per topic, and one message row per fired delayed message: what
-        L{transforms.topics_from_log} and L{transforms.delays} read."""
+        L{transforms.topics_from_log}, L{transforms.logged_delays} and
+        L{transforms.fired_counts} read."""
         if not self.carried:
             return recs
         null = {c: F.lit(None) for c in T.RECORD_COLUMNS}
@@ -259,7 +257,7 @@ class Carry:
 
     def changed_problems(self):
         """L{changed_rows} as a DataFrame."""
-        from spark.audit.compact import PROBLEMS_DDL
+        from spark.audit.checks import PROBLEMS_DDL
 
         return RW.Rows(PROBLEMS_DDL, self.changed_rows()).frame(self.spark)
 

@@ -1,8 +1,9 @@
 """The compact form's tables, on the driver: from the partial aggregates the decode
 tasks leave (L{spark.audit.columns.compact_batches}: a few rows per range and queue,
 minute or block), collected once, the tables the per-record form computes in Spark
-(L{spark.audit.transforms}) over every record. C{tests/spark/test_compact.py} holds the
-two forms to the same bytes.
+(L{spark.audit.transforms}) over every record; the checks over them both forms share
+are L{spark.audit.checks}. C{tests/spark/test_compact.py} holds the two forms to the
+same bytes.
 
 Each function takes the collected rows (dicts of L{spark.audit.records.ITEM_DDL} or
 C{CQ_COMPACT_DDL}) and returns a L{spark.audit.rows.Rows} of the per-record table's
@@ -14,33 +15,11 @@ test-case-name: tests.spark.test_compact
 from spark.audit import rows as R
 from spark.audit.rows import Rows
 
-OP_DELAY = 3  # the DELAY admin operation (spark.audit.transforms.OP_DELAY)
-RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
+from spark.audit.checks import (
+    CQ_PROBLEMS_DDL, ENDS_DDL, LAG_PARTS_DDL, PROBLEMS_DDL, QUEUE_STATS_DDL, SEGMENTS_DDL, THROUGHPUT_DDL,
+)
 
-SEGMENTS_DDL = ("segment bigint, file_length int, records int, records_end bigint, sealed boolean,"
-                " declared_segment_size bigint, crc32 bigint, first_event_id bigint, last_event_id bigint")
-PROBLEMS_DDL = ("segment bigint, offset bigint, bytes int, problem string, detail string, event_id bigint,"
-                " topic string, event_before bigint, event_after bigint")
-QUEUE_STATS_DDL = ("topic string, queue_id int, messages bigint, bytes bigint, body_bytes bigint,"
-                   " first_store_ts bigint, last_store_ts bigint, first_event_id bigint, last_event_id bigint,"
-                   " min_queue_offset bigint, max_queue_offset bigint, delay_level_messages bigint,"
-                   " delayed_fired bigint, per_minute double")
-THROUGHPUT_DDL = "topic string, minute bigint, messages bigint, bytes bigint"
-GAPS_DDL = "gap_start bigint, gap_end bigint, missing bigint"
-DUPLICATES_DDL = "event_id bigint, copies bigint, offsets array<bigint>"
-TOPICS_DDL = "topic string, queues int, create_event_id bigint, expire_at bigint, create_ts bigint"
-CQ_MISMATCHES_DDL = ("topic string, queue_id int, queue_offset bigint, status string, e_offset bigint,"
-                     " e_size int, e_tag bigint, log_offset bigint, size int, tag_hash bigint, event_id bigint")
-CQ_PROBLEMS_DDL = ("topic string, queue_id int, queue_offset bigint, log_offset bigint, size int,"
-                   " tag_hash bigint, problem string")
-ENDS_DDL = "topic string, queue_id int, max_offset bigint"
-LAG_DDL = ("kind string, source string, topic string, consumer string, queue_id int, committed bigint,"
-           " finished_ahead bigint, delivered_unfinished bigint, max_offset bigint, lag bigint, push_url string")
-RETRY_DLQ_DDL = "kind string, consumer_group string, topic string, messages bigint, bytes bigint"
-DELAYS_DDL = ("event_id bigint, topic string, trigger_ms bigint, delay_count int, fired bigint,"
-              " pending boolean, overdue boolean")
-EXPIRED_DDL = "topic string, expire_at bigint, create_event_id bigint"
-LAG_PARTS_DDL = "segment bigint, minute bigint, n bigint, lag_sum bigint, lag_max bigint"
+OP_DELAY = 3  # the DELAY admin operation (spark.audit.transforms.OP_DELAY)
 
 
 def of_kind(items, *kinds):
@@ -157,30 +136,6 @@ def runs(items):
     return [(r["event_id"], r["run_end"], r["seg_records"]) for r in of_kind(items, "run")]
 
 
-def _with_prev_end(runs):
-    # Sorted by (start, end); prev_end: the largest end of the runs before (None first).
-    out, top = [], None
-    for start, end, copies in sorted(runs, key=lambda r: (r[0], r[1])):
-        out.append((start, end, copies, top))
-        top = end if top is None else max(top, end)
-    return out
-
-
-def event_gaps(runs, floor):
-    """L{spark.audit.transforms.event_id_gaps_from_runs}: the eventIds from C{floor} to
-    the largest no run covers, as C{gap_start, gap_end, missing} rows."""
-    kept = [r for r in runs if r[1] >= floor - 1] + [(floor - 1, floor - 1, 1)]
-    gaps = [(prev + 1, start - 1) for start, _, _, prev in _with_prev_end(kept) if prev is not None and start > prev + 1]
-    return Rows(GAPS_DDL, [{"gap_start": a, "gap_end": b, "missing": b - a + 1} for a, b in sorted(gaps)])
-
-
-def duplicate_intervals(runs):
-    """L{spark.audit.transforms.duplicate_intervals}: C{(lo, hi)} held more than once."""
-    within = [(s, e) for s, e, c in runs if c > e - s + 1]
-    across = [(s, min(e, prev)) for s, e, _, prev in _with_prev_end(runs) if prev is not None and s <= prev]
-    return within + across
-
-
 # -- consume queues -----------------------------------------------------------------------
 
 
@@ -213,49 +168,13 @@ def queue_ends(cq):
     return Rows(ENDS_DDL, [dict(r, max_offset=r["max_offset"] + 1) for r in out])
 
 
-# -- consumption --------------------------------------------------------------------------
+# -- delays -------------------------------------------------------------------------------
 
 
-def consumer_lag(positions, ends):
-    """L{spark.audit.transforms.consumer_lag}: C{positions} (dicts of
-    L{spark.audit.consumers.POSITIONS_DDL}) with their queue's length from C{ends}."""
-    length = {(r["topic"], r["queue_id"]): r["max_offset"] for r in ends.rows}
-    out = []
-    for p in positions:
-        end = length.get((p["topic"], p["queue_id"])) if None not in (p["topic"], p["queue_id"]) else None
-        end = 0 if end is None else end
-        ahead = None if p["committed"] is None or p["finished_ahead"] is None else end - p["committed"] - p["finished_ahead"]
-        out.append(dict(p, max_offset=end, lag=R.greatest(0, ahead)))
-    return Rows(LAG_DDL, out)
-
-
-def retry_dlq(stats):
-    """L{spark.audit.transforms.retry_dlq} from the C{queue_stats} rows."""
-    out = []
-    for r in R.aggregate(stats.rows, ["topic"], {"messages": ("sum", "messages"), "bytes": ("sum", "bytes")}):
-        topic = r["topic"] or ""
-        for kind, prefix in (("retry", RETRY_PREFIX), ("dlq", DLQ_PREFIX)):
-            if r["topic"] is not None and topic.startswith(prefix):
-                out.append(dict(r, kind=kind, consumer_group=topic[len(prefix):]))
-                break
-    return Rows(RETRY_DLQ_DDL, out)
-
-
-def _and(a, b):
-    # SQL's three-valued AND.
-    if a is False or b is False:
-        return False
-    return None if a is None or b is None else True
-
-
-def _lt(a, b):
-    return None if a is None or b is None else a < b
-
-
-def delays(items, pending, topics, as_of_ms, grace_ms):
-    """L{spark.audit.transforms.delays}: the DELAY admin records of C{items} and the
-    checkpoint's C{pending} delays (dicts of C{PENDING_DDL}) with the messages they
-    published (the C{"fired"} parts and the messages kept one by one)."""
+def delay_inputs(items):
+    """What L{spark.audit.checks.delays} reads of the log, from C{items}: the DELAY admin
+    records (dicts) and C{{delay eventId: messages it published}} (the C{"fired"} parts
+    and the messages kept one by one)."""
     logged = [r for r in records(items) if r["magic"] == "admin" and r["flag"] == OP_DELAY]
     fired = {}
     for r in records(items):
@@ -264,24 +183,4 @@ def delays(items, pending, topics, as_of_ms, grace_ms):
     for r in of_kind(items, "fired"):
         if r["delay_id"] is not None:
             fired[r["delay_id"]] = fired.get(r["delay_id"], 0) + (r["n"] or 0)
-    ids = {r["event_id"] for r in logged}
-    rows = [dict(r, applied=0) for r in logged]
-    rows += [dict(p) for p in pending if p["event_id"] not in ids]
-    alive = {t["topic"]: t["create_event_id"] for t in topics.rows if t["topic"] is not None}
-    out = []
-    for r in rows:
-        done = R.greatest(fired.get(r["event_id"], 0) if r["event_id"] is not None else 0, r["applied"])
-        created = alive.get(r["topic"]) if r["topic"] is not None else None
-        topic_alive = created is not None and r["event_id"] is not None and created <= r["event_id"]
-        waiting = _and(_lt(done, r["delay_count"]), topic_alive)
-        late = None if r["trigger_ms"] is None else r["trigger_ms"] + grace_ms < as_of_ms
-        out.append({"event_id": r["event_id"], "topic": r["topic"], "trigger_ms": r["trigger_ms"],
-                    "delay_count": r["delay_count"], "fired": done, "pending": waiting,
-                    "overdue": _and(waiting, late)})  # fmt: skip
-    return Rows(DELAYS_DDL, out)
-
-
-def expired_topics(topics, as_of_ms, grace_ms):
-    """L{spark.audit.transforms.expired_topics} of the C{topics} rows."""
-    return Rows(EXPIRED_DDL, [t for t in topics.rows if t["expire_at"] is not None and t["expire_at"] > 0
-                              and t["expire_at"] + grace_ms < as_of_ms])
+    return logged, fired

@@ -21,7 +21,7 @@ is finished, C{finished_ahead} the offsets finished above it, and
 C{delivered_unfinished} the unfinished offsets below the highest finished one: messages
 handed out and neither finished nor given up when the checkpoint was written (in flight,
 deferred or requeued; the broker delivers them again after a restart). The job adds each
-queue's length and the lag (L{spark.audit.transforms.consumer_lag}).
+queue's length and the lag (L{spark.audit.checks.consumer_lag}).
 
 test-case-name: tests.spark.test_consumer_lag
 """

@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from spark.audit import classcache
 from spark.audit import ranges as R
 from spark.audit import records as rec
+from spark.audit import checks as K
+from spark.audit import rows as RW
 from spark.audit import transforms as T
 from spark.audit.rows import frame
 
@@ -518,7 +520,7 @@ def read_cq_compact(spark, data_dir, durable=None, limit=None):
 
 
 def topic_rows(meta):
-    """The live topics of the checkpoint C{meta}, as L{transforms.TOPICS_DDL} tuples."""
+    """The live topics of the checkpoint C{meta}, as L{checks.TOPICS_DDL} tuples."""
     return [
         (t["name"], int(t.get("queues", 1)), int(t.get("create_event_id", 0)),
          int(t.get("expire_at", 0)), int(t.get("create_ts", 0)))
@@ -531,7 +533,7 @@ def topics_frame(spark, meta, recs):
     directory has no checkpoint."""
     if meta is None:
         return T.topics_from_log(recs)
-    return spark.createDataFrame(topic_rows(meta), T.TOPICS_DDL)
+    return spark.createDataFrame(topic_rows(meta), K.TOPICS_DDL)
 
 
 def pending_rows(meta):
@@ -651,18 +653,18 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
     tables = {
         "segments": spark.createDataFrame(segs, T.segments(items).schema) if carry else T.segments(items),
         "problems": T.problems(items).unionByName(carry.changed_problems()) if carry else T.problems(items),
-        "queue_stats": carry.queue_stats() if merged else T.queue_stats(recs),
+        "queue_stats": RW.collected(carry.queue_stats() if merged else T.queue_stats(recs), K.QUEUE_STATS_DDL),
         "throughput": carry.throughput() if merged else T.throughput(recs),
     }
     progress.step("integrity", "eventIds")
-    runs = carry.runs() if merged else T.event_runs(items)
-    intervals = T.duplicate_intervals(runs)
-    tables["event_gaps"] = T.event_id_gaps_from_runs(runs, facts["event_floor"])
+    runs = [(r["start"], r["end"], r["copies"]) for r in (carry.runs() if merged else T.event_runs(items)).collect()]
+    intervals = K.duplicate_intervals(runs)
+    tables["event_gaps"] = K.event_gaps(runs, facts["event_floor"])
     if merged:
         carry.check_duplicates(intervals)
-    tables["event_duplicates"] = T.event_id_duplicates_in(recs, intervals)
+    tables["event_duplicates"] = T.event_id_duplicates_in(recs, _intervals(spark, intervals), bool(intervals))
     whole = carry.skeleton(recs) if merged else recs  # what the carried segments add to topics and delays
-    topics = topics_frame(spark, meta, whole)
+    topics = RW.collected(topics_frame(spark, meta, whole).select(*RW.ddl_names(K.TOPICS_DDL)), K.TOPICS_DDL)
     if carry and carry.carried:
         carry.check_topics(topics)
     tables["topics"] = topics
@@ -672,18 +674,37 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         if merged:
             cq = carry.cq_entries(cq)
         cq = _durable_cq(spark, cq, durable, limit)
-        tables["cq_mismatches"] = T.cq_mismatches(recs, cq, topics, facts["log_min_offset"])
+        tables["cq_mismatches"] = T.cq_mismatches(recs, cq, topics.frame(spark), facts["log_min_offset"])
         tables["cq_problems"] = T.cq_problems(cq)
         ends = T.queue_ends(cq)
+        ends = RW.collected(carry.queue_ends(ends) if carry else ends, K.ENDS_DDL)
         if carry:
-            ends = carry.ends = carry.queue_ends(ends).persist()
-        progress.step("consumption")
-        tables["consumer_lag"] = T.consumer_lag(offsets_frame(spark, data_dir, meta), ends)
-        tables["retry_dlq"] = T.retry_dlq(tables["queue_stats"])
-        as_of, grace = facts["as_of_ms"], args.grace_ms
-        tables["delays"] = T.delays(whole, pending_frame(spark, meta), topics, as_of, grace)
-        tables["expired_topics"] = T.expired_topics(topics, as_of, grace)
+            carry.ends = ends
+        logged = [r.asDict() for r in T.logged_delays(whole).collect()]
+        fired = {r["delay_id"]: r["n"] for r in T.fired_counts(whole).collect()}
+        consumption(spark, data_dir, args, progress, tables, facts, meta, ends, logged, fired)
     return items, recs, _cached(tables), facts
+
+
+def _intervals(spark, intervals):
+    """The eventId intervals C{[(lo, hi)]} as a DataFrame (to join records with)."""
+    return spark.createDataFrame(intervals, "lo bigint, hi bigint")
+
+
+def consumption(spark, data_dir, args, progress, tables, facts, meta, ends, logged, fired):
+    """Add the consumption tables (L{spark.audit.checks}) to C{tables}: every consumer's
+    lag against the queue lengths C{ends}, retry and dead-letter volumes, the delays
+    (C{logged} DELAY records, C{fired} counts, and the checkpoint's pending ones) and the
+    expired topics."""
+    progress.step("consumption")
+    names = RW.ddl_names(T.OFFSETS_DDL)
+    positions = [dict(zip(names, p)) for p in position_rows(spark, data_dir, meta)]
+    tables["consumer_lag"] = K.consumer_lag(positions, ends)
+    tables["retry_dlq"] = K.retry_dlq(tables["queue_stats"])
+    as_of, grace = facts["as_of_ms"], args.grace_ms
+    pending = [dict(zip(RW.ddl_names(T.PENDING_DDL), p)) for p in pending_rows(meta)]
+    tables["delays"] = K.delays(logged, fired, pending, tables["topics"], as_of, grace)
+    tables["expired_topics"] = K.expired_topics(tables["topics"], as_of, grace)
 
 
 def compact_tables(spark, data_dir, args, progress, parts, cq_compact, full, facts, meta, meta_mtime, with_cq,
@@ -707,15 +728,15 @@ def compact_tables(spark, data_dir, args, progress, parts, cq_compact, full, fac
               "throughput": C.throughput(parts)}  # fmt: skip
     progress.step("integrity", "eventIds")
     runs = C.runs(parts)
-    intervals = C.duplicate_intervals(runs)
-    tables["event_gaps"] = C.event_gaps(runs, facts["event_floor"])
-    tables["event_duplicates"] = Rows(C.DUPLICATES_DDL)
+    intervals = K.duplicate_intervals(runs)
+    tables["event_gaps"] = K.event_gaps(runs, facts["event_floor"])
+    tables["event_duplicates"] = Rows(K.DUPLICATES_DDL)
     if intervals:
         if carry:
             carry.need_records("an eventId is held twice")
-        intervals = spark.createDataFrame(intervals, "lo bigint, hi bigint")
-        tables["event_duplicates"] = T.event_id_duplicates_in(every_record(spark, full), intervals, True)
-    topics = Rows(C.TOPICS_DDL, [dict(zip(ddl_names(C.TOPICS_DDL), t)) for t in topic_rows(meta)])
+        every = every_record(spark, full)
+        tables["event_duplicates"] = T.event_id_duplicates_in(every, _intervals(spark, intervals), True)
+    topics = Rows(K.TOPICS_DDL, [dict(zip(ddl_names(K.TOPICS_DDL), t)) for t in topic_rows(meta)])
     if carry and (carry.carried or carry.resumed):
         carry.check_topics(topics)
     tables["topics"] = topics
@@ -727,21 +748,14 @@ def compact_tables(spark, data_dir, args, progress, parts, cq_compact, full, fac
     ends = C.queue_ends(cq)
     if carry:
         carry.ends = ends
-    tables["cq_mismatches"] = Rows(C.CQ_MISMATCHES_DDL)
+    tables["cq_mismatches"] = Rows(K.CQ_MISMATCHES_DDL)
     if C.differing_blocks(parts, cq):
         if carry:
             carry.need_records("the consume queues differ from the log")
         every = T.records(every_record(spark, full))
         entries = _durable_cq(spark, read_cq(spark, data_dir), durable, limit)
         tables["cq_mismatches"] = T.cq_mismatches(every, entries, topics.frame(spark), facts["log_min_offset"])
-    progress.step("consumption")
-    positions = [dict(zip(ddl_names(T.OFFSETS_DDL), p)) for p in position_rows(spark, data_dir, meta)]
-    tables["consumer_lag"] = C.consumer_lag(positions, ends)
-    tables["retry_dlq"] = C.retry_dlq(tables["queue_stats"])
-    as_of, grace = facts["as_of_ms"], args.grace_ms
-    pending = [dict(zip(ddl_names(T.PENDING_DDL), p)) for p in pending_rows(meta)]
-    tables["delays"] = C.delays(parts, pending, topics, as_of, grace)
-    tables["expired_topics"] = C.expired_topics(topics, as_of, grace)
+    consumption(spark, data_dir, args, progress, tables, facts, meta, ends, *C.delay_inputs(parts))
     return tables
 
 

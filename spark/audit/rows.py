@@ -39,6 +39,11 @@ class Rows:
         return len(self.rows)
 
 
+def collected(df, ddl):
+    """The rows of the (small) DataFrame C{df} as a L{Rows} of C{ddl}."""
+    return Rows(ddl, [r.asDict() for r in df.collect()])
+
+
 def is_local(table):
     """Whether C{table} is a L{Rows} (else a Spark DataFrame)."""
     return isinstance(table, Rows)

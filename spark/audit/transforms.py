@@ -10,6 +10,7 @@ test-case-name: tests.spark.test_transforms
 from pyspark.sql import functions as F
 from pyspark.sql import Window
 
+from spark.audit.checks import TOPICS_DDL  # noqa: F401  (the topics frame's schema, named here too)
 from spark.audit.consumers import POSITIONS_DDL
 
 RECORD_COLUMNS = [
@@ -23,11 +24,7 @@ RECORD_COLUMNS = [
 #: module does not need the format module on the driver's import path twice.
 OP_CREATE, OP_DELETE, OP_DELAY, OP_UPDATE = 1, 2, 3, 4
 
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-
 #: Schemas of the small frames the job builds from JSON files.
-TOPICS_DDL = "topic string, queues int, create_event_id bigint, expire_at bigint, create_ts bigint"
 PENDING_DDL = "event_id bigint, trigger_ms bigint, topic string, delay_count int, applied int"
 OFFSETS_DDL = POSITIONS_DDL
 
@@ -170,43 +167,11 @@ def event_runs(items):
     )
 
 
-def _with_prev_end(runs):
-    w = Window.orderBy("start", "end").rowsBetween(Window.unboundedPreceding, -1)
-    return runs.withColumn("prev_end", F.max("end").over(w))
-
-
-def event_id_gaps_from_runs(runs, floor):
-    """Return the gaps of L{event_id_gaps} from the runs of eventIds (a few rows per
-    range, not one per record): between C{floor} and the largest eventId, where no run
-    covers an eventId."""
-    spark = runs.sparkSession
-    sentinel = spark.createDataFrame([(floor - 1, floor - 1, 1)], "start bigint, end bigint, copies int")
-    r = _with_prev_end(runs.where(F.col("end") >= floor - 1).unionByName(sentinel))
-    gaps = r.where(F.col("start") > F.col("prev_end") + 1).select(
-        (F.col("prev_end") + 1).alias("gap_start"), (F.col("start") - 1).alias("gap_end")
-    )
-    return gaps.select("gap_start", "gap_end", (F.col("gap_end") - F.col("gap_start") + 1).alias("missing")).orderBy(
-        "gap_start"
-    )
-
-
-def duplicate_intervals(runs):
-    """Return the eventId intervals C{lo, hi} held more than once: runs with more
-    records than eventIds, and the overlaps of runs of different ranges."""
-    within = runs.where(F.col("copies") > F.col("end") - F.col("start") + 1).select(
-        F.col("start").alias("lo"), F.col("end").alias("hi")
-    )
-    r = _with_prev_end(runs)
-    across = r.where(F.col("start") <= F.col("prev_end")).select(
-        F.col("start").alias("lo"), F.least(F.col("end"), F.col("prev_end")).alias("hi")
-    )
-    return within.unionByName(across)
-
-
 def event_id_duplicates_in(recs, intervals, any_interval=None):
     """L{event_id_duplicates} over only the records whose eventId lies in one of
-    C{intervals} (from L{duplicate_intervals}); nothing is scanned when there are none
-    (C{any_interval}: whether there are any, when the caller knows already)."""
+    C{intervals} (C{lo, hi}: L{spark.audit.checks.duplicate_intervals}); nothing is
+    scanned when there are none (C{any_interval}: whether there are any, when the caller
+    knows already)."""
     if any_interval is None:
         any_interval = bool(intervals.take(1))
     if not any_interval:
@@ -345,75 +310,18 @@ def queue_ends(cq):
     )
 
 
-def consumer_lag(offsets, ends):
-    """Lag per consumer and queue (C{offsets}: L{spark.audit.consumers} rows): the
-    messages of the queue not finished, its length (max offset; 0 for a queue with no
-    entries) minus the committed offset and the offsets finished above it."""
-    zero = F.lit(0).cast("bigint")
-    return (
-        offsets.join(ends, ["topic", "queue_id"], "left")
-        .withColumn("max_offset", F.coalesce(F.col("max_offset"), zero))
-        .withColumn("lag", F.greatest(zero, F.col("max_offset") - F.col("committed") - F.col("finished_ahead")))
-        .select("kind", "source", "topic", "consumer", "queue_id", "committed", "finished_ahead",
-                "delivered_unfinished", "max_offset", "lag", "push_url")
-    )  # fmt: skip
-
-
-def retry_dlq(stats):
-    """Messages and bytes of RocketMQ retry (C{%RETRY%group}) and dead-letter
-    (C{%DLQ%group}) topics, per topic: C{kind, consumer_group, topic, messages, bytes}."""
-    per_topic = stats.groupBy("topic").agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"))
-    kind = (
-        F.when(F.col("topic").startswith(RETRY_PREFIX), F.lit("retry"))
-        .when(F.col("topic").startswith(DLQ_PREFIX), F.lit("dlq"))
-    )
-    out = per_topic.withColumn("kind", kind).where(F.col("kind").isNotNull())
-    group = F.when(
-        F.col("kind") == "retry", F.expr(f"substring(topic, {len(RETRY_PREFIX) + 1})")
-    ).otherwise(F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})"))
-    return out.select("kind", group.alias("consumer_group"), "topic", "messages", "bytes")
-
-
-def delays(recs, pending, topics, as_of_ms, grace_ms):
-    """Delays and whether they fired: C{event_id, topic, trigger_ms, delay_count, fired,
-    pending, overdue}.
-
-    A delay is a DELAY admin record; its messages, once published, carry
-    C{MQ_DELAY_ID=<its eventId>}. Delays named only by the checkpoint (their record was
-    removed by retention) come from C{pending}. A delay whose topic is gone is not
-    pending (the broker drops it). It is overdue when messages are still missing
-    C{grace_ms} after its trigger time, as of C{as_of_ms}."""
-    logged = recs.where((F.col("magic") == "admin") & (F.col("flag") == OP_DELAY)).select(
+def logged_delays(recs):
+    """The DELAY admin records of C{recs}: C{event_id, topic, trigger_ms, delay_count}
+    (what L{spark.audit.checks.delays} reads of them)."""
+    return recs.where((F.col("magic") == "admin") & (F.col("flag") == OP_DELAY)).select(
         "event_id", "topic", "trigger_ms", "delay_count"
     )
-    fired = messages(recs).where(F.col("delay_id").isNotNull()).select("delay_id", F.lit(1).cast("bigint").alias("n"))
-    fired = fired.groupBy(F.col("delay_id").alias("event_id")).agg(F.sum("n").alias("fired"))
-    from_meta = pending.join(logged.select("event_id"), "event_id", "left_anti").select(
-        "event_id", "topic", "trigger_ms", "delay_count", F.col("applied").alias("meta_applied")
-    )
-    logged = logged.withColumn("meta_applied", F.lit(0))
-    alive = topics.select("topic", "create_event_id")
-    out = (
-        logged.unionByName(from_meta)
-        .join(fired, "event_id", "left")
-        .withColumn("fired", F.greatest(F.coalesce(F.col("fired"), F.lit(0)), F.col("meta_applied")))
-        .join(alive, "topic", "left")
-    )
-    topic_alive = F.col("create_event_id").isNotNull() & (F.col("create_event_id") <= F.col("event_id"))
-    waiting = (F.col("fired") < F.col("delay_count")) & topic_alive
-    return (
-        out.withColumn("pending", waiting)
-        .withColumn("overdue", waiting & (F.col("trigger_ms") + F.lit(grace_ms) < F.lit(as_of_ms)))
-        .select("event_id", "topic", "trigger_ms", "delay_count", "fired", "pending", "overdue")
-    )
 
 
-def expired_topics(topics, as_of_ms, grace_ms):
-    """Topics whose lifetime ended (C{expire_at} + C{grace_ms} before C{as_of_ms}) but
-    which are still in the registry: the broker has not reclaimed them."""
-    return topics.where(
-        (F.col("expire_at") > 0) & (F.col("expire_at") + F.lit(grace_ms) < F.lit(as_of_ms))
-    ).select("topic", "expire_at", "create_event_id")
+def fired_counts(recs):
+    """Per delay, the messages of C{recs} it published (their C{MQ_DELAY_ID}):
+    C{delay_id, n}."""
+    return messages(recs).where(F.col("delay_id").isNotNull()).groupBy("delay_id").agg(F.count("*").alias("n"))
 
 
 def compare_records(mine, other, floor):

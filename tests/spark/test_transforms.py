@@ -1,5 +1,6 @@
 """The audit's DataFrame transforms on small frames built by hand."""
 
+from spark.audit import checks as K
 from spark.audit import transforms as T
 
 
@@ -53,7 +54,7 @@ def test_cq_mismatches(spark):
     """Missing, extra (only into the retained log) and wrong entries; records of an
     older incarnation of the topic are not expected in its queue."""
     df = recs(spark, [(5, "t", 0, 1000), (6, "t", 1, 1100), (7, "t", 2, 1200), (2, "t", 9, 900)])
-    topics = spark.createDataFrame([("t", 1, 4, 0, 0)], T.TOPICS_DDL)
+    topics = spark.createDataFrame([("t", 1, 4, 0, 0)], K.TOPICS_DDL)
     cq = spark.createDataFrame(
         [("t", 0, 0, 1000, 100, 0, None), ("t", 0, 1, 1150, 100, 0, None),
          ("t", 0, 3, 1300, 100, 0, None), ("t", 0, 4, 10, 100, 0, None)],
@@ -75,36 +76,10 @@ def test_compare_records(spark):
     assert T.compare_records(a, b, 5).select("event_id", "status").collect() == [(5, "extra")]
 
 
-def test_lag_delays_and_expiry(spark):
-    """Lag is queue length minus committed offset and the offsets finished above it; a
-    delay without all its messages is overdue after its trigger time plus grace, unless
-    its topic is gone; an expired topic still registered is listed."""
-    offsets = spark.createDataFrame(
-        [("k", "f", "t", "g", 0, 3, 2, 1, None), ("k", "f", "t", "g", 1, 0, 0, 0, None)], T.OFFSETS_DDL
-    )
-    ends = spark.createDataFrame([("t", 0, 10)], "topic string, queue_id int, max_offset bigint")
-    assertDataFrameEqual(
-        T.consumer_lag(offsets, ends).select("queue_id", "max_offset", "lag"), [(0, 10, 5), (1, 0, 0)]
-    )
-    delay = dict(offset=0, size=100, magic="admin", event_id=10, topic="t", queue_id=-1, queue_offset=-1,
-                 flag=T.OP_DELAY, store_ts=0, tag_hash=0, trigger_ms=1000, delay_count=2, digest=0)  # fmt: skip
-    gone = dict(delay, event_id=11, topic="gone")
-    fired = dict(delay, magic="message", event_id=12, flag=0, delay_id=10, trigger_ms=None, delay_count=None)
-    df = recs(spark, [delay, gone, fired])
-    topics = spark.createDataFrame([("t", 1, 1, 5000, 0)], T.TOPICS_DDL)
-    pending = spark.createDataFrame([], T.PENDING_DDL)
-    got = T.delays(df, pending, topics, as_of_ms=7000, grace_ms=5000)
-    assertDataFrameEqual(
-        got.select("event_id", "fired", "pending", "overdue"), [(10, 1, True, True), (11, 0, False, False)]
-    )
-    assert T.delays(df, pending, topics, 5999, 5000).where("overdue").count() == 0
-    assert [r.topic for r in T.expired_topics(topics, 10_001, 5000).collect()] == ["t"]
-    assert T.expired_topics(topics, 10_000, 5000).count() == 0
-
-
 def test_gaps_and_duplicates_from_runs_match_the_record_versions(spark):
     """Runs of eventIds per range (overlapping across ranges, one with an eventId held
-    twice) give the same gaps and duplicates as the per-record transforms."""
+    twice) give the same gaps and duplicates (L{spark.audit.checks}, on the driver) as
+    the per-record transforms."""
     ranges = [[3, 4, 5, 7], [7, 8, 9, 12, 12], [2, 14, 15], [20]]
     offset = iter(range(0, 10_000, 100))
     df = recs(spark, [(e, "t", 0, next(offset)) for r in ranges for e in r])
@@ -123,9 +98,10 @@ def test_gaps_and_duplicates_from_runs_match_the_record_versions(spark):
             prev = e
             count += 1
         runs.append((start, prev, count))
-    runs = spark.createDataFrame(runs, "start bigint, end bigint, copies int")
     for floor in (1, 2, 3):  # the floor is never above the smallest eventId + 1
-        assert T.event_id_gaps_from_runs(runs, floor).collect() == T.event_id_gaps(df, floor).collect()
-    dups = T.event_id_duplicates_in(df, T.duplicate_intervals(runs))
+        assert [tuple(r.values()) for r in K.event_gaps(runs, floor).rows] == [
+            tuple(r) for r in T.event_id_gaps(df, floor).collect()]
+    intervals = spark.createDataFrame(K.duplicate_intervals(runs), "lo bigint, hi bigint")
+    dups = T.event_id_duplicates_in(df, intervals)
     assertDataFrameEqual(dups, [tuple(r) for r in T.event_id_duplicates(df).collect()])
     assert sorted(r.event_id for r in dups.collect()) == [7, 12]
