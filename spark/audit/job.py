@@ -92,10 +92,10 @@ def parse_args(argv):
 
 #: JVM option: exit on the first OutOfMemoryError rather than run on with a dead thread.
 OOM_EXIT = "-XX:+ExitOnOutOfMemoryError"
-#: JVM option: compile with the quick C1 compiler only. The audit's JVM runs some sixty
-#: short Spark jobs over small tables and exits; the optimising C2 compiler spent about
-#: 22 of its 48 CPU seconds on a 0.5 GiB log (bench/audit_bench.py), and its code
-#: never paid that back before the job ended (docs/audit.md, "Memory and speed").
+#: JVM option: compile with the quick C1 compiler only. The audit's JVM runs short Spark
+#: jobs and exits; the optimising C2 compiler spent about 22 of its 48 CPU seconds on a
+#: 0.5 GiB log (bench/audit_bench.py), and its code never paid that back before the job
+#: ended (docs/audit.md, "Memory and speed").
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 #: The options of the JVMs the audit starts, unless the user gave their own.
 JAVA_OPTIONS = f"{OOM_EXIT} {QUICK_JIT}"
@@ -221,11 +221,11 @@ def tune(spark):
     spark.sparkContext.setLogLevel("ERROR")
 
 
-#: Spark SQL settings for the compact form's small tables: expressions interpreted, not
-#: compiled to Java. After the decode, every query runs over a few thousand rows, and
-#: generating and compiling code for each of the ~60 queries (Janino, class loading)
-#: cost more than the rows: 2-3 of the JVM's ~17 CPU s on a 0.5 GiB log
-#: (docs/audit.md, "Memory and speed"). C{factoryMode} is an internal setting of
+#: Spark SQL settings for the compact form's queries: expressions interpreted, not
+#: compiled to Java. They run over a few rows, and generating and compiling code for
+#: each (Janino, class loading) cost more than the rows: 2-3 of the JVM's ~17 CPU s on a
+#: 0.5 GiB log when the compact form's tables were Spark queries (docs/audit.md,
+#: "Memory and speed"). C{factoryMode} is an internal setting of
 #: Spark SQL, honoured by the pinned pyspark (tests/spark/test_audit_job.py checks it).
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
