@@ -535,6 +535,12 @@ def cq_compact_file(path, content, durable=None, limit=None):
     return pa.concat_tables([out, pa.Table.from_batches([sig])]) if rows else pa.Table.from_batches([sig])
 
 
+def cq_overflow(n):
+    """The one row a capped consume-queue task ends with when it left rows out
+    (L{spark.audit.ranges.capped}): C{n} the rows it made, its problem C{"overflow"}."""
+    return pa.RecordBatch.from_pylist([{"problem": "overflow", "n": n}], schema=CQ_COMPACT_SCHEMA)
+
+
 def _compact_rows(rows):
     """C{CQ_SCHEMA} tuples as a C{CQ_COMPACT_SCHEMA} table (no block columns)."""
     cols = list(zip(*rows)) if rows else [()] * len(CQ_SCHEMA)

@@ -18,10 +18,10 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from spark.audit import checks as K
 from spark.audit import classcache
 from spark.audit import ranges as R
 from spark.audit import records as rec
-from spark.audit import checks as K
 from spark.audit import rows as RW
 from spark.audit import transforms as T
 from spark.audit.rows import frame
@@ -345,6 +345,41 @@ def one_task_each(spark, tasks, fn, ddl):
     return spark.range(0, len(tasks), 1, n).mapInArrow(functools.partial(fn, tasks), ddl)
 
 
+#: The most rows the compact form's decode (and its consume queues' decode) may leave
+#: for the driver, where each is a dict of its values (a few hundred bytes). A log leaves
+#: a few per range, queue, minute and block, and one per admin record or CRC failure;
+#: each task may make its share, and past it (tens of thousands of topics, millions of
+#: delays) the directory is audited in the per-record form, whose rows stay in Spark.
+COMPACT_ROWS_MAX = 500_000
+
+
+class TooManyRows(Exception):
+    """The compact form's decode would leave more than L{COMPACT_ROWS_MAX} rows."""
+
+
+def compact_rows(spark, tasks, fn, ddl, flag):
+    """Run C{fn} over C{tasks} (L{one_task_each}), each task capped at its share of
+    L{COMPACT_ROWS_MAX} rows, and collect the rows as L{Item}s; L{TooManyRows} when a
+    task made more than its share (it then sent a row whose C{flag} column is
+    L{ranges.OVERFLOW})."""
+    share = max(1, COMPACT_ROWS_MAX // max(1, len(tasks)))
+    rows = one_task_each(spark, tasks, functools.partial(fn, cap=share), ddl).collect()
+    items = [Item((k, v) for k, v in r.asDict().items() if v is not None) for r in rows]
+    over = [r for r in items if r[flag] == R.OVERFLOW]
+    if over:
+        n = max(r["n"] for r in over)
+        raise TooManyRows(f"a task of the compact decode made {n:,} rows (its share: {share:,})")
+    return items
+
+
+class Item(dict):
+    """A collected row, holding only its values that are not null; the others read as
+    None."""
+
+    def __missing__(self, key):
+        return None
+
+
 def _decode(spark, tasks):
     """Run L{ranges.decode_ranges} over C{tasks} (tuples of L{ranges.RANGE_FIELDS}), one
     task each."""
@@ -407,7 +442,7 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
     compact = live is not None
     if not good:
         if compact:
-            return [_item(r) for r in extra], skipped, lambda: spark.createDataFrame([], rec.ITEM_DDL)
+            return [Item(r) for r in extra], skipped, lambda: spark.createDataFrame([], rec.ITEM_DDL)
         return spark.createDataFrame([tuple(r.get(c) for c in _ITEM_NAMES) for r in extra], rec.ITEM_DDL), skipped, None
     resume = resume or {}
     tasks = R.plan(good, split, digest, live, {name: v[0] for name, v in resume.items()})
@@ -418,8 +453,8 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
     # come from the last round that decoded it, and only while it is kept.
 
     def decode(ranges):
-        if compact:  # a few rows per range: here at once, in one job
-            return _dicts(_decode(spark, ranges))
+        if compact:  # a few rows per range: here at once
+            return compact_rows(spark, ranges, R.decode_ranges, rec.ITEM_DDL, "kind")
         return _decode(spark, ranges).persist(StorageLevel.MEMORY_AND_DISK)
 
     def range_rows(gen):
@@ -450,7 +485,7 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
             wanted = {k for k in keep if rows[k][0] == g}
             every = wanted == decoded[g]
             items += [r for r in got if r["kind"] != "range" and (every or (r["segment"], r["range_start"]) in wanted)]
-        return items + [_item(r) for r in segments + extra], skipped, full
+        return items + [Item(r) for r in segments + extra], skipped, full
     parts = []
     for g, df in enumerate(gens):
         wanted = {k for k in keep if rows[k][0] == g}
@@ -465,11 +500,6 @@ def read_items(spark, data_dir, split=R.DEFAULT_SPLIT, digest=True, limit=None, 
     for df in parts[1:]:
         items = items.unionByName(df)
     return items, skipped, full  # over cached decodes: not cached again
-
-
-def _item(row):
-    """An item (dict) with every column of L{records.ITEM_DDL}."""
-    return {c: row.get(c) for c in _ITEM_NAMES}
 
 
 def _cq_listing(spark, data_dir, low=None):
@@ -504,19 +534,17 @@ def read_cq(spark, data_dir, low=None):
 
 
 def read_cq_compact(spark, data_dir, durable=None, limit=None):
-    """The consume queues of C{data_dir} in their compact form (C{CQ_COMPACT_DDL}:
-    problems, and per-block signatures, L{spark.audit.columns.cq_compact_file}), cached;
-    with C{durable} (C{[(topic, queue_id, length)]}) and C{limit}, only the entries a
+    """The consume queues of C{data_dir} in their compact form (dicts of
+    C{CQ_COMPACT_DDL}: problems, and per-block signatures,
+    L{spark.audit.columns.cq_compact_file}: a few rows per file), collected; with
+    C{durable} (C{[(topic, queue_id, length)]}) and C{limit}, only the entries a
     checkpoint made durable (C{--live})."""
-    from pyspark import StorageLevel
-
     files = _cq_listing(spark, data_dir)
     if not files:
-        return spark.createDataFrame([], rec.CQ_COMPACT_DDL)
+        return []
     spec = json.dumps(durable) if durable is not None else None
     groups = [(g, spec, limit) for g in R.group_files(files)]
-    df = one_task_each(spark, groups, R.decode_cq_compact, rec.CQ_COMPACT_DDL)
-    return df.persist(StorageLevel.MEMORY_AND_DISK)
+    return compact_rows(spark, groups, R.decode_cq_compact, rec.CQ_COMPACT_DDL, "problem")
 
 
 def topic_rows(meta):
@@ -545,11 +573,6 @@ def pending_rows(meta):
     ]
 
 
-def pending_frame(spark, meta):
-    """L{pending_rows} as a DataFrame."""
-    return spark.createDataFrame(pending_rows(meta), T.PENDING_DDL)
-
-
 def position_rows(spark, data_dir, meta):
     """Every consumer position the broker keeps (L{spark.audit.consumers}): RocketMQ's
     C{consumerOffset.json}, and the checkpoint's channels (NSQ, msgout queues and
@@ -559,11 +582,6 @@ def position_rows(spark, data_dir, meta):
     data, _ = read_json_file(spark, data_dir.rstrip("/") + "/consumerOffset.json")
     table = data.get("offsetTable") if isinstance(data, dict) else None
     return consumers.position_rows(table, meta)
-
-
-def offsets_frame(spark, data_dir, meta):
-    """L{position_rows} as a DataFrame."""
-    return spark.createDataFrame(position_rows(spark, data_dir, meta), T.OFFSETS_DDL)
 
 
 # -- the job ------------------------------------------------------------------------------
@@ -624,7 +642,7 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
         # The compact consume queues do not depend on the log's decode: read them in a
         # job of their own from another thread, whose tasks fill the cores the decode's
         # last tasks leave idle instead of running after it (docs/audit.md).
-        cq_compact = _in_background(lambda: _dicts(read_cq_compact(spark, data_dir, durable, limit)))
+        cq_compact = _in_background(lambda: read_cq_compact(spark, data_dir, durable, limit))
     items, skipped, full = read_items(
         spark, data_dir, split, digest=bool(args.compare), limit=limit, skip=skip, live=live,
         resume=carry.resume if carry else None,
@@ -640,7 +658,7 @@ def audit_directory(spark, data_dir, args, progress, with_cq=True, state_dir=Non
                                 meta_mtime, with_cq, durable, limit)  # fmt: skip
         return items, None, _cached(tables), facts
     recs = T.records(items)
-    segs = S.collect_rows(T.segments(items).orderBy("segment"))
+    segs = RW.dicts(T.segments(items), ["segment"])
     totals = None
     if carry:
         carry.absorb(items, recs)
@@ -759,11 +777,6 @@ def compact_tables(spark, data_dir, args, progress, parts, cq_compact, full, fac
     return tables
 
 
-def _dicts(df):
-    """Collect C{df} (a few rows per range) as dicts."""
-    return [r.asDict() for r in df.collect()]
-
-
 def _cached(tables):
     """C{tables} with each DataFrame among them cached: it feeds both its Parquet file
     and the summary, computed once. Caching a table plans its query (about 0.15 s each
@@ -793,8 +806,19 @@ def _in_background(work):
 
 
 def audit_main(spark, data_dir, args, progress):
-    """L{audit_directory} of the main directory, with C{--since-state}: a damaged state
-    is bad input (exit 2); what the carried parts cannot answer is audited in full."""
+    """L{audit_directory} of the main directory, in the per-record form when the compact
+    form's rows would be too many for the driver (L{COMPACT_ROWS_MAX})."""
+    try:
+        return _audit_main(spark, data_dir, args, progress)
+    except TooManyRows as e:
+        progress.step("read", f"again, in the per-record form: {e}")
+        spark.catalog.clearCache()
+        return _audit_main(spark, data_dir, argparse.Namespace(**dict(vars(args), full=True)), progress)
+
+
+def _audit_main(spark, data_dir, args, progress):
+    """L{audit_directory}, with C{--since-state}: a damaged state is bad input (exit 2);
+    what the carried parts cannot answer is audited in full."""
     if not args.since_state:
         return audit_directory(spark, data_dir, args, progress)
     st = state_mod()
@@ -813,7 +837,7 @@ def audit_main(spark, data_dir, args, progress):
 
 
 def series(tables, facts, items, recs, carry, other_recs):
-    """The report's time series (L{spark.audit.charts}): small aggregations in Spark."""
+    """The report's time series (L{spark.audit.charts}) from the per-minute parts."""
     from spark.audit import charts as C
 
     if carry and carry.parts and "lag" in carry.parts:

@@ -243,14 +243,38 @@ def numbered(tasks, fields, batches):
             yield dict(zip(fields, tasks[i]))
 
 
-def decode_ranges(tasks, batches):
+#: What a capped task (L{decode_ranges}, L{decode_cq_compact} with C{cap}) sends last
+#: when it left rows out: an item of this kind, or a consume-queue row with this problem.
+OVERFLOW = "overflow"
+
+
+def capped(batches, cap, keep, marker):
+    """Yield the Arrow C{batches} of one task while they hold at most C{cap} rows in all
+    (None: no cap). Past it the rest are left out, but those C{keep(batch)} says to keep,
+    and the task ends with C{marker(rows it made)} (one row saying it overflowed)."""
+    n, over = 0, False
+    for b in batches:
+        n += b.num_rows
+        if cap is None or n <= cap or keep(b):
+            yield b
+        else:
+            over = True
+    if over:
+        yield marker(n)
+
+
+def decode_ranges(tasks, batches, cap=None):
     """The C{mapInArrow} function (with C{tasks} bound): task numbers in (L{numbered},
-    L{RANGE_FIELDS}), item batches out."""
+    L{RANGE_FIELDS}), item batches out. With C{cap} a range that makes more items leaves
+    out all but its C{"range"} summary and ends with an L{OVERFLOW} item."""
     for r in numbered(tasks, RANGE_FIELDS, batches):
         reader = Reader(r["uri"])
         try:
-            yield from decode_range(reader.read_at, r["seg_start"], r["file_length"], r["range_start"],
-                                    r["range_end"], r["start_at"], r["digest"], r["live"])  # fmt: skip
+            items = decode_range(reader.read_at, r["seg_start"], r["file_length"], r["range_start"],
+                                 r["range_end"], r["start_at"], r["digest"], r["live"])  # fmt: skip
+            summary = lambda b: b.num_rows == 1 and b.column(0)[0].as_py() == "range"  # noqa: E731
+            yield from capped(items, cap, summary, lambda n: C.single_item(
+                kind=OVERFLOW, segment=r["seg_start"], range_start=r["range_start"], n=n))
         finally:
             reader.close()
 
@@ -271,17 +295,19 @@ def decode_cq_groups(tasks, batches):
             yield C.cq_batch(uri, _read_whole(uri))
 
 
-def decode_cq_compact(tasks, batches):
+def decode_cq_compact(tasks, batches, cap=None):
     """The C{mapInArrow} function for the compact consume queues
     (L{spark.audit.columns.cq_compact_file}, with C{tasks} bound): task numbers in
     (L{numbered}, L{CQ_TASK_FIELDS}), problems and per-block signatures out, file by
-    file."""
+    file. With C{cap} a task that makes more rows leaves them out and ends with one row
+    whose problem is L{OVERFLOW}."""
     for r in numbered(tasks, CQ_TASK_FIELDS, batches):
         durable = None
         if r["durable"] is not None:
             durable = {(t, int(q)): int(n) for t, q, n in json.loads(r["durable"])}
-        for uri in r["uris"]:
-            yield from C.cq_compact_file(uri, _read_whole(uri), durable, r["log_limit"]).to_batches()
+        rows = (b for uri in r["uris"] for b in C.cq_compact_file(uri, _read_whole(uri), durable,
+                                                                     r["log_limit"]).to_batches())  # fmt: skip
+        yield from capped(rows, cap, lambda b: False, lambda n: C.cq_overflow(n))
 
 
 def consolidate(rows, begin=None):

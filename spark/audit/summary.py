@@ -25,11 +25,6 @@ INTEGRITY_KEYS = [
 ]  # fmt: skip
 
 
-def collect_rows(df, limit=None):
-    """Collect C{df} (small: aggregates or examples) as a list of dicts."""
-    return RW.dicts(df, limit=limit)
-
-
 def _segment_size(segs, given):
     if given:
         return given, "--segment-size"
@@ -128,7 +123,8 @@ def at_once(**work):
 
 
 def _integrity_asks(tables, n):
-    # Each table is a DataFrame or, in the compact form, rows on the driver (rows.py).
+    # Each table is rows on the driver (rows.py) or a DataFrame (the per-record form's
+    # problems, duplicates and consume-queue mismatches).
     p, g, d = tables["problems"], tables["event_gaps"], tables["event_duplicates"]
     ask = {
         "probs": lambda: RW.counts(p, "problem"),

@@ -4,6 +4,8 @@ through every check. On every test directory, the summary.json files are byte fo
 the same and so are the rows of every Parquet table."""
 
 import glob
+import io
+import json
 import os
 import re
 
@@ -85,3 +87,26 @@ def test_compact_store_lag_matches_full(spark, broker_dir, tmp_path):
     lagged = [e for e, lag in ((40, 7000), (41, 12345)) if dd.set_store_lag(data, e, lag).magic == dd.fmt.MESSAGE_MAGIC]
     assert len(lagged) == 2
     assert_same_as_full(spark, data, tmp_path)
+
+
+def test_too_many_rows_for_the_driver_audits_in_the_per_record_form(spark, broker_dir, tmp_path, monkeypatch):
+    """The compact form's rows go to the driver, each decode task's at most its share of
+    C{COMPACT_ROWS_MAX}; past it the directory is audited in the per-record form instead
+    (the same summary, said on the progress stream), and under it the compact form runs."""
+    data = dd.copy_dir(broker_dir[0], str(tmp_path / "data"))
+
+    def audit(out):
+        stream = io.StringIO()
+        args = job.parse_args([str(data), "--out", str(tmp_path / out), "--tables", "all"])
+        summary, _ = job.run(spark, args, progress=job.Progress(stream=stream))
+        return summary, stream.getvalue()
+
+    normal, said = audit("normal")
+    assert "per-record form" not in said
+    monkeypatch.setattr(job, "COMPACT_ROWS_MAX", 10)
+    capped, said = audit("capped")
+    assert "again, in the per-record form: a task of the compact decode made" in said
+    reference, _ = _run(spark, data, tmp_path / "full", "--full")
+    assert json.dumps(capped, sort_keys=True) == json.dumps(normal, sort_keys=True) == json.dumps(
+        json.loads(reference), sort_keys=True)
+    assert _tables(tmp_path / "capped") == _tables(tmp_path / "full")

@@ -402,3 +402,22 @@ def test_numbered_looks_tasks_up_by_the_numbers_it_is_given():
             {"name": "c", "n": 3}, {"name": "a", "n": 1}]
     finally:
         gc.unfreeze()
+
+
+def test_a_capped_task_keeps_its_summaries_and_says_it_overflowed():
+    """L{ranges.capped}: batches pass while the task's rows stay within the cap; past it
+    only those to keep pass, and when any was left out one mark ends the task with the
+    rows it made."""
+    import pyarrow as pa
+
+    def batch(kind, n):
+        return pa.RecordBatch.from_pylist([{"kind": kind}] * n)
+
+    def run(cap):
+        out = R.capped([batch("qstat", 3), batch("record", 4), batch("range", 1)], cap,
+                            lambda b: b.column(0)[0].as_py() == "range", lambda n: batch(f"over {n}", 1))
+        return [(b.column(0)[0].as_py(), b.num_rows) for b in out]
+
+    assert run(None) == run(8) == run(7) == [("qstat", 3), ("record", 4), ("range", 1)]
+    assert run(6) == run(3) == [("qstat", 3), ("range", 1), ("over 8", 1)]
+    assert run(2) == [("range", 1), ("over 8", 1)]
