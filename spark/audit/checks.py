@@ -39,6 +39,24 @@ DELAYS_DDL = ("event_id bigint, topic string, trigger_ms bigint, delay_count int
 EXPIRED_DDL = "topic string, expire_at bigint, create_event_id bigint"
 LAG_PARTS_DDL = "segment bigint, minute bigint, n bigint, lag_sum bigint, lag_max bigint"
 
+#: The columns of the C{queue_stats} table: (name, how it is computed from the records,
+#: L{spark.audit.transforms.queue_stats}; how from partial aggregates: the compact form's
+#: C{"qstat"} rows, L{spark.audit.compact.queue_stats}, or per-segment queue_stats
+#: themselves when the partial column is the name). Aggregates as (function, column).
+QUEUE_STATS = (
+    ("messages", ("count", "*"), ("sum", "n")),
+    ("bytes", ("sum", "size"), ("sum", "sum_size")),
+    ("body_bytes", ("sum", "body_len"), ("sum", "sum_body")),
+    ("first_store_ts", ("min", "store_ts"), ("min", "min_ts")),
+    ("last_store_ts", ("max", "store_ts"), ("max", "max_ts")),
+    ("first_event_id", ("min", "event_id"), ("min", "min_eid")),
+    ("last_event_id", ("max", "event_id"), ("max", "max_eid")),
+    ("min_queue_offset", ("min", "queue_offset"), ("min", "min_qo")),
+    ("max_queue_offset", ("max", "queue_offset"), ("max", "max_qo")),
+    ("delay_level_messages", ("count", "delay_level"), ("sum", "n_level")),
+    ("delayed_fired", ("count", "delay_id"), ("sum", "n_delay")),
+)
+
 
 # -- eventIds -----------------------------------------------------------------------------
 

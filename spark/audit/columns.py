@@ -488,7 +488,7 @@ def cq_compact_file(path, content, durable=None, limit=None):
     (a torn tail, a name that is not a consume queue's) as C{CQ_SCHEMA} rows, and per
     block of C{CQ_BLOCK} offsets one row: entries, largest offset, signature
     (L{entry_hash}). A block that spans two files gives a row in each; the checks sum
-    them (L{spark.audit.transforms.differing_blocks_from_parts}).
+    them (L{spark.audit.compact.differing_blocks}).
 
     With C{durable} (C{{(topic, queue_id): length}}) and C{limit} (a log offset), only
     the entries a checkpoint made durable are kept, as the job's C{--live} does (and

@@ -16,7 +16,8 @@ from spark.audit import rows as R
 from spark.audit.rows import Rows
 
 from spark.audit.checks import (
-    CQ_PROBLEMS_DDL, ENDS_DDL, LAG_PARTS_DDL, PROBLEMS_DDL, QUEUE_STATS_DDL, SEGMENTS_DDL, THROUGHPUT_DDL,
+    CQ_PROBLEMS_DDL, ENDS_DDL, LAG_PARTS_DDL, PROBLEMS_DDL, QUEUE_STATS, QUEUE_STATS_DDL, SEGMENTS_DDL,
+    THROUGHPUT_DDL,
 )
 
 OP_DELAY = 3  # the DELAY admin operation (spark.audit.transforms.OP_DELAY)
@@ -58,14 +59,8 @@ def problems(items, more=()):
     return Rows(PROBLEMS_DDL, out + list(more))
 
 
-#: L{spark.audit.transforms.QUEUE_STATS} from the C{"qstat"} parts.
-_QUEUE_PARTS = {
-    "messages": ("sum", "n"), "bytes": ("sum", "sum_size"), "body_bytes": ("sum", "sum_body"),
-    "first_store_ts": ("min", "min_ts"), "last_store_ts": ("max", "max_ts"),
-    "first_event_id": ("min", "min_eid"), "last_event_id": ("max", "max_eid"),
-    "min_queue_offset": ("min", "min_qo"), "max_queue_offset": ("max", "max_qo"),
-    "delay_level_messages": ("sum", "n_level"), "delayed_fired": ("sum", "n_delay"),
-}  # fmt: skip
+#: The C{queue_stats} columns from the C{"qstat"} parts (L{spark.audit.checks.QUEUE_STATS}).
+_QUEUE_PARTS = {name: parts for name, _, parts in QUEUE_STATS}
 
 
 def queue_stats(items):

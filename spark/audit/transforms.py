@@ -10,6 +10,7 @@ test-case-name: tests.spark.test_transforms
 from pyspark.sql import functions as F
 from pyspark.sql import Window
 
+from spark.audit.checks import QUEUE_STATS
 from spark.audit.checks import TOPICS_DDL  # noqa: F401  (the topics frame's schema, named here too)
 from spark.audit.consumers import POSITIONS_DDL
 
@@ -75,24 +76,6 @@ def problems(items):
         none.alias("event_before"), none.alias("event_after"),
     )  # fmt: skip
     return decoded.unionByName(crc)
-
-
-#: The columns of L{queue_stats}: (name, how it is computed from the records, how from
-#: partial aggregates: the compact form's C{"qstat"} rows, or per-segment queue_stats
-#: themselves when the partial column is the name). Aggregates as (function, column).
-QUEUE_STATS = (
-    ("messages", ("count", "*"), ("sum", "n")),
-    ("bytes", ("sum", "size"), ("sum", "sum_size")),
-    ("body_bytes", ("sum", "body_len"), ("sum", "sum_body")),
-    ("first_store_ts", ("min", "store_ts"), ("min", "min_ts")),
-    ("last_store_ts", ("max", "store_ts"), ("max", "max_ts")),
-    ("first_event_id", ("min", "event_id"), ("min", "min_eid")),
-    ("last_event_id", ("max", "event_id"), ("max", "max_eid")),
-    ("min_queue_offset", ("min", "queue_offset"), ("min", "min_qo")),
-    ("max_queue_offset", ("max", "queue_offset"), ("max", "max_qo")),
-    ("delay_level_messages", ("count", "delay_level"), ("sum", "n_level")),
-    ("delayed_fired", ("count", "delay_id"), ("sum", "n_delay")),
-)
 
 
 def queue_stats_columns(source, named=False):
