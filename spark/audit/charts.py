@@ -42,42 +42,29 @@ def _bucket(col, width):
     return F.col(col) - F.col(col) % width
 
 
+def _buckets(rows, width, columns):
+    # Per bucket of `width` ms of the rows' minute (none for a row without one): `columns`
+    # as rows.aggregate computes them, in time order, at most MAX_POINTS.
+    timed = [dict(r, t=r["minute"] - r["minute"] % width) for r in RW.dicts(rows) if r["minute"] is not None]
+    return sorted(RW.aggregate(timed, ["t"], columns), key=lambda r: r["t"])[:MAX_POINTS]
+
+
 def throughput_series(throughput, width):
     """Messages and bytes per bucket from the C{throughput} table (topic, minute): a
     DataFrame or L{spark.audit.rows.Rows}."""
-    out = {}
-    for r in RW.dicts(throughput):
-        if r["minute"] is None:
-            continue
-        t = out.setdefault(r["minute"] - r["minute"] % width, {"messages": [], "bytes": []})
-        t["messages"].append(r["messages"])
-        t["bytes"].append(r["bytes"])
-    return [{"t": t, "messages": _sum(v["messages"]), "bytes": _sum(v["bytes"])}
-            for t, v in sorted(out.items())[:MAX_POINTS]]
+    return _buckets(throughput, width, {"messages": ("sum", "messages"), "bytes": ("sum", "bytes")})
 
 
 def store_lag_series(lag_parts, width):
     """Mean and largest store lag per bucket from per-minute parts (C{minute, n,
     lag_sum, lag_max}, see L{lag_parts}): a DataFrame or L{spark.audit.rows.Rows}."""
-    out = {}
-    for r in RW.dicts(lag_parts):
-        if r["minute"] is None:
-            continue
-        b = out.setdefault(r["minute"] - r["minute"] % width, {"n": [], "lag_sum": [], "lag_max": []})
-        for k in b:
-            b[k].append(r[k])
-    series = []
-    for t, v in sorted(out.items())[:MAX_POINTS]:
-        n, total, top = _sum(v["n"]), _sum(v["lag_sum"]), [x for x in v["lag_max"] if x is not None]
+    out = []
+    sums = {"n": ("sum", "n"), "lag_sum": ("sum", "lag_sum"), "max": ("max", "lag_max")}
+    for r in _buckets(lag_parts, width, sums):
         # As Spark divides two sums: as doubles, null when either is null or n is 0.
-        mean = None if n in (None, 0) or total is None else float(total) / float(n)
-        series.append({"t": t, "mean": mean, "max": max(top) if top else None})
-    return series
-
-
-def _sum(values):
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
+        mean = None if r["n"] in (None, 0) or r["lag_sum"] is None else float(r["lag_sum"]) / float(r["n"])
+        out.append({"t": r["t"], "mean": mean, "max": r["max"]})
+    return out
 
 
 def replication_lag_series(mine, other, width):

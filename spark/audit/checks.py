@@ -77,7 +77,8 @@ def event_gaps(runs, floor):
     C{floor} is 1 when the log still starts at offset 0 (every eventId from 1 on must be
     there), else the smallest eventId seen (retention removed the oldest segments)."""
     kept = [r for r in runs if r[1] >= floor - 1] + [(floor - 1, floor - 1, 1)]
-    gaps = [(prev + 1, start - 1) for start, _, _, prev in _with_prev_end(kept) if prev is not None and start > prev + 1]
+    gaps = [(prev + 1, start - 1) for start, _, _, prev in _with_prev_end(kept)
+            if prev is not None and start > prev + 1]  # fmt: skip
     return Rows(GAPS_DDL, [{"gap_start": a, "gap_end": b, "missing": b - a + 1} for a, b in sorted(gaps)])
 
 
@@ -104,7 +105,9 @@ def consumer_lag(positions, ends):
     for p in positions:
         end = length.get((p["topic"], p["queue_id"])) if None not in (p["topic"], p["queue_id"]) else None
         end = 0 if end is None else end
-        ahead = None if p["committed"] is None or p["finished_ahead"] is None else end - p["committed"] - p["finished_ahead"]
+        ahead = None
+        if p["committed"] is not None and p["finished_ahead"] is not None:
+            ahead = end - p["committed"] - p["finished_ahead"]
         out.append(dict(p, max_offset=end, lag=R.greatest(0, ahead)))
     return Rows(LAG_DDL, out)
 

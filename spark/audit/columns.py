@@ -535,10 +535,15 @@ def cq_compact_file(path, content, durable=None, limit=None):
     return pa.concat_tables([out, pa.Table.from_batches([sig])]) if rows else pa.Table.from_batches([sig])
 
 
+#: What a capped task (L{spark.audit.ranges.capped}) sends last when it left rows out:
+#: an item of this kind, or a consume-queue row with this problem.
+OVERFLOW = "overflow"
+
+
 def cq_overflow(n):
     """The one row a capped consume-queue task ends with when it left rows out
-    (L{spark.audit.ranges.capped}): C{n} the rows it made, its problem C{"overflow"}."""
-    return pa.RecordBatch.from_pylist([{"problem": "overflow", "n": n}], schema=CQ_COMPACT_SCHEMA)
+    (L{spark.audit.ranges.capped}): C{n} the rows it made, its problem L{OVERFLOW}."""
+    return pa.RecordBatch.from_pylist([{"problem": OVERFLOW, "n": n}], schema=CQ_COMPACT_SCHEMA)
 
 
 def _compact_rows(rows):

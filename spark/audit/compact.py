@@ -94,33 +94,32 @@ def totals(items, by_segment=False):
     C{"qstat"} parts and the admin records; with C{by_segment}, C{{segment: totals}}."""
     from spark.audit.summary import totals_of_parts
 
-    parts = [r for r in items if r["kind"] == "qstat" or (r["kind"] == "record" and r["magic"] == "admin")]
-    groups = {}
-    for r in parts:
-        groups.setdefault(r["segment"] if by_segment else None, []).append(r)
-    if not by_segment:
-        groups.setdefault(None, [])
+    keys = ["segment"] if by_segment else []
 
-    def of(rows):
-        q = [r for r in rows if r["kind"] == "qstat"]
-        a = [r for r in rows if r["kind"] == "record"]
+    def by_key(rows, columns):
+        return {tuple(r[k] for k in keys): r for r in R.aggregate(rows, keys, columns)}
 
-        def agg(fn, rs, col):
-            vals = [r[col] for r in rs if r[col] is not None]
-            return fn(vals) if vals else None
+    q = by_key(of_kind(items, "qstat"), {
+        "messages": ("sum", "n"), "msg_bytes": ("sum", "sum_size"), "min_eid": ("min", "min_eid"),
+        "max_eid": ("max", "max_eid"), "min_ts": ("min", "min_ts"), "max_ts": ("max", "max_ts")})
+    a = by_key([r for r in records(items) if r["magic"] == "admin"], {
+        "admin_records": ("count", "*"), "admin_bytes": ("sum", "size"), "min_eid": ("min", "event_id"),
+        "max_eid": ("max", "event_id"), "min_ts": ("min", "store_ts"), "max_ts": ("max", "store_ts")})
 
+    def of(key):
+        x, y = q.get(key, {}), a.get(key, {})
         return totals_of_parts({
-            "messages": agg(sum, q, "n"), "admin_records": len(a),
-            "msg_bytes": agg(sum, q, "sum_size"), "admin_bytes": agg(sum, a, "size"),
-            "first_event_id": R.least(agg(min, q, "min_eid"), agg(min, a, "event_id")),
-            "last_event_id": R.greatest(agg(max, q, "max_eid"), agg(max, a, "event_id")),
-            "first_store_ts": R.least(agg(min, q, "min_ts"), agg(min, a, "store_ts")),
-            "last_store_ts": R.greatest(agg(max, q, "max_ts"), agg(max, a, "store_ts")),
+            "messages": x.get("messages"), "admin_records": y.get("admin_records", 0),
+            "msg_bytes": x.get("msg_bytes"), "admin_bytes": y.get("admin_bytes"),
+            "first_event_id": R.least(x.get("min_eid"), y.get("min_eid")),
+            "last_event_id": R.greatest(x.get("max_eid"), y.get("max_eid")),
+            "first_store_ts": R.least(x.get("min_ts"), y.get("min_ts")),
+            "last_store_ts": R.greatest(x.get("max_ts"), y.get("max_ts")),
         })  # fmt: skip
 
     if by_segment:
-        return {seg: dict(of(rows), segment=seg) for seg, rows in groups.items()}
-    return of(groups[None])
+        return {key[0]: dict(of(key), segment=key[0]) for key in set(q) | set(a)}
+    return of(())
 
 
 # -- eventIds -----------------------------------------------------------------------------
@@ -147,8 +146,7 @@ def differing_blocks(items, cq):
     differ. Empty on a sound directory."""
     a = _blocks(of_kind(items, "sig"))
     b = _blocks([r for r in cq if r["n"] is not None])
-    return sorted((k for k in set(a) | set(b) if a.get(k, (None,) * 3) != b.get(k, (None,) * 3)),
-                  key=lambda k: R.null_first(dict(enumerate(k)), [0, 1, 2]))
+    return [k for k in set(a) | set(b) if a.get(k, (None,) * 3) != b.get(k, (None,) * 3)]
 
 
 def cq_problems(cq):

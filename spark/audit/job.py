@@ -912,8 +912,10 @@ def run(spark, args, progress=None, clear_cache=True):
     # overlaps the per-job latency of Spark's scheduler and output committer. Each is
     # a few Spark jobs: only those asked for are written.
     with ThreadPoolExecutor(max_workers=4) as pool:
-        jobs = [pool.submit(lambda n: frame(spark, tables[n]).write.mode("overwrite").parquet(f"{out}/tables/{n}"), name)
-                for name in wanted]
+        def write(name):
+            frame(spark, tables[name]).write.mode("overwrite").parquet(f"{out}/tables/{name}")
+
+        jobs = [pool.submit(write, name) for name in wanted]
         for j in jobs:
             j.result()
     summary = S.summarize(tables, facts, args)

@@ -243,9 +243,8 @@ def numbered(tasks, fields, batches):
             yield dict(zip(fields, tasks[i]))
 
 
-#: What a capped task (L{decode_ranges}, L{decode_cq_compact} with C{cap}) sends last
-#: when it left rows out: an item of this kind, or a consume-queue row with this problem.
-OVERFLOW = "overflow"
+#: The mark of a capped task that left rows out (L{decode_ranges}, L{decode_cq_compact}).
+OVERFLOW = C.OVERFLOW
 
 
 def capped(batches, cap, keep, marker):
