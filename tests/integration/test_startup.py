@@ -17,6 +17,7 @@ import pytest
 from protocols.smss.client import SmssClient
 from protocols.smss.messages import Batch
 from tests.support.server import ServerProcess
+from tests.support.wait import wait_until
 
 LOOPBACK = "tcp:0:interface=127.0.0.1"
 
@@ -32,6 +33,12 @@ def snapshot(path):
     st = os.stat(path)
     out["."] = (None, st.st_mtime_ns)
     return out
+
+
+def stopped(pid):
+    """Whether process C{pid} is stopped (state C{T} in C{/proc/PID/stat})."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def read_bodies(server, topic, count):
@@ -81,6 +88,9 @@ def test_second_broker_on_a_directory_refuses_and_touches_nothing(tmp_path, proc
     # directory while we look for changes made by the second process.
     first.proc.send_signal(signal.SIGSTOP)
     try:
+        # The signal is delivered asynchronously: a checkpoint being written when it was
+        # sent may still be renamed into place unless the process is seen stopped first.
+        wait_until(lambda: stopped(first.proc.pid), 10, "the holder stopped")
         before = snapshot(first.data)
         # more doors than the holder: RocketMQ's keeps files of its own in the directory
         other = second(first, tmp_path, listen={
